@@ -1,0 +1,535 @@
+"""Artifact records, atomic writes, per-record checkpoints and provenance.
+
+The JSON layouts are those of SPEC section 2, so files written here load in tools
+written for the reference scripts, and the reference's own files load here.
+
+=========  ================================================================
+raw        ``{"individual_results": [record...], "total_count": N, ...}``
+sim        raw + ``cosine_similarities`` per record, ``similarity_model`` and
+           ``similarity_calculated_at`` at the top
+eval       ``evaluation_timestamp, eval_mode, threshold, accuracy, correct_count,
+           total_count, category_wise_accuracy, individual_results, metadata``
+judge      a bare list of :class:`JudgeEntry`; skipped entries in a second list;
+           provenance in a ``<output>.meta.json`` sidecar
+=========  ================================================================
+
+Our own extra keys (provenance, failure reasons, sampling details...) are added
+beside the reference's and never replace them.
+
+Writes are atomic: :func:`write_json_atomic` writes a temporary file in the same
+folder, fsyncs it and renames it over the target. Per-record stages append each
+finished record to a :class:`CheckpointLog` (JSON lines, flushed and fsynced),
+which a rerun reads back to resume; a line torn by a kill is discarded.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import logging
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+"""Bumped whenever our extra keys change meaning."""
+
+
+class ArtifactError(Exception):
+    """An artifact file is missing, unreadable or has the wrong layout; the message names it."""
+
+
+def now_iso() -> str:
+    """The current local time as an ISO 8601 string (the reference's timestamp form)."""
+    return _dt.datetime.now().isoformat()
+
+
+# ---------------------------------------------------------------------------
+# Records
+
+
+@dataclass
+class QuestionRecord:
+    """One question's record, as it grows through raw -> sim -> eval.
+
+    Field names are the reference's; optional fields are written only when set.
+    Unknown keys read from a file are kept in :attr:`extra` and written back.
+    """
+
+    idx: int
+    """Stable question id."""
+    question_category: str = ""
+    """Released category name."""
+    video: str = ""
+    """Video file name (``{scene_name}.mp4``)."""
+    ground_truth: str = ""
+    """Letter of the right option."""
+    response: str = ""
+    """The model's full generated text (empty for a failed sample)."""
+    answer: str = ""
+    """The answer extracted from :attr:`response`."""
+    scene_name: str = ""
+    """YouTube id of the video."""
+    question: str = ""
+    """Question text."""
+    options: list = field(default_factory=list)
+    """Options as ``"A. text"`` strings in letter order."""
+    prompt: str = ""
+    """The rendered chat prompt given to the model."""
+    model_name: str = ""
+    """Short model name (after the last ``/``)."""
+    max_frames: int | None = None
+    """Frame budget used for the video."""
+    timestamp: str = ""
+    """When the record was produced (ISO 8601)."""
+    error: str | None = None
+    """Set for a failed sample: what went wrong (the reference's key)."""
+    error_class: str | None = None
+    """Failure reason class (e.g. ``missing_video``, ``decode_error``, ``oom``, ``generation_error``)."""
+    cosine_similarities: dict | None = None
+    """sim stage: letter -> cosine similarity between answer and option."""
+    is_correct: bool | None = None
+    """eval stage: the verdict."""
+    evaluation_explanation: str | None = None
+    """eval stage: a short human-readable reason for the verdict."""
+    eval_mode: str | None = None
+    """eval stage: always ``fine``."""
+    extra: dict = field(default_factory=dict)
+    """Any further keys (ours or unknown), written back as top-level keys of the record."""
+
+    _OPTIONAL = ("max_frames", "error", "error_class", "cosine_similarities", "is_correct", "evaluation_explanation", "eval_mode")
+
+    @property
+    def failed(self) -> bool:
+        """True for a failed sample (carries an error)."""
+        return self.error is not None
+
+    def to_dict(self) -> dict:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            if f.name == "extra":
+                continue
+            value = getattr(self, f.name)
+            if f.name in self._OPTIONAL and value is None:
+                continue
+            out[f.name] = value
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict, *, where: str = "record") -> "QuestionRecord":
+        if not isinstance(data, dict):
+            raise ArtifactError(f"{where}: expected an object, got {type(data).__name__}")
+        if "idx" not in data:
+            raise ArtifactError(f"{where}: record has no 'idx'")
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        extra = {k: v for k, v in data.items() if k not in known}
+        if kwargs.get("error") is not None and not isinstance(kwargs["error"], str):
+            kwargs["error"] = str(kwargs["error"])
+        for text_field in ("response", "answer"):
+            if kwargs.get(text_field) is None:
+                kwargs[text_field] = ""
+        return cls(**kwargs, extra=extra)
+
+
+@dataclass
+class RecordsArtifact:
+    """A raw, sim or eval file: records plus top-level keys.
+
+    :attr:`meta` holds every top-level key other than ``individual_results``,
+    in file order (``total_count``, ``similarity_model``, ``accuracy``, ...).
+    """
+
+    records: list[QuestionRecord]
+    """The per-question records."""
+    meta: dict = field(default_factory=dict)
+    """Top-level keys besides ``individual_results``."""
+    path: str | None = None
+    """Where it was read from, if read."""
+
+    @property
+    def stage(self) -> str:
+        """``eval``, ``sim`` or ``raw``, judged from the keys present."""
+        if "category_wise_accuracy" in self.meta or "evaluation_timestamp" in self.meta:
+            return "eval"
+        if "similarity_model" in self.meta or any(r.cosine_similarities is not None for r in self.records):
+            return "sim"
+        return "raw"
+
+    def to_dict(self) -> dict:
+        """The file's JSON object with ``individual_results`` where the reference puts it."""
+        out: dict[str, Any] = {}
+        meta = dict(self.meta)
+        if self.stage == "eval":
+            # evaluation_timestamp .. category_wise_accuracy, then records, then metadata
+            head = ["evaluation_timestamp", "eval_mode", "threshold", "accuracy", "correct_count", "total_count", "category_wise_accuracy"]
+            for key in head:
+                if key in meta:
+                    out[key] = meta.pop(key)
+            out["individual_results"] = [r.to_dict() for r in self.records]
+            out.update(meta)
+        else:
+            out["individual_results"] = [r.to_dict() for r in self.records]
+            meta.setdefault("total_count", len(self.records))
+            out.update(meta)
+        return out
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    """Read a JSON file; raise :class:`ArtifactError` naming the file on any problem."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ArtifactError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise ArtifactError(f"{path}: cannot read: {exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ArtifactError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+def find_records(data: Any, *, where: str) -> tuple[list, dict]:
+    """Locate the record list in a loaded artifact; return ``(records, top-level meta)``.
+
+    Accepts ``{"individual_results": [...]}`` and the older layout with records under
+    ``threshold_results -> <key> -> individual_results`` (the first key is used).
+    """
+    if isinstance(data, dict) and isinstance(data.get("individual_results"), list):
+        meta = {k: v for k, v in data.items() if k != "individual_results"}
+        return data["individual_results"], meta
+    if isinstance(data, dict) and isinstance(data.get("threshold_results"), dict):
+        for key, block in data["threshold_results"].items():
+            if isinstance(block, dict) and isinstance(block.get("individual_results"), list):
+                meta = {k: v for k, v in data.items() if k != "threshold_results"}
+                meta.update({k: v for k, v in block.items() if k != "individual_results"})
+                meta.setdefault("threshold_key", key)
+                return block["individual_results"], meta
+    raise ArtifactError(f"{where}: no 'individual_results' list (nor 'threshold_results' -> <key> -> 'individual_results')")
+
+
+def load_records_artifact(path: str | os.PathLike) -> RecordsArtifact:
+    """Load a raw, sim or eval file (ours or the reference's)."""
+    data = read_json(path)
+    rows, meta = find_records(data, where=str(path))
+    records = [QuestionRecord.from_dict(r, where=f"{path}: record #{i}") for i, r in enumerate(rows)]
+    return RecordsArtifact(records=records, meta=meta, path=str(path))
+
+
+@dataclass
+class JudgeScores:
+    """The five judge axes, integers 1-10."""
+
+    Logic: int
+    Factuality: int
+    Accuracy: int
+    Conciseness: int
+    Overall: int
+
+    AXES = ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")
+
+
+@dataclass
+class JudgeEntry:
+    """One judged question (an entry of the judge JSON list)."""
+
+    idx: int
+    """Question id."""
+    video_url: str
+    """YouTube URL of the video."""
+    scene_name: str
+    """YouTube id."""
+    question_category: str
+    """Released category name."""
+    question: str
+    """Question text."""
+    correct_answer: str
+    """The text of the right option."""
+    model_output: str
+    """The evaluated model's answer."""
+    cot: str
+    """The judge's ``CoT:`` reasoning line."""
+    scores: dict
+    """Axis name -> integer 1-10 (see :class:`JudgeScores`)."""
+    judge_model: str
+    """Judge model id."""
+    timestamp: str
+    """When it was judged (ISO 8601)."""
+    extra: dict = field(default_factory=dict)
+    """Further keys, written back as top-level keys."""
+
+    def to_dict(self) -> dict:
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "extra"}
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict, *, where: str = "entry") -> "JudgeEntry":
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "extra"]
+        missing = [n for n in names if n not in data]
+        if missing:
+            raise ArtifactError(f"{where}: judge entry lacks {', '.join(missing)}")
+        return cls(**{n: data[n] for n in names}, extra={k: v for k, v in data.items() if k not in names})
+
+
+@dataclass
+class SkippedEntry:
+    """One entry of the judge's skipped file."""
+
+    idx: int
+    """Question id."""
+    error: str
+    """Why it was skipped (the judge's raw reply is kept in ``extra['raw_reply']`` when there was one)."""
+    timestamp: str
+    """When it was skipped (ISO 8601)."""
+    extra: dict = field(default_factory=dict)
+    """Further keys, written back as top-level keys."""
+
+    def to_dict(self) -> dict:
+        out = {"idx": self.idx, "error": self.error, "timestamp": self.timestamp}
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict, *, where: str = "entry") -> "SkippedEntry":
+        if "idx" not in data:
+            raise ArtifactError(f"{where}: skipped entry has no 'idx'")
+        rest = {k: v for k, v in data.items() if k not in ("idx", "error", "timestamp")}
+        return cls(idx=data["idx"], error=str(data.get("error", "")), timestamp=str(data.get("timestamp", "")), extra=rest)
+
+
+# ---------------------------------------------------------------------------
+# Atomic writes
+
+
+def _json_default(obj: Any) -> Any:
+    if dataclasses.is_dataclass(obj):
+        return obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
+    if hasattr(obj, "item"):  # numpy scalars
+        return obj.item()
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
+def dumps(obj: Any, *, indent: int | None = 2) -> str:
+    """JSON text as we write it: UTF-8 characters kept, NaN refused."""
+    return json.dumps(obj, indent=indent, ensure_ascii=False, default=_json_default, allow_nan=False)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename).
+
+    Any failure raises; the target is never left half-written.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Serialise ``obj`` (dataclasses welcome) and write it atomically."""
+    return write_text_atomic(path, dumps(obj) + "\n")
+
+
+# ---------------------------------------------------------------------------
+# Checkpoints
+
+
+class CheckpointLog:
+    """An append-only JSON-lines checkpoint of finished records.
+
+    Each :meth:`append` writes one line, flushes and fsyncs it, so a record that
+    was appended survives a SIGKILL. :meth:`load` reads the records back, drops a
+    final line torn by a kill (and truncates it away so later appends start on a
+    clean line), and keeps the last record of each key. Callers skip keys already
+    present, so no record is ever produced twice.
+    """
+
+    def __init__(self, path: str | os.PathLike, key: Callable[[dict], Any] = lambda r: r["idx"]):
+        self.path = Path(path)
+        self.key = key
+        self._fh = None
+
+    def load(self) -> dict[Any, dict]:
+        """Records already checkpointed, by key (empty when there is no file)."""
+        if not self.path.exists():
+            return {}
+        out: dict[Any, dict] = {}
+        good_end = 0
+        with open(self.path, "rb") as fh:
+            data = fh.read()
+        pos = 0
+        lineno = 0
+        while pos < len(data):
+            nl = data.find(b"\n", pos)
+            if nl == -1:
+                log.warning("%s: discarding a torn final line (%d bytes) left by an interrupted run", self.path, len(data) - pos)
+                break
+            line = data[pos:nl]
+            lineno += 1
+            pos = nl + 1
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                    out[self.key(rec)] = rec
+                except (json.JSONDecodeError, KeyError, TypeError) as exc:
+                    raise ArtifactError(f"{self.path}: line {lineno} is not a valid checkpoint record: {exc}") from None
+            good_end = pos
+        if good_end < len(data):
+            with open(self.path, "r+b") as fh:
+                fh.truncate(good_end)
+        return out
+
+    def append(self, record: dict) -> None:
+        """Append one record durably."""
+        if self._fh is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._fh = open(self.path, "a", encoding="utf-8")
+        self._fh.write(dumps(record, indent=None) + "\n")
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+
+    def close(self) -> None:
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+    def remove(self) -> None:
+        """Delete the checkpoint (after the final artifact is safely written)."""
+        self.close()
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "CheckpointLog":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def checkpoint_path(output_file: str | os.PathLike) -> Path:
+    """The checkpoint file that goes with an output artifact: ``<output>.partial.jsonl``."""
+    output_file = Path(output_file)
+    return output_file.with_name(output_file.name + ".partial.jsonl")
+
+
+# ---------------------------------------------------------------------------
+# Provenance
+
+_PACKAGES = (
+    "k9bench", "torch", "torchvision", "transformers", "accelerate", "qwen-vl-utils", "sentence-transformers",
+    "datasets", "numpy", "av", "decord", "yt-dlp", "openai", "flash-attn", "vllm",
+)
+
+
+def package_versions(names: Iterable[str] = _PACKAGES) -> dict[str, str | None]:
+    """Installed versions of the packages that shape our numbers (None when absent)."""
+    from importlib import metadata
+
+    out: dict[str, str | None] = {}
+    for name in names:
+        if name == "k9bench":
+            from k9bench import __version__
+
+            out[name] = __version__
+            continue
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_commit(repo: str | os.PathLike | None = None) -> str | None:
+    """The git commit of this checkout (with ``-dirty`` when modified), or None outside git."""
+    repo = Path(repo) if repo else Path(__file__).resolve().parent.parent
+    try:
+        sha = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        if sha.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(repo), "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, timeout=5)
+        return sha.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+_SECRET_HINTS = ("key", "token", "secret", "password")
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """Command-line arguments with the values of secret-looking flags replaced by ``***``."""
+    out, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        flag = arg.split("=", 1)[0].lower()
+        if arg.startswith("--") and any(h in flag for h in _SECRET_HINTS):
+            if "=" in arg:
+                out.append(arg.split("=", 1)[0] + "=***")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
+def provenance(script: str, argv: list[str] | None, args: Any = None) -> dict:
+    """What produced an artifact: script, arguments, package versions, git commit, host, time."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    info: dict[str, Any] = {
+        "script": script,
+        "argv": redact_argv(argv),
+        "python": sys.version.split()[0],
+        "packages": package_versions(),
+        "git_commit": git_commit(),
+        "hostname": os.uname().nodename if hasattr(os, "uname") else None,
+        "created_at": now_iso(),
+        "schema_version": SCHEMA_VERSION,
+    }
+    if args is not None:
+        values = vars(args) if hasattr(args, "__dict__") else dict(args)
+        info["args"] = {
+            k: ("***" if any(h in k.lower() for h in _SECRET_HINTS) else v)
+            for k, v in values.items()
+            if isinstance(v, (str, int, float, bool, type(None), list))
+        }
+    return info
+
+
+def is_finite_number(value: Any) -> bool:
+    """True for an int/float that is neither NaN nor infinite (bools excluded)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)

@@ -1,0 +1,65 @@
+"""The bundled synthetic demo set.
+
+Twelve questions written for this project (never K9-Bench content) over three
+short videos that ffmpeg generates on demand, so nothing large is committed.
+The questions describe the generated test patterns, one category label each, so
+that every category appears; a model is not expected to answer them well.
+
+Usage::
+
+    python -m k9bench.demo --video_dir k9bench_videos   # writes the three demo videos
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+from importlib import resources
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+DEMO_VIDEOS = {
+    # scene name -> generation settings for k9bench.ffmpeg.make_video
+    "demoVid0001": {"pattern": "testsrc2", "duration": 6.0, "fps": 24, "width": 320, "height": 240},
+    "demoVid0002": {"pattern": "mandelbrot", "duration": 5.0, "fps": 25, "width": 320, "height": 240},
+    "demoVid0003": {"pattern": "life", "duration": 8.0, "fps": 30, "width": 240, "height": 320},
+}
+
+
+def demo_rows() -> list[dict]:
+    """The demo rows, in the Hub schema."""
+    text = resources.files("k9bench.data").joinpath("demo.jsonl").read_text(encoding="utf-8")
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def make_demo_videos(video_dir: str | Path, *, overwrite: bool = False) -> list[Path]:
+    """Generate the demo videos as ``{scene}.mp4`` in ``video_dir``; existing files are kept."""
+    from k9bench.ffmpeg import make_video
+
+    video_dir = Path(video_dir)
+    video_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for scene, settings in DEMO_VIDEOS.items():
+        path = video_dir / f"{scene}.mp4"
+        if overwrite or not path.exists():
+            log.info("generating demo video %s", path)
+            make_video(path, **settings)
+        paths.append(path)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Generate the demo videos.")
+    parser.add_argument("--video_dir", default="k9bench_videos", help="folder for {scene}.mp4 files")
+    parser.add_argument("--overwrite", action="store_true", help="regenerate existing files")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    for path in make_demo_videos(args.video_dir, overwrite=args.overwrite):
+        print(path)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,123 @@
+"""Locating ffmpeg and generating synthetic videos.
+
+``find_ffmpeg`` prefers an ``ffmpeg`` on PATH and otherwise uses the binary that
+the ``imageio-ffmpeg`` package ships; the choice is logged. ``make_video`` writes
+short synthetic clips for the demo set, the tests and the benchmarks, so no video
+is ever committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class FFmpegNotFound(RuntimeError):
+    """No ffmpeg binary on PATH nor from imageio-ffmpeg."""
+
+
+_cached: str | None = None
+
+
+def find_ffmpeg() -> str:
+    """Path of the ffmpeg binary to use (PATH first, then imageio-ffmpeg)."""
+    global _cached
+    if _cached and os.path.exists(_cached):
+        return _cached
+    exe = shutil.which("ffmpeg")
+    source = "PATH"
+    if exe is None:
+        try:
+            import imageio_ffmpeg
+
+            exe = imageio_ffmpeg.get_ffmpeg_exe()
+            source = "imageio-ffmpeg"
+        except Exception as exc:  # ImportError or its own "not found" RuntimeError
+            raise FFmpegNotFound(
+                "ffmpeg was not found: install it on PATH (e.g. `apt-get install ffmpeg`) "
+                f"or `pip install imageio-ffmpeg` ({exc})"
+            ) from None
+    log.debug("using ffmpeg from %s: %s", source, exe)
+    _cached = exe
+    return exe
+
+
+def run_ffmpeg(args: list[str], *, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run ffmpeg with ``args`` (quiet, overwrite); raise ``CalledProcessError`` with stderr on failure."""
+    cmd = [find_ffmpeg(), "-hide_banner", "-loglevel", "error", "-nostdin", "-y", *args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        raise subprocess.CalledProcessError(proc.returncode, cmd, proc.stdout, proc.stderr)
+    return proc
+
+
+_PATTERNS = {
+    # Each source shows motion, so sampled frames differ from each other.
+    "testsrc2": "testsrc2=size={w}x{h}:rate={fps}",
+    "mandelbrot": "mandelbrot=size={w}x{h}:rate={fps}",
+    "life": "life=size={w}x{h}:rate={fps}:mold=10:ratio=0.3:death_color=#302010:life_color=#c08040",
+    "smpte": "smptehdbars=size={w}x{h}:rate={fps}",
+}
+
+_CODECS = {
+    ".mp4": ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"],
+    ".mkv": ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"],
+    ".webm": ["-c:v", "libvpx-vp9", "-deadline", "realtime", "-cpu-used", "8", "-b:v", "300k", "-pix_fmt", "yuv420p"],
+}
+
+
+def make_video(
+    path: str | os.PathLike,
+    *,
+    duration: float = 4.0,
+    fps: float | str = 24,
+    width: int = 320,
+    height: int = 240,
+    pattern: str = "testsrc2",
+    audio: bool = False,
+    faststart: bool = True,
+    fragmented: bool = False,
+    extra_args: list[str] | None = None,
+) -> Path:
+    """Write a synthetic video to ``path`` (container from the suffix: mp4, mkv, webm).
+
+    ``fps`` may be a rational string such as ``"30000/1001"``. ``fragmented`` writes a
+    fragmented mp4; ``faststart`` puts the moov box first (mp4 only).
+    """
+    path = Path(path)
+    suffix = path.suffix.lower()
+    if suffix not in _CODECS:
+        raise ValueError(f"unsupported container {suffix!r}")
+    src = _PATTERNS[pattern].format(w=width, h=height, fps=fps)
+    args = ["-f", "lavfi", "-i", src]
+    if audio:
+        args += ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000"]
+    args += ["-t", f"{duration}", *_CODECS[suffix]]
+    if suffix in (".mp4", ".mkv"):
+        args += ["-g", str(max(1, int(float(eval_fps(fps)) * 2)))]
+    if audio:
+        args += ["-c:a", "aac" if suffix != ".webm" else "libopus", "-shortest"]
+    if suffix == ".mp4":
+        if fragmented:
+            args += ["-movflags", "frag_keyframe+empty_moov+default_base_moof"]
+        elif faststart:
+            args += ["-movflags", "+faststart"]
+    args += list(extra_args or [])
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp" + suffix)
+    run_ffmpeg([*args, str(tmp)])
+    os.replace(tmp, path)
+    return path
+
+
+def eval_fps(fps: float | str) -> float:
+    """A frame rate given as a number or an ``a/b`` string, as a float."""
+    if isinstance(fps, str) and "/" in fps:
+        num, den = fps.split("/", 1)
+        return float(num) / float(den)
+    return float(fps)

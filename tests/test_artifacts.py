@@ -1,0 +1,166 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from k9bench.artifacts import (
+    ArtifactError,
+    CheckpointLog,
+    JudgeEntry,
+    QuestionRecord,
+    RecordsArtifact,
+    SkippedEntry,
+    load_records_artifact,
+    provenance,
+    read_json,
+    write_json_atomic,
+)
+
+RAW_KEYS = ["idx", "question_category", "video", "ground_truth", "response", "answer", "scene_name",
+            "question", "options", "prompt", "model_name", "max_frames", "timestamp"]
+
+REF_RAW_RECORD = {
+    "idx": 3, "question_category": "context analysis", "video": "abcdefghijk.mp4", "ground_truth": "C",
+    "response": '{"reasoning": "r", "answer": "a park"}', "answer": "a park", "scene_name": "abcdefghijk",
+    "question": "Where?", "options": ["A. a", "B. b", "C. c", "D. d", "E. e"], "prompt": "<|im_start|>...",
+    "model_name": "Qwen3-VL-4B-Instruct", "max_frames": 32, "timestamp": "2026-01-01T00:00:00",
+}
+REF_FAILED_RECORD = {"idx": 4, "question_category": "context analysis", "video": "abcdefghijk.mp4",
+                     "ground_truth": "A", "error": "Video not found"}
+
+
+def test_raw_round_trip_field_for_field(tmp_path):
+    ref = {"individual_results": [REF_RAW_RECORD, REF_FAILED_RECORD], "total_count": 2}
+    path = tmp_path / "raw.json"
+    path.write_text(json.dumps(ref))
+    art = load_records_artifact(path)
+    assert art.stage == "raw"
+    assert art.records[1].failed and not art.records[0].failed
+    out = art.to_dict()
+    assert list(out) == ["individual_results", "total_count"]
+    assert out["individual_results"][0] == REF_RAW_RECORD
+    assert list(out["individual_results"][0]) == RAW_KEYS
+    # the failed record keeps its error and gains only empty response/answer
+    assert out["individual_results"][1]["error"] == "Video not found"
+    write_json_atomic(tmp_path / "again.json", art)
+    assert load_records_artifact(tmp_path / "again.json").to_dict() == out
+
+
+def test_sim_and_eval_round_trip(tmp_path):
+    sims = {"A": 0.1, "B": 0.2, "C": 0.9, "D": 0.3, "E": 0.0}
+    sim = {"individual_results": [dict(REF_RAW_RECORD, cosine_similarities=sims)], "total_count": 1,
+           "similarity_model": "Qwen/Qwen3-Embedding-8B", "similarity_calculated_at": "2026-01-01T00:00:01"}
+    (tmp_path / "sim.json").write_text(json.dumps(sim))
+    art = load_records_artifact(tmp_path / "sim.json")
+    assert art.stage == "sim"
+    assert art.to_dict() == sim
+    ev_record = dict(REF_RAW_RECORD, cosine_similarities=sims, is_correct=True,
+                     evaluation_explanation="C is the best match (0.900 > 0.5)", eval_mode="fine")
+    ev = {"evaluation_timestamp": "t", "eval_mode": "fine", "threshold": 0.5, "accuracy": 1.0, "correct_count": 1,
+          "total_count": 1, "category_wise_accuracy": {"context analysis": {"accuracy": 1.0, "correct": 1, "total": 1}},
+          "individual_results": [ev_record],
+          "metadata": {"similarity_model": "m", "similarity_calculated_at": "t"}}
+    (tmp_path / "eval.json").write_text(json.dumps(ev))
+    art = load_records_artifact(tmp_path / "eval.json")
+    assert art.stage == "eval"
+    assert art.to_dict() == ev
+    assert list(art.to_dict()) == list(ev)  # key order as the reference writes it
+
+
+def test_older_threshold_results_layout_loads(tmp_path):
+    old = {"threshold_results": {"0.5": {"accuracy": 0.0, "individual_results": [REF_RAW_RECORD]}}}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    art = load_records_artifact(tmp_path / "old.json")
+    assert [r.idx for r in art.records] == [3]
+
+
+def test_judge_entry_and_skipped_round_trip():
+    entry = {"idx": 1, "video_url": "https://youtu.be/abcdefghijk", "scene_name": "abcdefghijk",
+             "question_category": "posture analysis", "question": "q", "correct_answer": "sits",
+             "model_output": "it sits", "cot": "fine", "scores": {"Logic": 7, "Factuality": 8, "Accuracy": 9,
+             "Conciseness": 6, "Overall": 8}, "judge_model": "gpt-4o", "timestamp": "t"}
+    assert JudgeEntry.from_dict(entry).to_dict() == entry
+    skipped = {"idx": 2, "error": "parse failure", "timestamp": "t", "raw_reply": "??"}
+    assert SkippedEntry.from_dict(skipped).to_dict() == skipped
+    with pytest.raises(ArtifactError, match="lacks scores"):
+        JudgeEntry.from_dict({k: v for k, v in entry.items() if k != "scores"})
+
+
+def test_bad_artifacts_name_the_file(tmp_path):
+    with pytest.raises(ArtifactError, match="no such file"):
+        load_records_artifact(tmp_path / "nope.json")
+    (tmp_path / "bad.json").write_text("{oops")
+    with pytest.raises(ArtifactError, match=r"bad\.json: invalid JSON at line 1"):
+        read_json(tmp_path / "bad.json")
+    (tmp_path / "shape.json").write_text("[1, 2]")
+    with pytest.raises(ArtifactError, match="no 'individual_results'"):
+        load_records_artifact(tmp_path / "shape.json")
+    (tmp_path / "noidx.json").write_text(json.dumps({"individual_results": [{"answer": "x"}]}))
+    with pytest.raises(ArtifactError, match="record #0: record has no 'idx'"):
+        load_records_artifact(tmp_path / "noidx.json")
+
+
+def test_atomic_write_leaves_old_file_when_serialisation_fails(tmp_path):
+    target = tmp_path / "out.json"
+    write_json_atomic(target, {"ok": 1})
+    with pytest.raises(ValueError):
+        write_json_atomic(target, {"bad": float("nan")})
+    assert json.loads(target.read_text()) == {"ok": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temp file left behind
+
+
+def test_provenance_records_args_versions_commit_and_hides_secrets():
+    info = provenance("x.py", ["--api_key", "sk-123", "--model", "m", "--token=abc"])
+    assert info["argv"] == ["--api_key", "***", "--model", "m", "--token=***"]
+    assert info["packages"]["torch"]
+    assert "git_commit" in info and info["script"] == "x.py"
+
+
+def test_checkpoint_discards_torn_line_and_dedups(tmp_path):
+    path = tmp_path / "ck.jsonl"
+    path.write_text('{"idx": 1, "v": "a"}\n{"idx": 2, "v": "b"}\n{"idx": 1, "v": "c"}\n{"idx": 3, "v')
+    log = CheckpointLog(path)
+    done = log.load()
+    assert done == {1: {"idx": 1, "v": "c"}, 2: {"idx": 2, "v": "b"}}
+    log.append({"idx": 3, "v": "d"})
+    log.close()
+    assert CheckpointLog(path).load()[3] == {"idx": 3, "v": "d"}
+
+
+WRITER = r"""
+import sys, time
+from k9bench.artifacts import CheckpointLog
+log = CheckpointLog(sys.argv[1])
+done = log.load()
+for i in range(int(sys.argv[2])):
+    if i in done:
+        continue
+    log.append({"idx": i, "payload": "x" * 2000})
+    print(i, flush=True)
+    time.sleep(0.002)
+log.close()
+"""
+
+
+def test_sigkilled_writer_resumes_without_loss_or_duplicates(tmp_path, repo_root):
+    path = tmp_path / "ck.jsonl"
+    n = 400
+    env = dict(os.environ, PYTHONPATH=str(repo_root))
+    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(path), str(n)], stdout=subprocess.PIPE, text=True, env=env)
+    seen = 0
+    for line in proc.stdout:
+        seen += 1
+        if seen == 120:
+            os.kill(proc.pid, signal.SIGKILL)
+            break
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    partial = CheckpointLog(path).load()
+    assert 120 <= len(partial) < n
+    subprocess.run([sys.executable, "-c", WRITER, str(path), str(n)], check=True, env=env, capture_output=True)
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    assert sorted(r["idx"] for r in lines) == list(range(n))  # each exactly once

@@ -1,0 +1,148 @@
+import copy
+import json
+
+import pytest
+
+from k9bench import CATEGORIES
+from k9bench.dataset import DatasetError, load_questions, normalize_category, unique_videos
+from k9bench.demo import demo_rows
+
+GOOD = {
+    "idx": 7,
+    "video_url": "https://www.youtube.com/watch?v=abcdefghijk&t=3",
+    "scene_name": "",
+    "question_category": "posture analysis",
+    "question": "What does the dog do?",
+    "options": {"A": "sits", "B": "runs", "C": "sleeps", "D": "barks", "E": "jumps"},
+    "correct_answer": "B",
+}
+
+
+def write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_demo_set_loads_and_covers_every_category():
+    ds = load_questions("demo")
+    assert len(ds) >= 12
+    assert {q.category for q in ds.questions} == set(CATEGORIES)
+    assert len(unique_videos(ds.questions)) >= 3
+    for q in ds.questions:
+        assert q.video == f"{q.scene_name}.mp4"
+        assert q.option_list[0].startswith("A. ") and len(q.option_list) == 5
+
+
+def test_record_fields_match_reference_shape(tmp_path):
+    ds = load_questions(str(write_jsonl(tmp_path / "one.jsonl", [GOOD])))
+    rec = ds.questions[0].record_fields()
+    assert rec == {
+        "idx": 7,
+        "question_category": "posture analysis",
+        "video": "abcdefghijk.mp4",
+        "ground_truth": "B",
+        "scene_name": "abcdefghijk",  # derived from the URL when empty
+        "question": "What does the dog do?",
+        "options": ["A. sits", "B. runs", "C. sleeps", "D. barks", "E. jumps"],
+    }
+
+
+def test_local_parquet_json_jsonl_and_save_to_disk_copies_of_demo(tmp_path):
+    import datasets
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = demo_rows()
+    expected = load_questions("demo").questions
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "demo.parquet")
+    write_jsonl(tmp_path / "demo.jsonl", rows)
+    (tmp_path / "demo.json").write_text(json.dumps(rows))
+    datasets.DatasetDict({"test": datasets.Dataset.from_list(rows)}).save_to_disk(str(tmp_path / "saved"))
+    for name in ("demo.parquet", "demo.jsonl", "demo.json", "saved"):
+        got = load_questions(str(tmp_path / name)).questions
+        assert got == expected, name
+
+
+@pytest.mark.parametrize("label,expected", [
+    ("causal_inference", "cause-effect analysis"),
+    ("contextual_interpretation", "context analysis"),
+    ("interaction_loop_analysis", "action sequence"),
+    ("posture_analysis", "posture analysis"),
+    ("social_interaction_analysis", "interaction analysis"),
+    ("steps_of_actions", "action sequence"),
+    ("Posture Analysis ", "posture analysis"),
+])
+def test_legacy_categories_are_mapped(label, expected):
+    assert normalize_category(label) == expected
+
+
+def _bad(**changes):
+    row = copy.deepcopy(GOOD)
+    for key, value in changes.items():
+        if value is KeyError:
+            row.pop(key)
+        else:
+            row[key] = value
+    return row
+
+
+BAD_CASES = [
+    (_bad(question=KeyError), "question", "missing"),
+    (_bad(video_url=""), "video_url", "missing"),
+    (_bad(options={"A": "x", "B": "y", "C": "z", "D": "w"}), "options", "expected exactly A-E"),
+    (_bad(options={"A": "x", "B": "y", "C": "z", "D": "w", "E": "v", "F": "u"}), "options", "expected exactly A-E"),
+    (_bad(options={"A": "x", "B": "y", "C": "", "D": "w", "E": "v"}), "options", "option C is empty"),
+    (_bad(correct_answer="F"), "correct_answer", "not one of A-E"),
+    (_bad(video_url="https://vimeo.com/12345"), "video_url", "not a YouTube host"),
+    (_bad(video_url="https://www.youtube.com/watch?v=bad"), "video_url", "no valid 11-character"),
+    (_bad(scene_name="../../etc/pw"), "scene_name", "not an 11-character"),
+    (_bad(question_category="dog vibes"), "question_category", "unknown category"),
+    (_bad(idx="seven"), "idx", "not an integer"),
+]
+
+
+@pytest.mark.parametrize("row,field,text", BAD_CASES, ids=[c[1] + ":" + c[2] for c in BAD_CASES])
+def test_each_bad_row_is_named_with_idx_and_field(tmp_path, row, field, text):
+    path = write_jsonl(tmp_path / "rows.jsonl", [dict(GOOD, idx=1), row])
+    with pytest.raises(DatasetError) as exc:
+        load_questions(str(path))
+    msg = str(exc.value)
+    assert f": {field}: " in msg and text in msg, msg
+    assert f"idx {row.get('idx', 'row #1')}" in msg
+    assert "--drop_invalid_rows" in msg
+    ds = load_questions(str(path), drop_invalid=True)
+    assert [q.idx for q in ds.questions] == [1]
+    assert {p.field for p in ds.dropped} == {field}
+
+
+def test_duplicate_idx_and_all_problems_listed_at_once(tmp_path):
+    rows = [GOOD, dict(GOOD), _bad(idx=9, correct_answer="Z"), _bad(idx=10, question_category="nope"), dict(GOOD, idx=11)]
+    path = write_jsonl(tmp_path / "rows.jsonl", rows)
+    with pytest.raises(DatasetError) as exc:
+        load_questions(str(path))
+    msg = str(exc.value)
+    assert "idx 7: idx: duplicate idx (2 rows share it)" in msg
+    assert "idx 9: correct_answer" in msg and "idx 10: question_category" in msg
+    ds = load_questions(str(path), drop_invalid=True)
+    assert [q.idx for q in ds.questions] == [11]
+
+
+def test_unreadable_sources_say_what_is_wrong(tmp_path):
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text('{"idx": 1}\n{not json\n')
+    with pytest.raises(DatasetError, match="line 2 is not valid JSON"):
+        load_questions(str(bad))
+    with pytest.raises(DatasetError, match="no such file"):
+        load_questions(str(tmp_path / "absent.parquet"))
+    (tmp_path / "x.csv").write_text("a,b")
+    with pytest.raises(DatasetError, match="unsupported file type"):
+        load_questions(str(tmp_path / "x.csv"))
+
+
+def test_unreachable_hub_gives_guidance_not_traceback(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
+    with pytest.raises(DatasetError) as exc:
+        load_questions("ogmen/K9Bench")
+    msg = str(exc.value)
+    assert "hf auth login" in msg and "accept its terms" in msg and "--dataset_name" in msg
