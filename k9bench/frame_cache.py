@@ -1,0 +1,302 @@
+"""Per-run frame cache (each video decoded once) with an optional on-disk store.
+
+``FrameCache.get(path)`` samples a video with :func:`k9bench.video.sample` the first time and
+returns the same ``Frames`` for every later question on that video, until ``release(path)`` drops
+it (call it after the video's last question, so memory holds one video's frames at a time when
+questions are processed grouped by video). A failure is remembered too: a broken video raises
+the same ``VideoError`` for each of its questions without being decoded again.
+
+With ``disk_dir`` the sampled, resized frames are also stored on disk, one ``.npz`` entry per
+(video file, size, mtime, sampling settings, decoder), so evaluating several models with the same
+settings decodes each video once in total. Entries are written atomically (temporary file, fsync,
+rename), hold a SHA-256 of the pixels and their metadata, and are validated on read; a damaged or
+mismatched entry is logged, removed and re-decoded. The format is plain NumPy arrays read with
+``allow_pickle=False``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from k9bench.video import (
+    DEFAULT_DECODER,
+    DEFAULT_FPS,
+    DEFAULT_IMAGE_PATCH_SIZE,
+    DEFAULT_MAX_FRAMES,
+    DEFAULT_MAX_PIXELS,
+    Frames,
+    VideoError,
+    check_decoder,
+    sample,
+)
+
+log = logging.getLogger(__name__)
+
+CACHE_FORMAT = 1
+"""Version of the on-disk entry layout; entries of another version are re-decoded."""
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """How frames are sampled: part of every cache key."""
+
+    fps: float = DEFAULT_FPS
+    """Target sampling rate (frames per second of video)."""
+    max_frames: int = DEFAULT_MAX_FRAMES
+    """Upper bound on the frame count."""
+    max_pixels: int | None = DEFAULT_MAX_PIXELS
+    """Upper bound on pixels per resized frame."""
+    min_pixels: int | None = None
+    """Lower bound on pixels per resized frame (None: qwen-vl-utils' video default)."""
+    image_patch_size: int = DEFAULT_IMAGE_PATCH_SIZE
+    """Vision patch size; frames are resized to multiples of twice this."""
+    decoder: str = DEFAULT_DECODER
+    """Decoder name (``decord`` or ``pyav``)."""
+
+    def sample_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments for :func:`k9bench.video.sample`."""
+        return asdict(self)
+
+
+@dataclass
+class CacheStats:
+    """Counters of one ``FrameCache``."""
+
+    decodes: int = 0
+    """Videos decoded (successfully)."""
+    failures: int = 0
+    """Videos that raised ``VideoError`` (counted once each)."""
+    memory_hits: int = 0
+    """``get`` calls answered from memory."""
+    disk_hits: int = 0
+    """Videos read from the disk store."""
+    disk_writes: int = 0
+    """Entries written to the disk store."""
+    damaged: int = 0
+    """Disk entries found damaged or mismatched (and re-decoded)."""
+    decode_seconds: float = 0.0
+    """Total decode time."""
+
+
+@dataclass
+class _Slot:
+    frames: Frames | None = None
+    error: VideoError | None = None
+    gets: int = 0
+
+
+def _file_id(path: Path) -> tuple[str, int, int]:
+    """(absolute path, size, mtime_ns); ``VideoError`` ``missing_video`` if the file is absent."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise VideoError(path, "missing_video", "video file not found") from None
+    except OSError as exc:
+        raise VideoError(path, "decode_error", f"cannot stat the file ({exc})") from None
+    return str(path.resolve()), st.st_size, st.st_mtime_ns
+
+
+class FrameCache:
+    """Frames of each video, decoded once per run (and once in total with ``disk_dir``)."""
+
+    def __init__(
+        self,
+        settings: SamplingSettings | None = None,
+        disk_dir: str | os.PathLike | None = None,
+        **kwargs: Any,
+    ):
+        """``settings`` or the same fields as keywords (``fps``, ``max_frames``, ``decoder``...).
+
+        The decoder is loaded here, so a missing one stops the run before any work
+        (``k9bench.video.DecoderUnavailable``).
+        """
+        if settings is not None and kwargs:
+            raise TypeError("pass either settings or keyword settings, not both")
+        self.settings = settings if settings is not None else SamplingSettings(**kwargs)
+        check_decoder(self.settings.decoder)
+        self.disk_dir = Path(disk_dir) if disk_dir is not None else None
+        if self.disk_dir is not None:
+            self.disk_dir.mkdir(parents=True, exist_ok=True)
+        self.stats = CacheStats()
+        self._slots: dict[tuple[str, int, int], _Slot] = {}
+        self._by_path: dict[str, tuple[str, int, int]] = {}
+
+    # ------------------------------------------------------------------ memory layer
+
+    def get(self, path: str | os.PathLike) -> Frames:
+        """The video's frames; decoded (or read from disk) on first use. Raises ``VideoError``."""
+        p = Path(path)
+        fid = _file_id(p)
+        slot = self._slots.get(fid)
+        if slot is None:
+            slot = _Slot()
+            try:
+                slot.frames = self._load(p, fid)
+            except VideoError as exc:
+                slot.error = exc
+                self.stats.failures += 1
+                log.warning("video %s cannot be used: %s", p, exc.detail)
+            self._slots[fid] = slot
+            self._by_path[str(p)] = fid
+        else:
+            self.stats.memory_hits += 1
+        slot.gets += 1
+        if slot.error is not None:
+            raise slot.error
+        return slot.frames  # type: ignore[return-value]
+
+    def release(self, path: str | os.PathLike) -> None:
+        """Forget a video's frames (after its last question). Unknown paths are ignored."""
+        fid = self._by_path.pop(str(Path(path)), None)
+        if fid is None:
+            try:
+                fid = _file_id(Path(path))
+            except VideoError:
+                return
+        self._slots.pop(fid, None)
+
+    def clear(self) -> None:
+        """Forget every video."""
+        self._slots.clear()
+        self._by_path.clear()
+
+    def __len__(self) -> int:
+        return len(self._slots)
+
+    def summary(self) -> dict[str, Any]:
+        """Settings, disk directory and counters (JSON-safe) for the run's artifact."""
+        return {
+            "settings": asdict(self.settings),
+            "frame_cache_dir": str(self.disk_dir) if self.disk_dir is not None else None,
+            "stats": asdict(self.stats),
+        }
+
+    # ------------------------------------------------------------------ disk layer
+
+    def entry_key(self, fid: tuple[str, int, int]) -> str:
+        """Hex key of the disk entry for a file id under this cache's settings."""
+        blob = json.dumps(
+            {"format": CACHE_FORMAT, "file": list(fid), "settings": asdict(self.settings)}, sort_keys=True
+        )
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def entry_path(self, path: str | os.PathLike) -> Path | None:
+        """Where the disk entry of ``path`` lives (None without ``disk_dir``)."""
+        if self.disk_dir is None:
+            return None
+        return self.disk_dir / f"{self.entry_key(_file_id(Path(path)))}.npz"
+
+    def _load(self, path: Path, fid: tuple[str, int, int]) -> Frames:
+        entry = None
+        if self.disk_dir is not None:
+            key = self.entry_key(fid)
+            entry = self.disk_dir / f"{key}.npz"
+            if entry.exists():
+                frames = self._read_entry(entry, key, path)
+                if frames is not None:
+                    self.stats.disk_hits += 1
+                    return frames
+        frames = sample(path, **self.settings.sample_kwargs())
+        self.stats.decodes += 1
+        self.stats.decode_seconds += frames.decode_seconds
+        if entry is not None:
+            self._write_entry(entry, self.entry_key(fid), frames)
+        return frames
+
+    def _read_entry(self, entry: Path, key: str, path: Path) -> Frames | None:
+        import numpy as np
+        import torch
+
+        try:
+            with np.load(entry, allow_pickle=False) as data:
+                meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+                pixels = np.ascontiguousarray(data["frames"])
+            problem = _validate(meta, pixels, key)
+        except Exception as exc:  # unreadable zip, missing array, bad JSON...
+            problem = f"unreadable ({type(exc).__name__}: {exc})"
+        if problem is not None:
+            self.stats.damaged += 1
+            log.warning("frame cache entry %s for %s is damaged (%s): removing it and decoding again", entry, path, problem)
+            try:
+                entry.unlink()
+            except OSError:
+                pass
+            return None
+        info = meta["frames"]
+        return Frames(
+            frames=torch.from_numpy(pixels),
+            indices=[int(i) for i in info["indices"]],
+            source_fps=float(info["source_fps"]),
+            total_frames=int(info["total_frames"]),
+            sample_fps=float(info["sample_fps"]),
+            height=int(info["height"]),
+            width=int(info["width"]),
+            duration=float(info["duration"]),
+            decoder=str(info["decoder"]),
+            source_height=int(info.get("source_height", 0)),
+            source_width=int(info.get("source_width", 0)),
+            decode_seconds=0.0,
+            from_disk_cache=True,
+            settings=dict(meta.get("settings", {})),
+        )
+
+    def _write_entry(self, entry: Path, key: str, frames: Frames) -> None:
+        import numpy as np
+
+        pixels = frames.frames.contiguous().numpy()
+        info = frames.summary()
+        info.pop("from_disk_cache", None)
+        meta = {
+            "format": CACHE_FORMAT,
+            "key": key,
+            "settings": asdict(self.settings),
+            "frames": info,
+            "shape": list(pixels.shape),
+            "sha256": hashlib.sha256(pixels.tobytes()).hexdigest(),
+        }
+        meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
+        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=entry.parent)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                np.savez(fh, frames=pixels, meta=meta_arr)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, entry)
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
+        self.stats.disk_writes += 1
+        log.debug("frame cache entry written: %s", entry)
+
+
+def _validate(meta: dict, pixels: Any, key: str) -> str | None:
+    """Why a disk entry cannot be trusted, or None."""
+    if meta.get("format") != CACHE_FORMAT:
+        return f"format {meta.get('format')!r} != {CACHE_FORMAT}"
+    if meta.get("key") != key:
+        return "key mismatch"
+    if str(pixels.dtype) != "uint8" or pixels.ndim != 4 or pixels.shape[1] != 3:
+        return f"bad pixel array {pixels.dtype} {pixels.shape}"
+    if list(pixels.shape) != list(meta.get("shape", [])):
+        return f"shape {list(pixels.shape)} != recorded {meta.get('shape')}"
+    info = meta.get("frames") or {}
+    if len(info.get("indices", [])) != pixels.shape[0]:
+        return "index count does not match the frame count"
+    if (info.get("height"), info.get("width")) != (pixels.shape[2], pixels.shape[3]):
+        return "recorded size does not match the pixels"
+    if hashlib.sha256(pixels.tobytes()).hexdigest() != meta.get("sha256"):
+        return "checksum mismatch"
+    return None
+
+
+__all__ = ["CACHE_FORMAT", "CacheStats", "FrameCache", "SamplingSettings"]
