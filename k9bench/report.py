@@ -2,24 +2,746 @@
 
 Contract with evaluate_results.py (which owns the parser): it calls
 ``add_report_args(parser)`` while building its parser and ``run_report(args)`` for
-``--mode report``. ``args.input_file`` is a list of eval JSON paths. Options added
-here must not collide with evaluate_results.py's own flags (--mode, --input_file,
---output_file, --threshold, --embedding_model, --batch_size, --device, -v, -q).
+``--mode report``. ``args.input_file`` is a list of eval JSON paths (a single path
+is accepted too). Options added here do not collide with evaluate_results.py's own
+flags (--mode, --input_file, --output_file, --threshold, --embedding_model,
+--batch_size, --device, -v, -q).
 
-Work in progress (issue 8): the implementation lands with the launcher.
+What it writes into ``--report_dir`` (default ``report``):
+
+=============================  ===================================================
+``report.md``                  the leaderboard in the layout of the paper's Table 1
+                               (rank, average, five categories, 95% intervals), the
+                               judge table in the layout of Table 3 when judge files
+                               are given, and links to the plots. ``--output_file``
+                               puts the Markdown elsewhere.
+``report.json``                the same figures, machine-readable
+``accuracy_by_category.png``   accuracy per category for each run
+``accuracy_by_duration.png``   accuracy by video-duration bin (when records carry
+                               the video duration written by eval_video_llm.py)
+``accuracy_vs_frames.png``     accuracy against the frame budget, when one model
+                               was run with several MAX_FRAMES
+=============================  ===================================================
+
+Accuracy counts failed samples as wrong, like the paper. Confidence intervals are
+read from the eval file when it carries them; otherwise they are computed here by
+bootstrap resampling whole videos (a video's questions move together), seeded.
 """
 
 from __future__ import annotations
 
 import argparse
+import logging
+import math
+import re
+from collections import Counter, defaultdict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from k9bench import CATEGORIES
+from k9bench.artifacts import (
+    ArtifactError,
+    QuestionRecord,
+    is_finite_number,
+    load_records_artifact,
+    now_iso,
+    read_json,
+    write_json_atomic,
+    write_text_atomic,
+)
+from k9bench.published import (
+    AXIS_KEYS,
+    FRAME_ABLATION,
+    JUDGE_AXES,
+    PUBLISHED_ACCURACY,
+    PUBLISHED_JUDGE,
+    RANDOM_GUESS,
+    find_published_accuracy,
+    normalize_model_name,
+)
+
+log = logging.getLogger(__name__)
+
+CATEGORY_HEADERS = {
+    "posture analysis": "Posture",
+    "action sequence": "Action seq.",
+    "context analysis": "Context",
+    "cause-effect analysis": "Cause-effect",
+    "interaction analysis": "Interaction",
+}
+"""Table 1 column heads for the five categories."""
+
+DURATION_BINS: tuple[tuple[float, float], ...] = ((0, 30), (30, 60), (60, 150), (150, 300), (300, math.inf))
+"""Video-duration bins in seconds, ``[low, high)``; 150 s is the paper's short-video cut."""
+
+DURATION_KEYS = ("video_duration", "video_duration_s", "duration_s", "duration", "video_seconds")
+"""Record keys that may hold the video duration in seconds (our inference writes one of them)."""
+
+DURATION_CONTAINERS = ("video_info", "frames", "sampling", "frame_sampling", "video_meta", "video_sampling")
+"""Nested record objects searched for a duration key."""
+
+BOOTSTRAP_SAMPLES = 1000
+"""Resamples for the intervals computed here."""
+
+BOOTSTRAP_SEED = 0
+"""Seed of those resamples (reports are reproducible)."""
+
+FILE_NAME_RE = re.compile(r"^(?:eval|sim|raw|judge)_(?P<model>.+?)_mf(?P<frames>-?\d+)_n(?P<samples>-?\d+)(?:_.*)?$")
+"""The launcher's artifact name: ``eval_<model>_mf<frames>_n<samples>.json``."""
+
+
+class ReportError(ArtifactError):
+    """An input of the report is unusable; the message names the file."""
+
+
+# ---------------------------------------------------------------------------
+# Data
+
+
+@dataclass
+class Score:
+    """An accuracy with its counts and interval, in percent."""
+
+    correct: int
+    """Correct answers."""
+    total: int
+    """Questions counted (failed samples included)."""
+    ci: tuple | None = None
+    """95% interval ``(low, high)`` in percent, or None."""
+
+    @property
+    def accuracy(self) -> float | None:
+        """Accuracy in percent (None when there is no question)."""
+        return 100.0 * self.correct / self.total if self.total else None
+
+
+@dataclass
+class RunSummary:
+    """The figures of one eval file."""
+
+    path: str
+    """The eval file."""
+    label: str
+    """Display name (the model, disambiguated when needed)."""
+    model: str
+    """Short model name."""
+    max_frames: int | None
+    """Frame budget of the run (None when unknown)."""
+    overall: Score
+    """Accuracy over all questions (failed samples count as wrong)."""
+    categories: dict = field(default_factory=dict)
+    """Category -> :class:`Score`."""
+    failed: int = 0
+    """Records that carry an error."""
+    ci_source: str = "none"
+    """``file`` (read from the eval file), ``bootstrap`` (computed here) or ``none``."""
+    durations: dict = field(default_factory=dict)
+    """Duration-bin label -> :class:`Score` (empty when records carry no duration)."""
+    missing_durations: int = 0
+    """Records without a usable duration."""
+
+    def to_dict(self) -> dict:
+        out = asdict(self)
+        out["overall"]["accuracy"] = self.overall.accuracy
+        for name, score in self.categories.items():
+            out["categories"][name]["accuracy"] = score.accuracy
+        for name, score in self.durations.items():
+            out["durations"][name]["accuracy"] = score.accuracy
+        return out
+
+
+@dataclass
+class JudgeSummary:
+    """Judge scores of one run, in the layout of the paper's Table 3."""
+
+    path: str
+    """The judge file."""
+    label: str
+    """Display name."""
+    scores: dict
+    """Table 3 column -> mean score scaled to 0-100 (1-10 mean times 10)."""
+    scored: int
+    """Entries with all five scores."""
+    ignored: int = 0
+    """Entries without usable scores."""
+
+
+# ---------------------------------------------------------------------------
+# Loading eval files
+
+
+def _pct_interval(value: Any, accuracy_in_block: Any, pct: float | None) -> tuple | None:
+    """Normalize an interval found in a file to percent, or None when it is not one."""
+    low = high = None
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        low, high = value
+    elif isinstance(value, dict):
+        for lo_key, hi_key in (("low", "high"), ("lower", "upper"), ("lo", "hi"), ("ci_low", "ci_high")):
+            if lo_key in value and hi_key in value:
+                low, high = value[lo_key], value[hi_key]
+                break
+    if not (is_finite_number(low) and is_finite_number(high)) or low > high:
+        return None
+    scale = 1.0
+    if is_finite_number(accuracy_in_block) and pct is not None:
+        # the block's accuracy tells whether the file uses fractions or percent
+        if abs(accuracy_in_block * 100.0 - pct) < abs(accuracy_in_block - pct):
+            scale = 100.0
+    elif high <= 1.0:
+        scale = 100.0
+    return (float(low) * scale, float(high) * scale)
+
+
+_CI_KEYS = ("ci95", "ci_95", "ci", "confidence_interval", "bootstrap_ci", "accuracy_ci", "ci95_all", "all_ci95")
+
+
+def interval_in_block(block: Any, pct: float | None) -> tuple | None:
+    """A 95% interval stored in an accuracy block (several spellings accepted), in percent."""
+    if not isinstance(block, dict):
+        return None
+    acc = block.get("accuracy")
+    for key in _CI_KEYS:
+        if key in block:
+            found = _pct_interval(block[key], acc, pct)
+            if found:
+                return found
+    for lo_key, hi_key in (("ci_low", "ci_high"), ("ci_lower", "ci_upper"), ("ci95_low", "ci95_high")):
+        if lo_key in block and hi_key in block:
+            found = _pct_interval({"low": block[lo_key], "high": block[hi_key]}, acc, pct)
+            if found:
+                return found
+    for nested in ("bootstrap", "confidence_intervals", "all", "statistics"):
+        if isinstance(block.get(nested), dict):
+            found = interval_in_block(block[nested], pct)
+            if found:
+                return found
+    return None
+
+
+def _count(block: Any, key: str) -> int | None:
+    value = block.get(key) if isinstance(block, dict) else None
+    return int(value) if is_finite_number(value) and float(value).is_integer() and value >= 0 else None
+
+
+def _most_common(values: Iterable[Any]) -> Any:
+    counted = Counter(v for v in values if v not in (None, ""))
+    return counted.most_common(1)[0][0] if counted else None
+
+
+def record_duration(record: QuestionRecord) -> float | None:
+    """The video duration (seconds) a record carries, or None."""
+    places = [record.extra] + [record.extra.get(k) for k in DURATION_CONTAINERS]
+    for place in places:
+        if not isinstance(place, dict):
+            continue
+        for key in DURATION_KEYS:
+            value = place.get(key)
+            if is_finite_number(value) and value >= 0:
+                return float(value)
+    return None
+
+
+def duration_bin_label(low: float, high: float) -> str:
+    """``0-30 s``, ..., ``300+ s``."""
+    return f"{low:g}+ s" if math.isinf(high) else f"{low:g}-{high:g} s"
+
+
+def _is_correct(record: QuestionRecord) -> bool:
+    return bool(record.is_correct) and not record.failed
+
+
+def bootstrap_intervals(records: list[QuestionRecord], *, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> dict:
+    """95% percentile intervals (percent) for overall and per-category accuracy.
+
+    Whole videos are resampled with replacement, so the questions of one video move
+    together. Returns ``{"overall": (lo, hi), category: (lo, hi), ...}``; a category
+    absent from the records has no entry.
+    """
+    import numpy as np
+
+    groups = ["overall", *CATEGORIES]
+    by_video: dict[str, list] = defaultdict(lambda: [[0, 0] for _ in groups])
+    for rec in records:
+        video = rec.scene_name or rec.video or f"idx{rec.idx}"
+        cells = by_video[video]
+        hit = int(_is_correct(rec))
+        cells[0][0] += hit
+        cells[0][1] += 1
+        if rec.question_category in CATEGORIES:
+            cell = cells[1 + CATEGORIES.index(rec.question_category)]
+            cell[0] += hit
+            cell[1] += 1
+    if not by_video:
+        return {}
+    counts = np.array(list(by_video.values()), dtype=np.int64)  # videos x groups x (correct, total)
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, counts.shape[0], size=(samples, counts.shape[0]))
+    sums = counts[picks].sum(axis=1)  # samples x groups x 2
+    out = {}
+    for g, name in enumerate(groups):
+        if counts[:, g, 1].sum() == 0:
+            continue
+        totals = sums[:, g, 1]
+        acc = np.where(totals > 0, sums[:, g, 0] / np.maximum(totals, 1), np.nan) * 100.0
+        acc = acc[~np.isnan(acc)]
+        out[name] = (float(np.percentile(acc, 2.5)), float(np.percentile(acc, 97.5)))
+    return out
+
+
+def load_run(path: str | Path) -> RunSummary:
+    """Summarize one eval file; raise :class:`ReportError` naming it when it is not one."""
+    try:
+        art = load_records_artifact(path)
+    except ArtifactError as exc:
+        raise ReportError(str(exc)) from None
+    if art.stage != "eval":
+        raise ReportError(
+            f"{path}: this is a {art.stage} file, not an eval file; run evaluate_results.py --mode evaluate on it first"
+        )
+    records = art.records
+    meta = art.meta
+    name_match = FILE_NAME_RE.match(Path(path).stem)
+
+    # counts: the file's own aggregates are authoritative; records fill any gap
+    total = _count(meta, "total_count")
+    correct = _count(meta, "correct_count")
+    if total is None or correct is None:
+        total, correct = len(records), sum(_is_correct(r) for r in records)
+    if correct > total:
+        raise ReportError(f"{path}: correct_count {correct} exceeds total_count {total}")
+    overall = Score(correct=correct, total=total)
+
+    blocks = meta.get("category_wise_accuracy") if isinstance(meta.get("category_wise_accuracy"), dict) else {}
+    categories: dict[str, Score] = {}
+    for cat in CATEGORIES:
+        block = blocks.get(cat)
+        c, t = _count(block, "correct"), _count(block, "total")
+        if c is None or t is None:
+            in_cat = [r for r in records if r.question_category == cat]
+            c, t = sum(_is_correct(r) for r in in_cat), len(in_cat)
+        categories[cat] = Score(correct=c, total=t)
+    unknown = sorted(set(blocks) - set(CATEGORIES))
+    if unknown:
+        log.warning("%s: categories outside the five released ones are left out of the table: %s", path, ", ".join(unknown))
+
+    # intervals: the file's, else a bootstrap over videos
+    ci_source = "none"
+    file_ci = interval_in_block(meta, overall.accuracy)
+    if file_ci is None:
+        for key in ("accuracy_ci", "bootstrap", "confidence_intervals", "statistics"):
+            file_ci = interval_in_block(meta.get(key), overall.accuracy) if isinstance(meta.get(key), dict) else None
+            if file_ci:
+                break
+    if file_ci is not None:
+        ci_source = "file"
+        overall.ci = file_ci
+        for cat, score in categories.items():
+            score.ci = interval_in_block(blocks.get(cat), score.accuracy)
+    elif records:
+        ci_source = "bootstrap"
+        computed = bootstrap_intervals(records)
+        overall.ci = computed.get("overall")
+        for cat, score in categories.items():
+            score.ci = computed.get(cat)
+
+    # durations
+    durations: dict[str, Score] = {}
+    missing = 0
+    for rec in records:
+        seconds = record_duration(rec)
+        if seconds is None:
+            missing += 1
+            continue
+        for low, high in DURATION_BINS:
+            if low <= seconds < high:
+                score = durations.setdefault(duration_bin_label(low, high), Score(0, 0))
+                score.total += 1
+                score.correct += int(_is_correct(rec))
+                break
+    ordered = {duration_bin_label(lo, hi): durations[duration_bin_label(lo, hi)] for lo, hi in DURATION_BINS if duration_bin_label(lo, hi) in durations}
+
+    model = _most_common(r.model_name for r in records)
+    if not model:
+        model = name_match.group("model") if name_match else Path(path).stem
+    frames = _most_common(r.max_frames for r in records if isinstance(r.max_frames, int) and not isinstance(r.max_frames, bool))
+    if frames is None and name_match:
+        frames = int(name_match.group("frames"))
+    return RunSummary(
+        path=str(path),
+        label=str(model),
+        model=str(model),
+        max_frames=frames,
+        overall=overall,
+        categories=categories,
+        failed=sum(r.failed for r in records),
+        ci_source=ci_source,
+        durations=ordered,
+        missing_durations=missing,
+    )
+
+
+def _disambiguate(runs: list[RunSummary], labels: list[str] | None) -> None:
+    if labels:
+        for run, label in zip(runs, labels):
+            run.label = label
+        return
+    by_model = Counter(r.model for r in runs)
+    by_model_frames = Counter((r.model, r.max_frames) for r in runs)
+    for run in runs:
+        if by_model_frames[(run.model, run.max_frames)] > 1:
+            run.label = f"{run.model} [{Path(run.path).stem}]"
+        elif by_model[run.model] > 1:
+            run.label = f"{run.model} @{run.max_frames}f"
+
+
+# ---------------------------------------------------------------------------
+# Judge files
+
+
+def load_judge(path: str | Path) -> JudgeSummary:
+    """Mean judge scores of one judge file (a list of entries, SPEC section 2), scaled to 0-100."""
+    data = read_json(path)
+    if isinstance(data, dict) and isinstance(data.get("entries"), list):
+        data = data["entries"]
+    if not isinstance(data, list):
+        raise ReportError(f"{path}: a judge file is a JSON list of entries; got {type(data).__name__}")
+    sums = {axis: 0.0 for axis in JUDGE_AXES}
+    scored = ignored = 0
+    for i, entry in enumerate(data):
+        scores = entry.get("scores") if isinstance(entry, dict) else None
+        values = [scores.get(AXIS_KEYS[axis]) if isinstance(scores, dict) else None for axis in JUDGE_AXES]
+        if not all(is_finite_number(v) for v in values):
+            ignored += 1
+            log.warning("%s: entry #%d (idx %s) has no complete scores; left out", path, i, entry.get("idx") if isinstance(entry, dict) else "?")
+            continue
+        scored += 1
+        for axis, value in zip(JUDGE_AXES, values):
+            sums[axis] += float(value)
+    if not scored:
+        raise ReportError(f"{path}: no judge entry with all five scores")
+    stem = Path(path).stem
+    match = FILE_NAME_RE.match(stem)
+    label = match.group("model") if match else re.sub(r"^judge_", "", stem)
+    return JudgeSummary(path=str(path), label=label, scores={a: 10.0 * sums[a] / scored for a in JUDGE_AXES}, scored=scored, ignored=ignored)
+
+
+# ---------------------------------------------------------------------------
+# Markdown
+
+
+def _fmt(value: float | None, ci: tuple | None = None) -> str:
+    if value is None:
+        return "—"
+    text = f"{value:.1f}"
+    if ci is not None:
+        text += f" [{ci[0]:.1f}, {ci[1]:.1f}]"
+    return text
+
+
+def published_rows_for(runs: list[RunSummary], mode: str) -> list:
+    """Paper rows to show: none, those matching a run's model, or all of Table 1."""
+    if mode == "all":
+        return list(PUBLISHED_ACCURACY)
+    if mode == "matching":
+        seen, rows = set(), []
+        for run in runs:
+            row = find_published_accuracy(run.model)
+            if row is not None and row.model not in seen:
+                seen.add(row.model)
+                rows.append(row)
+        return rows
+    return []
+
+
+def leaderboard_markdown(runs: list[RunSummary], published: list) -> str:
+    """The Table 1 layout: rank, model, average, five categories (with intervals), runs and paper rows ranked together."""
+    rows = []
+    for run in runs:
+        cells = [_fmt(run.overall.accuracy, run.overall.ci)] + [_fmt(run.categories[c].accuracy, run.categories[c].ci) for c in CATEGORIES]
+        frames = "—" if run.max_frames is None else str(run.max_frames)
+        rows.append((run.overall.accuracy or 0.0, run.label, "this run", frames, cells, str(run.overall.total), str(run.failed)))
+    for pub in published:
+        cells = [_fmt(pub.average)] + [_fmt(pub.categories.get(c)) for c in CATEGORIES]
+        rows.append((pub.average, pub.model, "paper", pub.setting, cells, "4744", "—"))
+    rows.sort(key=lambda r: -r[0])
+    head = ["Rank", "Model", "Source", "Frames", "Avg", *[CATEGORY_HEADERS[c] for c in CATEGORIES], "N", "Failed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * 8) + "|"]
+    for rank, (_, label, source, frames, cells, n, failed) in enumerate(rows, 1):
+        lines.append("| " + " | ".join([str(rank), label.replace("|", "\\|"), source, frames, *cells, n, failed]) + " |")
+    return "\n".join(lines)
+
+
+def judge_markdown(judges: list[JudgeSummary], published: str = "none") -> str:
+    """The Table 3 layout: rank, model, Logical, Factual, Concise, Accuracy, Overall (0-100)."""
+    rows = [(j.scores["Overall"], j.label, "this run", [f"{j.scores[a]:.2f}" for a in JUDGE_AXES], str(j.scored)) for j in judges]
+    if published != "none":
+        shown = {normalize_model_name(j.label) for j in judges}
+        for pub in PUBLISHED_JUDGE:
+            if published == "all" or normalize_model_name(pub.model) in shown:
+                rows.append((pub.scores["Overall"], pub.model, "paper", [f"{pub.scores[a]:.2f}" for a in JUDGE_AXES], "—"))
+    rows.sort(key=lambda r: -r[0])
+    head = ["Rank", "Model", "Source", *JUDGE_AXES, "Scored"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 6) + "|"]
+    for rank, (_, label, source, cells, n) in enumerate(rows, 1):
+        lines.append("| " + " | ".join([str(rank), label.replace("|", "\\|"), source, *cells, n]) + " |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------
+# Plots
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _error(score_value: float | None, ci: tuple | None) -> list:
+    if score_value is None or ci is None:
+        return [0.0, 0.0]
+    return [max(score_value - ci[0], 0.0), max(ci[1] - score_value, 0.0)]
+
+
+def plot_categories(runs: list[RunSummary], published: list, path: Path) -> Path:
+    """Grouped bars: accuracy per category (and average) for each run and shown paper row."""
+    import numpy as np
+
+    plt = _pyplot()
+    groups = [*CATEGORIES, "average"]
+    series = []
+    for run in runs:
+        values = [run.categories[c].accuracy for c in CATEGORIES] + [run.overall.accuracy]
+        cis = [run.categories[c].ci for c in CATEGORIES] + [run.overall.ci]
+        series.append((run.label, values, cis))
+    for pub in published:
+        series.append((f"{pub.model} (paper)", [pub.categories.get(c) for c in CATEGORIES] + [pub.average], [None] * 6))
+    fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(groups)), 4.5))
+    x = np.arange(len(groups))
+    width = 0.8 / max(len(series), 1)
+    for i, (label, values, cis) in enumerate(series):
+        heights = [v if v is not None else 0.0 for v in values]
+        errors = np.array([_error(v, c) for v, c in zip(values, cis)]).T
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, label=label, yerr=errors, capsize=2)
+    ax.axhline(RANDOM_GUESS, color="grey", linestyle="--", linewidth=1, label="random guess (20%)")
+    ax.set_xticks(x)
+    ax.set_xticklabels([CATEGORY_HEADERS.get(g, "Average") for g in groups])
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("K9-Bench accuracy per category (95% intervals)")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_durations(runs: list[RunSummary], path: Path) -> Path | None:
+    """Grouped bars: accuracy by video-duration bin for the runs whose records carry durations."""
+    import numpy as np
+
+    with_durations = [r for r in runs if r.durations]
+    if not with_durations:
+        return None
+    plt = _pyplot()
+    bins = [duration_bin_label(lo, hi) for lo, hi in DURATION_BINS]
+    bins = [b for b in bins if any(b in r.durations for r in with_durations)]
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(bins)), 4.5))
+    x = np.arange(len(bins))
+    width = 0.8 / len(with_durations)
+    for i, run in enumerate(with_durations):
+        values = [run.durations[b].accuracy if b in run.durations else 0.0 for b in bins]
+        bars = ax.bar(x + (i - (len(with_durations) - 1) / 2) * width, values, width, label=run.label)
+        for bar, b in zip(bars, bins):
+            n = run.durations[b].total if b in run.durations else 0
+            ax.annotate(f"n={n}", (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=7)
+    ax.axhline(RANDOM_GUESS, color="grey", linestyle="--", linewidth=1, label="random guess (20%)")
+    ax.set_xticks(x)
+    ax.set_xticklabels(bins)
+    ax.set_xlabel("video duration")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("K9-Bench accuracy by video duration")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def frame_series(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
+    """Models run with at least two frame budgets -> their runs, sorted by frames."""
+    by_model: dict[str, list[RunSummary]] = defaultdict(list)
+    for run in runs:
+        if run.max_frames is not None:
+            by_model[run.model].append(run)
+    return {m: sorted(rs, key=lambda r: r.max_frames) for m, rs in by_model.items() if len({r.max_frames for r in rs}) >= 2}
+
+
+def plot_frames(runs: list[RunSummary], path: Path, *, with_published: bool) -> Path | None:
+    """Lines: accuracy against frame budget, one per model run with several MAX_FRAMES."""
+    series = frame_series(runs)
+    if not series:
+        return None
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(6.5, 4.5))
+    for model, model_runs in series.items():
+        xs = [r.max_frames for r in model_runs]
+        ys = [r.overall.accuracy or 0.0 for r in model_runs]
+        errors = [[_error(r.overall.accuracy, r.overall.ci)[k] for r in model_runs] for k in (0, 1)]
+        ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=model)
+        if with_published:
+            for name, points in FRAME_ABLATION.items():
+                if normalize_model_name(name) == normalize_model_name(model):
+                    px = sorted(points)
+                    ax.plot(px, [points[f] for f in px], linestyle=":", marker="s", label=f"{name} (paper)")
+    ax.axhline(RANDOM_GUESS, color="grey", linestyle="--", linewidth=1, label="random guess (20%)")
+    ax.set_xscale("log", base=2)
+    all_frames = sorted({r.max_frames for rs in series.values() for r in rs})
+    ax.set_xticks(all_frames)
+    ax.set_xticklabels([str(f) for f in all_frames])
+    ax.set_xlabel("MAX_FRAMES")
+    ax.set_ylabel("accuracy (%)")
+    ax.set_ylim(0, 100)
+    ax.set_title("K9-Bench accuracy against frame budget")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+# ---------------------------------------------------------------------------
+# Entry points
 
 
 def add_report_args(parser: argparse.ArgumentParser) -> None:
     """Options used by ``--mode report`` only."""
-    group = parser.add_argument_group("report mode (--mode report)")
-    group.add_argument("--report_dir", default=None, help="folder for the Markdown leaderboard and PNG plots")
+    group = parser.add_argument_group("report mode (--mode report; --input_file takes one or more eval JSON files)")
+    group.add_argument("--report_dir", default="report", help="folder for report.md, report.json and the PNG plots (default: %(default)s)")
+    group.add_argument("--judge_files", nargs="+", default=None, metavar="JUDGE_JSON", help="judge JSON files (subjective_evals.py output) for the Table 3 judge table")
+    group.add_argument(
+        "--published",
+        choices=("none", "matching", "all"),
+        default="none",
+        help="show the paper's published numbers beside the runs: those of the same models, or all (default: %(default)s)",
+    )
+    group.add_argument("--labels", nargs="+", default=None, metavar="NAME", help="display names for the eval files, in --input_file order")
+
+
+@dataclass
+class Report:
+    """Everything a report holds, before it is written."""
+
+    runs: list
+    """:class:`RunSummary` per eval file."""
+    judges: list
+    """:class:`JudgeSummary` per judge file."""
+    published: list
+    """Table 1 rows shown beside the runs."""
+    published_mode: str
+    """``none``, ``matching`` or ``all``."""
+
+
+def build_report(eval_files: list[str], judge_files: list[str] | None = None, *, published: str = "none", labels: list[str] | None = None) -> Report:
+    """Load every input (raising :class:`ReportError` on the first bad one)."""
+    if not eval_files:
+        raise ReportError("no eval file given (--input_file eval_A.json [eval_B.json ...])")
+    if labels and len(labels) != len(eval_files):
+        raise ReportError(f"--labels gives {len(labels)} names for {len(eval_files)} eval files")
+    runs = [load_run(p) for p in eval_files]
+    _disambiguate(runs, labels)
+    judges = [load_judge(p) for p in (judge_files or [])]
+    return Report(runs=runs, judges=judges, published=published_rows_for(runs, published), published_mode=published)
+
+
+def write_report(report: Report, report_dir: str | Path, markdown_path: str | Path | None = None) -> dict:
+    """Write report.md, report.json and the plots; return ``{name: path}`` of what was written."""
+    report_dir = Path(report_dir)
+    report_dir.mkdir(parents=True, exist_ok=True)
+    md_path = Path(markdown_path) if markdown_path else report_dir / "report.md"
+    written: dict[str, str] = {}
+    notes: list[str] = []
+
+    plots = {
+        "accuracy_by_category": plot_categories(report.runs, report.published, report_dir / "accuracy_by_category.png"),
+        "accuracy_by_duration": plot_durations(report.runs, report_dir / "accuracy_by_duration.png"),
+        "accuracy_vs_frames": plot_frames(report.runs, report_dir / "accuracy_vs_frames.png", with_published=report.published_mode != "none"),
+    }
+    if plots["accuracy_by_duration"] is None:
+        notes.append("No record carries a video duration (eval_video_llm.py writes one), so the duration plot is skipped.")
+    else:
+        partial = [r.label for r in report.runs if r.missing_durations]
+        if partial:
+            notes.append("Records without a video duration are left out of the duration plot: " + ", ".join(
+                f"{r.label} ({r.missing_durations})" for r in report.runs if r.missing_durations) + ".")
+    if plots["accuracy_vs_frames"] is None:
+        notes.append("The frame-count plot needs one model run with at least two MAX_FRAMES values; skipped.")
+
+    ci_sources = {r.ci_source for r in report.runs}
+    ci_text = {
+        "file": "read from the eval file",
+        "bootstrap": f"computed here by bootstrap over videos ({BOOTSTRAP_SAMPLES} resamples, seed {BOOTSTRAP_SEED})",
+        "none": "not available",
+    }
+    md = ["# K9-Bench report", "", f"Generated {now_iso()} from {len(report.runs)} eval file(s).", ""]
+    md += ["## MCQ accuracy (paper's Table 1 layout)", ""]
+    md += [
+        "Accuracy in %, failed samples counted as wrong (comparable to the paper). "
+        "Brackets hold the 95% confidence interval, " + "; ".join(ci_text[s] for s in sorted(ci_sources)) + ". "
+        f"Random guessing scores {RANDOM_GUESS:.0f}%.",
+        "",
+    ]
+    md += [leaderboard_markdown(report.runs, report.published), ""]
+    if report.published:
+        md += ["Rows marked `paper` are the published numbers (K9-Bench paper, Table 1; 4,744 questions).", ""]
+    md += ["### Files", "", "| Model | Frames | Eval file | Questions | Correct | Failed | Interval |", "|---|---:|---|---:|---:|---:|---|"]
+    for run in report.runs:
+        md.append(f"| {run.label} | {run.max_frames if run.max_frames is not None else '—'} | `{run.path}` | {run.overall.total} | {run.overall.correct} | {run.failed} | {run.ci_source} |")
+    md.append("")
+    if report.judges:
+        md += ["## Judge scores (paper's Table 3 layout)", "", "Mean of each axis (1–10) scaled to 0–100.", ""]
+        md += [judge_markdown(report.judges, report.published_mode), ""]
+    md += ["## Plots", ""]
+    for name, path in plots.items():
+        if path is not None:
+            written[name] = str(path)
+            md.append(f"![{name}]({Path(path).name})" if Path(path).parent.resolve() == md_path.parent.resolve() else f"![{name}]({path})")
+            md.append("")
+    for note in notes:
+        md += [f"- {note}"]
+    text = "\n".join(md).rstrip() + "\n"
+    written["markdown"] = str(write_text_atomic(md_path, text))
+    summary = {
+        "generated_at": now_iso(),
+        "runs": [r.to_dict() for r in report.runs],
+        "judges": [asdict(j) for j in report.judges],
+        "published": [asdict(p) for p in report.published],
+        "plots": {k: (str(v) if v else None) for k, v in plots.items()},
+        "notes": notes,
+    }
+    written["json"] = str(write_json_atomic(report_dir / "report.json", summary))
+    return written
 
 
 def run_report(args: argparse.Namespace) -> int:
-    """Write the report; returns the exit code."""
-    raise NotImplementedError("--mode report is not implemented yet")
+    """Write the report; returns the exit code (1 with a message naming the file on bad input)."""
+    inputs = args.input_file if isinstance(args.input_file, (list, tuple)) else [args.input_file]
+    inputs = [p for p in inputs if p]
+    try:
+        report = build_report(inputs, getattr(args, "judge_files", None), published=getattr(args, "published", "none"), labels=getattr(args, "labels", None))
+        written = write_report(report, getattr(args, "report_dir", None) or "report", getattr(args, "output_file", None))
+    except ArtifactError as exc:
+        log.error("report: %s", exc)
+        return 1
+    print(leaderboard_markdown(report.runs, report.published))
+    if report.judges:
+        print()
+        print(judge_markdown(report.judges, report.published_mode))
+    for name, path in written.items():
+        log.info("wrote %s: %s", name, path)
+    return 0

@@ -1,0 +1,114 @@
+"""The K9-Bench paper's published numbers (SPEC section 8), as data.
+
+Used by the report (``evaluate_results.py --mode report --published ...``) to show
+the paper's figures beside a run. Accuracies are percentages; judge scores are the
+paper's per-axis means scaled to 0-100.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from k9bench import CATEGORIES
+
+RANDOM_GUESS = 20.0
+"""Accuracy (%) of guessing one of five options at random."""
+
+
+@dataclass(frozen=True)
+class PublishedAccuracy:
+    """One row of the paper's Table 1 (MCQ accuracy, %)."""
+
+    model: str
+    """Model name as the paper prints it."""
+    setting: str
+    """Frame setting as the paper notes it (``32 frames`` unless noted)."""
+    average: float
+    """Overall accuracy (%)."""
+    categories: dict = field(default_factory=dict)
+    """Released category name -> accuracy (%)."""
+    frames: int | None = 32
+    """Frame budget when the row is frame-limited; None for 1 FPS runs."""
+
+
+def _row(model: str, setting: str, frames: int | None, avg: float, *per_category: float) -> PublishedAccuracy:
+    return PublishedAccuracy(model=model, setting=setting, average=avg, categories=dict(zip(CATEGORIES, per_category)), frames=frames)
+
+
+PUBLISHED_ACCURACY: tuple[PublishedAccuracy, ...] = (
+    # model, setting, frames, avg, posture, action seq., context, cause-effect, interaction
+    _row("Gemini-2.5 Pro", "1 FPS", None, 40.1, 37.7, 36.0, 44.0, 44.7, 42.3),
+    _row("Qwen3-VL-235B-A22B", "1 FPS", None, 36.5, 34.2, 33.5, 38.4, 39.9, 39.4),
+    _row("GPT-4o", "32 frames, 512x512", 32, 30.8, 29.6, 26.3, 35.0, 33.9, 33.9),
+    _row("InternVL-3.5-14B", "32 frames", 32, 33.0, 31.5, 30.3, 33.7, 35.9, 36.1),
+    _row("InternVL-3.5-8B", "32 frames", 32, 32.2, 29.0, 27.9, 34.0, 36.0, 37.5),
+    _row("Qwen3-VL-32B", "32 frames", 32, 31.4, 28.2, 29.3, 35.4, 31.1, 35.0),
+    _row("Qwen3-VL-8B", "32 frames", 32, 28.8, 27.8, 26.5, 32.1, 27.6, 31.9),
+    _row("Qwen3-VL-4B", "32 frames", 32, 27.6, 27.6, 24.1, 30.8, 28.2, 30.9),
+    _row("Qwen3-VL-32B-Thinking", "32 frames", 32, 30.7, 27.8, 28.8, 33.7, 32.8, 32.1),
+    _row("Qwen3-VL-8B-Thinking", "32 frames", 32, 25.3, 24.0, 21.8, 29.7, 24.9, 29.3),
+    _row("Qwen3-VL-4B-Thinking", "32 frames", 32, 22.4, 21.2, 18.0, 28.0, 23.1, 26.2),
+)
+"""The paper's Table 1, in its row order."""
+
+JUDGE_AXES = ("Logical", "Factual", "Concise", "Accuracy", "Overall")
+"""Column names of the paper's Table 3, in its order."""
+
+AXIS_KEYS = {"Logical": "Logic", "Factual": "Factuality", "Concise": "Conciseness", "Accuracy": "Accuracy", "Overall": "Overall"}
+"""Table 3 column -> the judge's score key (SPEC section 2)."""
+
+
+@dataclass(frozen=True)
+class PublishedJudge:
+    """One row of the paper's Table 3 (judge scores, 0-100)."""
+
+    model: str
+    """Model name as the paper prints it."""
+    scores: dict
+    """Table 3 column (see :data:`JUDGE_AXES`) -> score (0-100)."""
+
+
+PUBLISHED_JUDGE: tuple[PublishedJudge, ...] = (
+    PublishedJudge("Gemini-2.5 Pro", dict(zip(JUDGE_AXES, (75.9, 68.33, 78.92, 63.18, 69.15)))),
+    PublishedJudge("GPT-4o", dict(zip(JUDGE_AXES, (65.96, 61.90, 81.34, 52.81, 60.99)))),
+    PublishedJudge("Qwen3-VL-8B", dict(zip(JUDGE_AXES, (57.50, 52.86, 81.56, 44.42, 52.64)))),
+)
+"""The paper's Table 3."""
+
+FRAME_ABLATION: dict[str, dict[int, float]] = {
+    "Qwen3-VL-8B": {32: 28.8, 128: 29.9},
+    "Qwen3-VL-32B": {32: 31.4, 128: 31.9},
+}
+"""Overall accuracy (%) by frame budget, from the paper's frame ablation (only the figures SPEC gives)."""
+
+
+def normalize_model_name(name: str) -> str:
+    """A comparable key for a model name: short form, lower case, no ``-Instruct``, no spaces or notes.
+
+    ``Qwen/Qwen3-VL-4B-Instruct`` and the paper's ``Qwen3-VL-4B`` give the same key;
+    ``Qwen3-VL-4B-Thinking`` stays distinct.
+    """
+    short = str(name).rstrip("/").rsplit("/", 1)[-1]
+    short = re.sub(r"\(.*?\)", "", short)
+    key = re.sub(r"[\s_.]+", "-", short.strip().lower())
+    key = re.sub(r"-instruct$", "", key)
+    return key.strip("-")
+
+
+def find_published_accuracy(model_name: str) -> PublishedAccuracy | None:
+    """The Table 1 row for a run's model (matched by :func:`normalize_model_name`), if the paper has one."""
+    key = normalize_model_name(model_name)
+    for row in PUBLISHED_ACCURACY:
+        if normalize_model_name(row.model) == key:
+            return row
+    return None
+
+
+def find_published_judge(model_name: str) -> PublishedJudge | None:
+    """The Table 3 row for a run's model, if the paper has one."""
+    key = normalize_model_name(model_name)
+    for row in PUBLISHED_JUDGE:
+        if normalize_model_name(row.model) == key:
+            return row
+    return None

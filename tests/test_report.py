@@ -1,0 +1,257 @@
+"""The report (``evaluate_results.py --mode report``) on synthetic eval and judge files."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import pytest
+
+from k9bench import CATEGORIES
+from k9bench.artifacts import write_json_atomic
+from k9bench.published import (
+    PUBLISHED_ACCURACY,
+    find_published_accuracy,
+    find_published_judge,
+    normalize_model_name,
+)
+from k9bench.report import (
+    ReportError,
+    add_report_args,
+    bootstrap_intervals,
+    build_report,
+    frame_series,
+    interval_in_block,
+    load_judge,
+    load_run,
+    run_report,
+)
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def make_eval(path: Path, *, model: str = "Qwen3-VL-4B-Instruct", frames: int = 32, hits: dict | None = None,
+              per_cat: int = 4, durations: bool = True, ci: str | None = None, failed: int = 0) -> Path:
+    """An eval file: ``per_cat`` questions per category, two per video; ``hits[category]`` correct in each."""
+    hits = hits or {c: i % (per_cat + 1) for i, c in enumerate(CATEGORIES)}
+    records, idx = [], 0
+    for c in CATEGORIES:
+        for j in range(per_cat):
+            rec = {
+                "idx": idx, "question_category": c, "video": f"vid{idx // 2:08d}.mp4", "scene_name": f"vid{idx // 2:08d}",
+                "ground_truth": "A", "response": "{}", "answer": "x", "question": "q?", "options": [f"{k}. o" for k in "ABCDE"],
+                "prompt": "p", "model_name": model, "max_frames": frames, "timestamp": "t",
+                "cosine_similarities": {k: 0.1 for k in "ABCDE"}, "is_correct": j < hits[c],
+                "evaluation_explanation": "e", "eval_mode": "fine",
+            }
+            if durations:
+                rec["video_duration"] = 10.0 + 40.0 * (idx // 2)  # spreads over several bins
+            records.append(rec)
+            idx += 1
+    for rec in records[-failed:] if failed else []:
+        rec["error"] = "boom"
+        rec["is_correct"] = False
+    correct = sum(r["is_correct"] for r in records)
+    cats = {}
+    for c in CATEGORIES:
+        cr = [r for r in records if r["question_category"] == c]
+        k = sum(r["is_correct"] for r in cr)
+        cats[c] = {"accuracy": k / len(cr), "correct": k, "total": len(cr)}
+        if ci == "fraction":
+            cats[c]["ci95"] = [max(k / len(cr) - 0.1, 0), min(k / len(cr) + 0.1, 1)]
+    data = {
+        "evaluation_timestamp": "2026-01-01T00:00:00", "eval_mode": "fine", "threshold": 0.5,
+        "accuracy": correct / len(records), "correct_count": correct, "total_count": len(records),
+        "category_wise_accuracy": cats, "individual_results": records,
+        "metadata": {"similarity_model": "m", "similarity_calculated_at": "t"},
+    }
+    if ci == "fraction":
+        data["accuracy_ci95"] = None
+        data["ci95"] = [correct / len(records) - 0.05, correct / len(records) + 0.05]
+    write_json_atomic(path, data)
+    return path
+
+
+def make_judge(path: Path, scores: tuple = (7, 6, 5, 8, 6), n: int = 4, bad: int = 0) -> Path:
+    axes = ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")
+    entries = []
+    for i in range(n):
+        entries.append({"idx": i, "video_url": "u", "scene_name": "s", "question_category": CATEGORIES[0], "question": "q",
+                        "correct_answer": "a", "model_output": "o", "cot": "c", "scores": dict(zip(axes, scores)),
+                        "judge_model": "gpt-4o", "timestamp": "t"})
+    for i in range(bad):
+        entries.append({"idx": 100 + i, "scores": {"Logic": 3}})
+    write_json_atomic(path, entries)
+    return path
+
+
+def report_args(tmp_path: Path, *argv: str) -> argparse.Namespace:
+    """Parse like evaluate_results.py would: its own flags plus add_report_args."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--mode", choices=("calculate", "evaluate", "report"))
+    parser.add_argument("--input_file", nargs="+")
+    parser.add_argument("--output_file")
+    parser.add_argument("--threshold", type=float, default=0.5)
+    parser.add_argument("--embedding_model")
+    parser.add_argument("--batch_size", type=int)
+    parser.add_argument("--device")
+    parser.add_argument("-v", "--verbose", action="count", default=0)
+    parser.add_argument("-q", "--quiet", action="store_true")
+    add_report_args(parser)
+    return parser.parse_args(["--mode", "report", "--report_dir", str(tmp_path / "rep"), *argv])
+
+
+def test_report_end_to_end_two_models_judge_published(tmp_path, capsys):
+    a = make_eval(tmp_path / "eval_Qwen3-VL-4B-Instruct_mf32_n20.json", hits={c: 2 for c in CATEGORIES})
+    b = make_eval(tmp_path / "eval_Qwen3-VL-8B-Instruct_mf32_n20.json", model="Qwen3-VL-8B-Instruct", hits={c: 3 for c in CATEGORIES})
+    j = make_judge(tmp_path / "judge_Qwen3-VL-8B-Instruct_mf32_n20.json", bad=1)
+    args = report_args(tmp_path, "--input_file", str(a), str(b), "--judge_files", str(j), "--published", "matching")
+    assert run_report(args) == 0
+
+    md = (tmp_path / "rep" / "report.md").read_text()
+    lines = [ln for ln in md.splitlines() if ln.startswith("| ")]
+    header = lines[0]
+    assert header.split("|")[1:6] == [" Rank ", " Model ", " Source ", " Frames ", " Avg "]
+    for head in ("Posture", "Action seq.", "Context", "Cause-effect", "Interaction"):
+        assert head in header
+    # ranked: 8B run (75%) > 4B run (50%) > paper 8B (28.8) > paper 4B (27.6)
+    ranked = [ln.split("|")[2].strip() for ln in lines[1:5]]
+    assert ranked == ["Qwen3-VL-8B-Instruct", "Qwen3-VL-4B-Instruct", "Qwen3-VL-8B", "Qwen3-VL-4B"]
+    row_8b = lines[1]
+    assert "| 75.0 [" in row_8b  # average with its bootstrap interval
+    assert "| 28.8 |" in lines[3]
+    # judge table: Table 3 columns, scaled x10, the bad entry left out
+    judge_head = next(ln for ln in lines if "Logical" in ln)
+    assert [c.strip() for c in judge_head.split("|")[4:9]] == ["Logical", "Factual", "Concise", "Accuracy", "Overall"]
+    judge_row = next(ln for ln in lines if ln.startswith("| ") and "this run" in ln and "70.00" in ln)
+    assert [c.strip() for c in judge_row.split("|")[4:10]] == ["70.00", "60.00", "80.00", "50.00", "60.00", "4"]
+    assert "57.50" in md  # the paper's Qwen3-VL-8B judge row (matching)
+
+    summary = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert [r["overall"]["accuracy"] for r in summary["runs"]] == [50.0, 75.0]
+    assert summary["runs"][0]["ci_source"] == "bootstrap"
+    for name in ("accuracy_by_category", "accuracy_by_duration"):
+        assert Path(summary["plots"][name]).read_bytes()[:8] == PNG_MAGIC
+    assert summary["plots"]["accuracy_vs_frames"] is None
+    assert "frame-count plot" in md
+    out = capsys.readouterr().out
+    assert "Qwen3-VL-8B-Instruct" in out and "Logical" in out
+
+
+def test_frame_sweep_gives_frames_plot_and_labels(tmp_path):
+    files = [make_eval(tmp_path / f"eval_Qwen3-VL-8B-Instruct_mf{f}_n20.json", model="Qwen3-VL-8B-Instruct", frames=f,
+                       hits={c: h for c in CATEGORIES}) for f, h in ((8, 1), (32, 2), (128, 3))]
+    report = build_report([str(p) for p in files], published="all")
+    assert [r.label for r in report.runs] == [f"Qwen3-VL-8B-Instruct @{f}f" for f in (8, 32, 128)]
+    assert list(frame_series(report.runs)) == ["Qwen3-VL-8B-Instruct"]
+    assert len(report.published) == len(PUBLISHED_ACCURACY)
+    args = report_args(tmp_path, "--input_file", *map(str, files), "--published", "all")
+    assert run_report(args) == 0
+    assert (tmp_path / "rep" / "accuracy_vs_frames.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_missing_durations_skip_the_duration_plot(tmp_path):
+    path = make_eval(tmp_path / "eval_m_mf32_n20.json", durations=False)
+    args = report_args(tmp_path, "--input_file", str(path), "--output_file", str(tmp_path / "board.md"))
+    assert run_report(args) == 0
+    assert not (tmp_path / "rep" / "accuracy_by_duration.png").exists()
+    md = (tmp_path / "board.md").read_text()
+    assert "duration plot is skipped" in md
+    assert (tmp_path / "rep" / "accuracy_by_category.png").exists()
+
+
+def test_durations_are_binned(tmp_path):
+    run = load_run(make_eval(tmp_path / "eval_m_mf32_n20.json", hits={c: 4 for c in CATEGORIES}))
+    # videos 0..9 with durations 10, 50, 90, ..., 370 s, two questions each
+    totals = {k: v.total for k, v in run.durations.items()}
+    assert totals == {"0-30 s": 2, "30-60 s": 2, "60-150 s": 4, "150-300 s": 8, "300+ s": 4}
+    assert all(v.accuracy == 100.0 for v in run.durations.values())
+
+
+def test_interval_from_file_is_used_and_scaled(tmp_path):
+    run = load_run(make_eval(tmp_path / "eval_m_mf32_n20.json", hits={c: 2 for c in CATEGORIES}, ci="fraction"))
+    assert run.ci_source == "file"
+    assert run.overall.ci == pytest.approx((45.0, 55.0))
+    assert run.categories[CATEGORIES[0]].ci == pytest.approx((40.0, 60.0))
+
+
+@pytest.mark.parametrize(
+    "block, pct, expected",
+    [
+        ({"accuracy": 0.5, "ci95": [0.4, 0.6]}, 50.0, (40.0, 60.0)),
+        ({"accuracy": 50.0, "ci95": [40.0, 60.0]}, 50.0, (40.0, 60.0)),
+        ({"accuracy": 0.5, "ci_low": 0.4, "ci_high": 0.6}, 50.0, (40.0, 60.0)),
+        ({"accuracy": 0.5, "confidence_interval": {"low": 0.45, "high": 0.55}}, 50.0, (45.0, 55.0)),
+        ({"accuracy": 0.5, "ci95": [0.6, 0.4]}, 50.0, None),
+        ({"accuracy": 0.5, "ci95": [float("nan"), 0.6]}, 50.0, None),
+        ({"accuracy": 0.5}, 50.0, None),
+    ],
+)
+def test_interval_spellings(block, pct, expected):
+    got = interval_in_block(block, pct)
+    assert got == (pytest.approx(expected) if expected else None)
+
+
+def test_bootstrap_is_seeded_and_contains_the_estimate(tmp_path):
+    run_path = make_eval(tmp_path / "eval_m_mf32_n40.json", per_cat=8, hits={c: 3 + i for i, c in enumerate(CATEGORIES)})
+    from k9bench.artifacts import load_records_artifact
+
+    records = load_records_artifact(run_path).records
+    first, second = bootstrap_intervals(records), bootstrap_intervals(records)
+    assert first == second
+    point = 100.0 * sum(bool(r.is_correct) for r in records) / len(records)
+    assert first["overall"][0] <= point <= first["overall"][1]
+    assert first["overall"][0] < first["overall"][1]
+    assert set(first) == {"overall", *CATEGORIES}
+
+
+def test_failed_records_count_as_wrong(tmp_path):
+    run = load_run(make_eval(tmp_path / "eval_m_mf32_n20.json", hits={c: 4 for c in CATEGORIES}, failed=3))
+    assert run.failed == 3
+    assert run.overall.correct == 17 and run.overall.total == 20
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (None, "no such file"),
+        ("{not json", "invalid JSON"),
+        (json.dumps({"individual_results": [{"idx": 0, "answer": "x"}], "total_count": 1}), "not an eval file"),
+        (json.dumps({"foo": 1}), "individual_results"),
+    ],
+)
+def test_bad_inputs_name_the_file(tmp_path, caplog, content, message):
+    path = tmp_path / "eval_bad.json"
+    if content is not None:
+        path.write_text(content)
+    args = report_args(tmp_path, "--input_file", str(path))
+    assert run_report(args) == 1
+    assert message in caplog.text and str(path) in caplog.text
+    assert not (tmp_path / "rep" / "report.md").exists()
+
+
+def test_bad_judge_file_and_labels(tmp_path):
+    good = make_eval(tmp_path / "eval_m_mf32_n20.json")
+    (tmp_path / "judge.json").write_text(json.dumps({"a": 1}))
+    with pytest.raises(ReportError, match="judge.json"):
+        load_judge(tmp_path / "judge.json")
+    empty = make_judge(tmp_path / "judge_empty.json", n=0, bad=2)
+    with pytest.raises(ReportError, match="no judge entry"):
+        load_judge(empty)
+    with pytest.raises(ReportError, match="--labels"):
+        build_report([str(good)], labels=["a", "b"])
+    report = build_report([str(good)], labels=["mine"])
+    assert report.runs[0].label == "mine"
+
+
+def test_published_matching():
+    assert find_published_accuracy("Qwen/Qwen3-VL-4B-Instruct").average == 27.6
+    assert find_published_accuracy("Qwen3-VL-4B-Thinking").average == 22.4
+    assert find_published_accuracy("my-tiny-model") is None
+    assert find_published_judge("Qwen/Qwen3-VL-8B-Instruct").scores["Overall"] == 52.64
+    assert normalize_model_name("Gemini-2.5 Pro (1 FPS)") == normalize_model_name("gemini 2.5 pro")
+    for row in PUBLISHED_ACCURACY:
+        assert set(row.categories) == set(CATEGORIES)
+        # the paper's average sits within the range of its categories
+        assert min(row.categories.values()) - 0.05 <= row.average <= max(row.categories.values()) + 0.05
