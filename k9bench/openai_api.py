@@ -1,0 +1,430 @@
+"""Calling an OpenAI-compatible chat API: key, client, retries, a bounded concurrent runner.
+
+Shared by the judge (``subjective_evals.py``) and any OpenAI-compatible model
+backend. The retry loop is ours (the ``openai`` client is built with
+``max_retries=0``), so its behaviour is explicit and tested:
+
+=====================================  =============================================
+HTTP 429, 5xx, 408                      retried: exponential backoff with jitter, or
+                                        the server's ``Retry-After`` when longer
+timeouts, connection errors             retried the same way
+a body that is not a chat completion    retried the same way (a proxy hiccup)
+other 4xx (400, 401, 403, 404, 422...)  not retried: the request itself is wrong
+=====================================  =============================================
+
+Every retry is logged (WARNING) with its reason and delay. A call that still fails
+returns a :class:`ChatResult` with ``ok=False`` and the reason: it is never turned
+into a reply. The API key is read from the environment only and scrubbed from every
+error text we keep or log.
+
+Typical use::
+
+    key = resolve_api_key(base_url)              # raises MissingApiKey before any work
+    client = ChatClient(api_key=key, base_url=base_url, timeout=60, retry=RetryPolicy(max_retries=5))
+    for item, result in run_concurrent(lambda q: client.chat(messages_for(q), model="gpt-4o"), items, 16):
+        checkpoint(item, result)                 # results arrive as they complete
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import os
+import queue
+import random
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+
+log = logging.getLogger(__name__)
+
+API_KEY_ENV = "OPENAI_API_KEY"
+"""The only place the key is read from."""
+
+PLACEHOLDER_KEY = "not-needed"
+"""Sent as the key to a ``--base_url`` server when no key is set (vLLM/SGLang accept any)."""
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class MissingApiKey(Exception):
+    """No API key in the environment and no server that needs none; the message says what to do."""
+
+
+def resolve_api_key(base_url: str | None, env: Mapping[str, str] | None = None, *, flag: str = "--base_url") -> str:
+    """The API key from ``OPENAI_API_KEY``; checked before any work.
+
+    Without a key: a custom ``base_url`` (a self-hosted server that needs none) gets
+    :data:`PLACEHOLDER_KEY`, logged; the OpenAI API itself raises :class:`MissingApiKey`.
+    """
+    env = os.environ if env is None else env
+    key = (env.get(API_KEY_ENV) or "").strip()
+    if key:
+        return key
+    if base_url:
+        log.info("%s is not set; sending a placeholder key to %s (fine for servers that need none)", API_KEY_ENV, base_url)
+        return PLACEHOLDER_KEY
+    raise MissingApiKey(
+        f"{API_KEY_ENV} is not set. Export your key first (export {API_KEY_ENV}=...), "
+        f"or pass {flag} for an OpenAI-compatible server that needs none. "
+        "The key is read from the environment only, never from a flag or a file."
+    )
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with every occurrence of ``secret`` replaced by ``***`` (no-op for short/placeholder secrets)."""
+    if not text or not secret or secret == PLACEHOLDER_KEY or len(secret) < 6:
+        return text
+    return text.replace(secret, "***")
+
+
+# ---------------------------------------------------------------------------
+# Results
+
+
+@dataclass
+class Usage:
+    """Token usage as the API reported it, summed over calls."""
+
+    prompt_tokens: int = 0
+    """Input tokens."""
+    completion_tokens: int = 0
+    """Output tokens."""
+    total_tokens: int = 0
+    """As reported (prompt + completion for most servers)."""
+    requests: int = 0
+    """Successful API responses counted."""
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+            self.requests + other.requests,
+        )
+
+    def to_dict(self) -> dict:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "total_tokens": self.total_tokens,
+            "requests": self.requests,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any] | None) -> "Usage":
+        data = data or {}
+        return cls(*(int(data.get(k) or 0) for k in ("prompt_tokens", "completion_tokens", "total_tokens", "requests")))
+
+    @classmethod
+    def from_response(cls, usage: Any) -> "Usage":
+        """From a response's ``usage`` object (None when the server sent none: zero tokens, one request)."""
+        if usage is None:
+            return cls(requests=1)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        total = int(getattr(usage, "total_tokens", 0) or (prompt + completion))
+        return cls(prompt, completion, total, 1)
+
+
+def sum_usage(usages: Iterable[Usage]) -> Usage:
+    """The sum of several :class:`Usage`."""
+    total = Usage()
+    for u in usages:
+        total = total + u
+    return total
+
+
+@dataclass
+class ChatResult:
+    """The outcome of one chat call, after retries."""
+
+    ok: bool
+    """True when the API returned a chat completion."""
+    text: str | None = None
+    """The first choice's message content ("" when the server sent none); None when not ok."""
+    usage: Usage = field(default_factory=Usage)
+    """Token usage reported by the API for the successful response."""
+    attempts: int = 0
+    """HTTP attempts made (1 = no retry)."""
+    model: str | None = None
+    """The model the server says answered (e.g. a dated snapshot behind an alias)."""
+    finish_reason: str | None = None
+    """The first choice's finish reason."""
+    error: str | None = None
+    """Why the call failed (last error, key scrubbed); None when ok."""
+    error_kind: str | None = None
+    """``rate_limit``, ``server_error``, ``timeout``, ``connection``, ``bad_response`` or ``client_error``."""
+    status_code: int | None = None
+    """HTTP status of the last failed attempt, when there was one."""
+    elapsed_s: float = 0.0
+    """Wall time of the call, retries and waits included."""
+
+    def to_dict(self) -> dict:
+        return {
+            "ok": self.ok,
+            "text": self.text,
+            "usage": self.usage.to_dict(),
+            "attempts": self.attempts,
+            "model": self.model,
+            "finish_reason": self.finish_reason,
+            "error": self.error,
+            "error_kind": self.error_kind,
+            "status_code": self.status_code,
+            "elapsed_s": round(self.elapsed_s, 3),
+        }
+
+
+# ---------------------------------------------------------------------------
+# Retry policy
+
+
+@dataclass
+class RetryPolicy:
+    """How failed calls are retried."""
+
+    max_retries: int = 5
+    """Retries after the first attempt (0: never retry)."""
+    backoff_base: float = 1.0
+    """Seconds before the first retry; doubled for each further one."""
+    backoff_max: float = 60.0
+    """Ceiling of the exponential backoff."""
+    jitter: float = 0.5
+    """Fraction of the backoff drawn at random (0: none; 0.5: between 50% and 100%)."""
+    retry_after_max: float = 300.0
+    """Ceiling for a server's ``Retry-After`` (longer values are cut to this, logged)."""
+
+    def backoff(self, retry_number: int, rng: random.Random) -> float:
+        """Delay before retry number ``retry_number`` (1-based), jitter included."""
+        base = min(self.backoff_max, self.backoff_base * (2 ** max(0, retry_number - 1)))
+        if self.jitter <= 0:
+            return base
+        return base * (1.0 - self.jitter * rng.random())
+
+    def delay(self, retry_number: int, retry_after: float | None, rng: random.Random) -> float:
+        """The wait before a retry: the jittered backoff, or the server's Retry-After when longer."""
+        wait = self.backoff(retry_number, rng)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.retry_after_max))
+        return wait
+
+
+def parse_retry_after(headers: Mapping[str, str] | None, *, now: float | None = None) -> float | None:
+    """Seconds to wait from ``retry-after-ms`` / ``Retry-After`` (seconds or HTTP date); None if absent/invalid."""
+    if not headers:
+        return None
+    lowered = {str(k).lower(): v for k, v in headers.items()}
+    ms = lowered.get("retry-after-ms")
+    if ms is not None:
+        try:
+            value = float(ms) / 1000.0
+            if value >= 0:
+                return value
+        except ValueError:
+            pass
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    raw = str(raw).strip()
+    try:
+        value = float(raw)
+        return value if value >= 0 else None
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    now = time.time() if now is None else now
+    return max(0.0, when.timestamp() - now)
+
+
+def classify_error(exc: BaseException) -> tuple[str, bool, int | None, float | None]:
+    """``(kind, retryable, status_code, retry_after)`` for an exception raised by the openai client."""
+    import openai
+
+    if isinstance(exc, openai.APITimeoutError):
+        return "timeout", True, None, None
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection", True, None, None
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        retry_after = parse_retry_after(getattr(exc.response, "headers", None))
+        if status == 429:
+            return "rate_limit", True, status, retry_after
+        if status >= 500:
+            return "server_error", True, status, retry_after
+        if status == 408:
+            return "timeout", True, status, retry_after
+        return "client_error", False, status, None
+    if isinstance(exc, (openai.APIResponseValidationError, ValueError)):
+        # a 200 whose body is not a chat completion (JSONDecodeError is a ValueError)
+        return "bad_response", True, None, None
+    raise exc
+
+
+# ---------------------------------------------------------------------------
+# Client
+
+
+def make_openai_client(*, api_key: str, base_url: str | None = None, timeout: float = 60.0, **kwargs: Any):
+    """An ``openai.OpenAI`` client with the library's own retries off (``max_retries=0``)."""
+    import openai
+
+    return openai.OpenAI(api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=0, **kwargs)
+
+
+class ChatClient:
+    """One chat-completions endpoint with our retry loop; thread-safe.
+
+    ``sleep`` and ``rng`` are injectable for tests. ``client`` may be given
+    directly (any object with ``chat.completions.create``).
+    """
+
+    def __init__(
+        self,
+        *,
+        api_key: str,
+        base_url: str | None = None,
+        timeout: float = 60.0,
+        retry: RetryPolicy | None = None,
+        client: Any = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        self._secret = api_key
+        self.retry = retry or RetryPolicy()
+        self.timeout = timeout
+        self.client = client or make_openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self._rng_lock = threading.Lock()
+        self._stats_lock = threading.Lock()
+        self.retries_done = 0
+        """Retries made so far, over all calls."""
+
+    @property
+    def base_url(self) -> str:
+        """The endpoint actually used (the client's default when none was given)."""
+        return str(getattr(self.client, "base_url", ""))
+
+    def _scrub(self, text: str) -> str:
+        return redact(text, self._secret)
+
+    def _delay(self, retry_number: int, retry_after: float | None) -> float:
+        with self._rng_lock:
+            return self.retry.delay(retry_number, retry_after, self._rng)
+
+    def chat(self, messages: list[dict], *, model: str, label: str = "", **params: Any) -> ChatResult:
+        """One chat completion, retried per :attr:`retry`; never raises for API failures.
+
+        ``params`` go to ``chat.completions.create`` as they are (``temperature``,
+        ``max_tokens``, ``seed``...); parameters set to None are not sent.
+        """
+        params = {k: v for k, v in params.items() if v is not None}
+        total = self.retry.max_retries + 1
+        started = time.monotonic()
+        where = f"{label}: " if label else ""
+        attempt = 0
+        last: tuple[str, str, int | None] = ("", "", None)
+        while True:
+            attempt += 1
+            try:
+                response = self.client.chat.completions.create(model=model, messages=messages, **params)
+                choices = getattr(response, "choices", None)
+                if not choices:
+                    raise ValueError("the response has no choices")
+                choice = choices[0]
+                message = getattr(choice, "message", None)
+                if message is None:
+                    raise ValueError("the response's first choice has no message")
+                return ChatResult(
+                    ok=True,
+                    text=message.content or "",
+                    usage=Usage.from_response(getattr(response, "usage", None)),
+                    attempts=attempt,
+                    model=getattr(response, "model", None),
+                    finish_reason=getattr(choice, "finish_reason", None),
+                    elapsed_s=time.monotonic() - started,
+                )
+            except Exception as exc:  # classified below; programming errors re-raise from classify_error
+                kind, retryable, status, retry_after = classify_error(exc)
+                message_text = self._scrub(f"{type(exc).__name__}: {exc}")
+                last = (kind, message_text, status)
+                if not retryable or attempt >= total:
+                    if retryable:
+                        log.warning("%s%s after %d attempt(s), giving up: %s", where, kind, attempt, message_text)
+                    else:
+                        log.warning("%s%s (HTTP %s), not retried: %s", where, kind, status, message_text)
+                    break
+                wait = self._delay(attempt, retry_after)
+                extra = f", server asked Retry-After {retry_after:g} s" if retry_after is not None else ""
+                if retry_after is not None and retry_after > self.retry.retry_after_max:
+                    extra += f" (capped at {self.retry.retry_after_max:g} s)"
+                log.warning(
+                    "%s%s on attempt %d/%d: %s; retrying in %.2f s%s", where, kind, attempt, total, message_text, wait, extra
+                )
+                with self._stats_lock:
+                    self.retries_done += 1
+                self._sleep(wait)
+        kind, message_text, status = last
+        return ChatResult(
+            ok=False,
+            attempts=attempt,
+            error=message_text,
+            error_kind=kind,
+            status_code=status,
+            elapsed_s=time.monotonic() - started,
+        )
+
+
+# ---------------------------------------------------------------------------
+# Concurrency
+
+
+def run_concurrent(fn: Callable[[T], R], items: Iterable[T], concurrency: int) -> Iterator[tuple[T, R]]:
+    """Call ``fn`` on every item with at most ``concurrency`` calls in flight; yield ``(item, result)`` as each completes.
+
+    Results come in completion order, so the caller can checkpoint each at once.
+    Worker threads are daemons: an interrupted caller (Ctrl-C, closing the
+    generator) stops new calls from starting and does not wait for calls in flight.
+    An exception raised by ``fn`` stops the run and is re-raised here.
+    """
+    pending: "queue.Queue[T]" = queue.Queue()
+    count = 0
+    for item in items:
+        pending.put(item)
+        count += 1
+    if count == 0:
+        return
+    done: "queue.Queue[tuple[T, Any, BaseException | None]]" = queue.Queue()
+    stop = threading.Event()
+
+    def worker() -> None:
+        while not stop.is_set():
+            try:
+                item = pending.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                result = fn(item)
+            except BaseException as exc:  # handed to the consumer, which re-raises it
+                done.put((item, None, exc))
+                return
+            done.put((item, result, None))
+
+    workers = [threading.Thread(target=worker, name=f"k9bench-api-{i}", daemon=True) for i in range(max(1, min(concurrency, count)))]
+    for t in workers:
+        t.start()
+    try:
+        for _ in range(count):
+            item, result, exc = done.get()
+            if exc is not None:
+                raise exc
+            yield item, result
+    finally:
+        stop.set()
