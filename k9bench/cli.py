@@ -19,7 +19,7 @@ def setup_logging(verbose: int = 0, quiet: bool = False) -> None:
     level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
     logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S", stream=sys.stderr, force=True)
     if verbose < 2:
-        for name in ("httpx", "httpcore", "urllib3", "filelock", "huggingface_hub", "datasets", "PIL", "matplotlib"):
+        for name in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "urllib3", "filelock", "huggingface_hub", "datasets", "PIL", "matplotlib"):
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
