@@ -251,7 +251,7 @@ class _DecordSource:
         try:
             self._vr = decord.VideoReader(str(path), num_threads=0)
         except Exception as exc:
-            raise VideoError(path, "decode_error", f"decord cannot open the video ({_short(exc)})") from None
+            raise VideoError(path, "decode_error", f"{_diagnose(path)} [decord: {_short(exc)}]") from None
         self.path = path
         self.total_frames = len(self._vr)
         self.fps = float(self._vr.get_avg_fps())
@@ -262,7 +262,9 @@ class _DecordSource:
         try:
             arr = self._vr.get_batch(indices).asnumpy()
         except Exception as exc:
-            raise VideoError(self.path, "decode_error", f"decord failed to decode frames ({_short(exc)})") from None
+            raise VideoError(
+                self.path, "decode_error", f"decoding failed (corrupt or truncated video?) [decord: {_short(exc)}]"
+            ) from None
         return torch.from_numpy(arr).permute(0, 3, 1, 2)
 
 
@@ -278,10 +280,15 @@ class _PyAVSource:
         try:
             self._container = av.open(str(path))
         except Exception as exc:
-            raise VideoError(path, "decode_error", f"PyAV cannot open the file ({_short(exc)})") from None
+            raise VideoError(
+                path, "decode_error", f"the file is not a readable video: corrupt, truncated or not a video ({_short(exc)})"
+            ) from None
         if not self._container.streams.video:
+            kinds = sorted({s.type for s in self._container.streams}) or ["no streams"]
             self._container.close()
-            raise VideoError(path, "decode_error", "the file has no video stream (audio-only or not a video)")
+            raise VideoError(
+                path, "decode_error", f"the file has no video stream (streams: {', '.join(kinds)}): audio-only or not a video"
+            )
         self._stream = self._container.streams.video[0]
         self._stream.thread_type = "AUTO"
         rate = self._stream.average_rate or self._stream.guessed_rate
@@ -337,6 +344,27 @@ class _PyAVSource:
             self._container.close()
         arr = np.stack([got[i] for i in indices])
         return torch.from_numpy(arr).permute(0, 3, 1, 2)
+
+
+def _diagnose(path: Path) -> str:
+    """Why a file that a decoder refused is not a usable video, in words (probed with PyAV if present).
+
+    Only a diagnosis for the error message: nothing is decoded with PyAV here.
+    """
+    try:
+        import av
+    except Exception:
+        return "the file cannot be opened as a video (corrupt, truncated or not a video)"
+    try:
+        with av.open(str(path)) as container:
+            if not container.streams.video:
+                kinds = sorted({s.type for s in container.streams}) or ["no streams"]
+                return f"the file has no video stream (streams: {', '.join(kinds)}): audio-only or not a video"
+            for _ in container.decode(video=0):
+                break
+    except Exception as exc:
+        return f"the file is not a readable video: corrupt, truncated or not a video ({_short(exc)})"
+    return "the decoder cannot open this video (it may be truncated or use an unsupported codec)"
 
 
 def _short(exc: BaseException) -> str:

@@ -1,0 +1,346 @@
+"""k9bench.video and k9bench.frame_cache: sampling rules, errors, decoder choice, the frame caches."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from k9bench.ffmpeg import make_video, run_ffmpeg
+from k9bench.frame_cache import FrameCache, SamplingSettings
+from k9bench.video import (
+    DECODERS,
+    DEFAULT_DECODER,
+    DEFAULT_MIN_PIXELS,
+    DecoderUnavailable,
+    Frames,
+    VideoError,
+    check_decoder,
+    default_min_pixels,
+    frame_indices,
+    resized_size,
+    sample,
+)
+
+
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory) -> dict[str, Path]:
+    """Small generated clips plus broken files, made once for this module."""
+    d = tmp_path_factory.mktemp("clips")
+    out = {
+        "short": make_video(d / "short.mp4", duration=5, fps=24, width=320, height=240),
+        "av": make_video(d / "av.mp4", duration=4, fps=25, width=256, height=144, audio=True),
+    }
+    audio = d / "audio_only.mp4"
+    run_ffmpeg(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000", "-t", "2", "-c:a", "aac", str(audio)])
+    out["audio_only"] = audio
+    empty = d / "empty.mp4"
+    empty.write_bytes(b"")
+    out["empty"] = empty
+    garbage = d / "garbage.mp4"
+    garbage.write_bytes(bytes((i * 97 + 13) % 256 for i in range(40_000)))
+    out["garbage"] = garbage
+    text = d / "notes.mp4"
+    text.write_text("this is not a video\n" * 50)
+    out["text"] = text
+    data = out["short"].read_bytes()
+    half = d / "truncated_half.mp4"  # moov first (faststart), media data cut in half
+    half.write_bytes(data[: len(data) // 2])
+    out["truncated_half"] = half
+    tail = d / "truncated_tail.mp4"  # only the last bytes missing
+    tail.write_bytes(data[: len(data) - 200])
+    out["truncated_tail"] = tail
+    nofast = make_video(d / "moov_last.mp4", duration=5, fps=24, width=320, height=240, faststart=False).read_bytes()
+    head = d / "truncated_no_moov.mp4"  # moov at the end, lost
+    head.write_bytes(nofast[: len(nofast) // 2])
+    out["truncated_no_moov"] = head
+    return out
+
+
+# --------------------------------------------------------------------------- pure rules
+
+
+@pytest.mark.parametrize(
+    "total, fps, max_frames, expected",
+    [
+        # 10 s at 25 fps, 1 fps sampling -> 10 frames over 0..249
+        (250, 25.0, 32, [0, 28, 55, 83, 111, 138, 166, 194, 221, 249]),
+        # 3 s -> 3 frames, raised to the minimum of 4
+        (72, 24.0, 32, [0, 24, 47, 71]),
+        # 7 s -> 7 frames, floored to an even 6
+        (210, 30.0, 32, [0, 42, 84, 125, 167, 209]),
+        # 100 s -> capped at max_frames
+        (3000, 30.0, 8, [0, 428, 857, 1285, 1714, 2142, 2571, 2999]),
+    ],
+)
+def test_frame_indices_follow_qwen_rules(total, fps, max_frames, expected):
+    assert frame_indices(total, fps, 1.0, max_frames) == expected
+
+
+def test_frame_count_is_even_and_capped():
+    for seconds in (4, 5, 9, 31, 33, 61, 600):
+        n = len(frame_indices(int(seconds * 30), 30.0, 1.0, 32))
+        assert n % 2 == 0 and 4 <= n <= 32, (seconds, n)
+
+
+@pytest.mark.parametrize(
+    "h, w, expected",
+    [
+        (720, 1280, (280, 504)),  # 16:9 above max_pixels -> scaled down, multiples of 28
+        (1080, 1920, (280, 504)),
+        (1280, 720, (504, 280)),  # portrait
+        (240, 320, (280, 392)),  # 252x308 is below min_pixels (100352) -> scaled up, ceil to 28
+        (360, 420, (336, 420)),  # 364x420 rounds above max_pixels -> floor to 28
+    ],
+)
+def test_resized_size_table(h, w, expected):
+    rh, rw = resized_size(h, w, 32, 360 * 420, None)
+    assert (rh, rw) == expected
+    assert rh % 28 == 0 and rw % 28 == 0
+    assert DEFAULT_MIN_PIXELS <= rh * rw <= 360 * 420 or (h * w < DEFAULT_MIN_PIXELS)
+
+
+def test_default_min_pixels_matches_qwen_vl_utils():
+    from qwen_vl_utils import vision_process as vp
+
+    assert DEFAULT_MIN_PIXELS == vp.VIDEO_MIN_TOKEN_NUM * (14 * vp.SPATIAL_MERGE_SIZE) ** 2 == 100352
+    assert default_min_pixels(16) == 128 * 32 * 32
+
+
+# --------------------------------------------------------------------------- sample()
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+def test_sample_returns_consistent_frames(clips, decoder):
+    f = sample(clips["short"], decoder=decoder)
+    assert isinstance(f, Frames)
+    assert f.decoder == decoder
+    assert f.frames.dtype == torch.uint8 and f.frames.shape == (len(f.indices), 3, f.height, f.width)
+    assert f.total_frames == 120 and f.source_fps == pytest.approx(24.0)
+    assert f.indices == frame_indices(120, 24.0, 1.0, 32) and len(f.indices) == 4
+    assert f.duration == pytest.approx(5.0)
+    assert f.sample_fps == pytest.approx(4 / 120 * 24)
+    assert (f.source_height, f.source_width) == (240, 320)
+    # consecutive sampled frames differ (the pattern moves), so these are real frames
+    assert not torch.equal(f.frames[0], f.frames[1])
+    meta = f.processor_metadata()
+    assert meta == {"fps": 24.0, "frames_indices": f.indices, "total_num_frames": 120, "video_backend": decoder}
+    assert f.timestamps() == [i / 24.0 for i in f.indices]
+
+
+def test_decoders_agree(clips):
+    a = sample(clips["av"], decoder="decord")
+    b = sample(clips["av"], decoder="pyav")
+    assert a.indices == b.indices and a.frames.shape == b.frames.shape
+    assert (a.frames.float() - b.frames.float()).abs().mean() <= 1.0
+
+
+def test_max_frames_and_pixels_are_honoured(clips):
+    f = sample(clips["short"], fps=4.0, max_frames=6, max_pixels=200 * 200, min_pixels=28 * 28 * 4)
+    assert len(f.indices) == 6
+    assert f.height * f.width <= 200 * 200 and f.height % 28 == 0 and f.width % 28 == 0
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize(
+    "name, reason, words",
+    [
+        ("missing", "missing_video", "not found"),
+        ("empty", "decode_error", "zero-length"),
+        ("garbage", "decode_error", "not a readable video"),
+        ("text", "decode_error", "not a readable video"),
+        ("audio_only", "decode_error", "no video stream"),
+        ("truncated_half", "decode_error", "truncated"),
+        ("truncated_tail", "decode_error", "truncated"),
+        ("truncated_no_moov", "decode_error", "truncated"),
+    ],
+)
+def test_bad_files_raise_clear_errors(clips, tmp_path, decoder, name, reason, words):
+    path = clips.get(name, tmp_path / "missing.mp4")
+    with pytest.raises(VideoError) as info:
+        sample(path, decoder=decoder)
+    err = info.value
+    assert err.reason_class == reason
+    assert err.path == str(path)
+    assert str(path) in str(err)
+    assert words in str(err)
+
+
+def test_directory_is_not_a_video(tmp_path):
+    with pytest.raises(VideoError, match="not a regular file") as info:
+        sample(tmp_path)
+    assert info.value.reason_class == "decode_error"
+
+
+def test_unknown_decoder_stops():
+    with pytest.raises(DecoderUnavailable, match="unknown decoder 'opencv'"):
+        check_decoder("opencv")
+
+
+@pytest.mark.parametrize("decoder, module", [("decord", "decord"), ("pyav", "av")])
+def test_decoder_that_cannot_load_stops_without_fallback(monkeypatch, clips, decoder, module):
+    monkeypatch.setitem(sys.modules, module, None)  # import now raises ImportError
+    with pytest.raises(DecoderUnavailable, match="no fallback") as info:
+        sample(clips["short"], decoder=decoder)
+    assert repr(decoder) in str(info.value)
+    with pytest.raises(DecoderUnavailable):
+        FrameCache(decoder=decoder)
+
+
+def test_default_decoder_is_documented_choice():
+    assert DEFAULT_DECODER == "decord" and DEFAULT_DECODER in DECODERS
+
+
+# --------------------------------------------------------------------------- FrameCache (memory)
+
+
+def _count_samples(monkeypatch) -> list[str]:
+    import k9bench.frame_cache as fc
+
+    calls: list[str] = []
+    real = fc.sample
+
+    def counting(path, **kw):
+        calls.append(str(path))
+        return real(path, **kw)
+
+    monkeypatch.setattr(fc, "sample", counting)
+    return calls
+
+
+def test_cache_decodes_each_video_once(monkeypatch, clips):
+    calls = _count_samples(monkeypatch)
+    cache = FrameCache(max_frames=8)
+    first = cache.get(clips["short"])
+    for _ in range(4):
+        assert cache.get(clips["short"]) is first
+    cache.get(clips["av"])
+    assert calls == [str(clips["short"]), str(clips["av"])]
+    assert cache.stats.decodes == 2 and cache.stats.memory_hits == 4
+    assert len(cache) == 2
+    cache.release(clips["short"])
+    assert len(cache) == 1
+    cache.release(clips["short"])  # releasing twice is harmless
+    cache.get(clips["short"])
+    assert len(calls) == 3
+
+
+def test_cache_key_includes_size_and_mtime(monkeypatch, tmp_path):
+    calls = _count_samples(monkeypatch)
+    path = make_video(tmp_path / "v.mp4", duration=2, fps=24, width=160, height=120)
+    cache = FrameCache()
+    a = cache.get(path)
+    st = path.stat()
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 5_000_000_000))
+    b = cache.get(path)
+    assert len(calls) == 2 and a is not b
+
+
+def test_cache_remembers_failures(monkeypatch, clips):
+    calls = _count_samples(monkeypatch)
+    cache = FrameCache()
+    for _ in range(3):
+        with pytest.raises(VideoError) as info:
+            cache.get(clips["garbage"])
+        assert info.value.reason_class == "decode_error"
+    assert len(calls) == 1 and cache.stats.failures == 1
+
+
+def test_cache_missing_file(tmp_path):
+    with pytest.raises(VideoError) as info:
+        FrameCache().get(tmp_path / "nope.mp4")
+    assert info.value.reason_class == "missing_video" and "nope.mp4" in str(info.value)
+
+
+def test_settings_object_or_keywords():
+    s = SamplingSettings(max_frames=16, decoder="pyav")
+    assert FrameCache(s).settings == FrameCache(max_frames=16, decoder="pyav").settings
+    with pytest.raises(TypeError):
+        FrameCache(s, max_frames=8)
+    assert FrameCache().summary()["settings"]["decoder"] == DEFAULT_DECODER
+
+
+# --------------------------------------------------------------------------- FrameCache (disk)
+
+
+def test_disk_cache_round_trip(monkeypatch, clips, tmp_path):
+    calls = _count_samples(monkeypatch)
+    disk = tmp_path / "frames"
+    first = FrameCache(disk_dir=disk).get(clips["short"])
+    entries = list(disk.iterdir())
+    assert len(entries) == 1 and entries[0].suffix == ".npz"  # no temporary file left behind
+    second_cache = FrameCache(disk_dir=disk)
+    second = second_cache.get(clips["short"])
+    assert len(calls) == 1
+    assert second.from_disk_cache and not first.from_disk_cache
+    assert second_cache.stats.disk_hits == 1 and second_cache.stats.decodes == 0
+    assert torch.equal(first.frames, second.frames)
+    for attr in ("indices", "source_fps", "total_frames", "sample_fps", "height", "width", "duration", "decoder"):
+        assert getattr(first, attr) == getattr(second, attr), attr
+    # other sampling settings or decoder -> a separate entry
+    FrameCache(disk_dir=disk, max_frames=2).get(clips["short"])
+    FrameCache(disk_dir=disk, decoder="pyav").get(clips["short"])
+    assert len(list(disk.glob("*.npz"))) == 3 and len(calls) == 3
+
+
+def _flip_byte(path: Path, offset_from_end: int) -> None:
+    data = bytearray(path.read_bytes())
+    data[-offset_from_end] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["truncate", "garbage", "pixel_flip", "empty"],
+)
+def test_damaged_disk_entry_is_redecoded_and_logged(monkeypatch, clips, tmp_path, caplog, damage):
+    disk = tmp_path / "frames"
+    good = FrameCache(disk_dir=disk).get(clips["short"])
+    entry = FrameCache(disk_dir=disk).entry_path(clips["short"])
+    assert entry is not None and entry.exists()
+    data = entry.read_bytes()
+    if damage == "truncate":
+        entry.write_bytes(data[: len(data) // 2])
+    elif damage == "garbage":
+        entry.write_bytes(b"not an npz" * 100)
+    elif damage == "empty":
+        entry.write_bytes(b"")
+    else:
+        # a byte inside the stored pixels (the first array of the uncompressed archive)
+        raw = bytearray(data)
+        raw[2000] ^= 0xFF
+        entry.write_bytes(bytes(raw))
+    calls = _count_samples(monkeypatch)
+    cache = FrameCache(disk_dir=disk)
+    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+        again = cache.get(clips["short"])
+    assert calls == [str(clips["short"])]
+    assert cache.stats.damaged == 1 and cache.stats.decodes == 1
+    assert "damaged" in caplog.text and entry.name in caplog.text
+    assert torch.equal(again.frames, good.frames) and not again.from_disk_cache
+    # the entry was rewritten and is good again
+    third = FrameCache(disk_dir=disk)
+    assert third.get(clips["short"]).from_disk_cache and third.stats.damaged == 0
+
+
+def test_disk_entry_for_other_key_is_rejected(clips, tmp_path, caplog):
+    disk = tmp_path / "frames"
+    FrameCache(disk_dir=disk).get(clips["short"])
+    other = FrameCache(disk_dir=disk)
+    entry_short = other.entry_path(clips["short"])
+    entry_av = other.entry_path(clips["av"])
+    entry_av.write_bytes(entry_short.read_bytes())  # an entry copied under the wrong name
+    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+        f = other.get(clips["av"])
+    assert "key mismatch" in caplog.text and other.stats.damaged == 1
+    assert f.total_frames == 100  # the av clip: 4 s at 25 fps
+
+
+def test_video_module_reexports_frame_cache():
+    import k9bench.video as video
+
+    assert video.FrameCache is FrameCache and video.SamplingSettings is SamplingSettings
