@@ -1,0 +1,127 @@
+"""Accuracy statistics: bootstrap confidence intervals that resample videos.
+
+K9-Bench asks about five questions per video, and questions about one video are
+not independent (a model that cannot see a dark video misses all of them). The
+confidence intervals here therefore resample *videos* with replacement: every
+question of a drawn video comes along, as many times as the video was drawn.
+Accuracy in a replicate is ``sum(correct) / sum(count)`` over the drawn videos,
+overall and per category; the interval is the percentile interval of the
+replicates. A fixed seed gives the same interval on every run and machine
+(numpy's PCG64 generator).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Hashable, Sequence
+
+log = logging.getLogger(__name__)
+
+DEFAULT_RESAMPLES = 2000
+"""Bootstrap replicates unless told otherwise."""
+DEFAULT_SEED = 0
+"""Seed of the bootstrap generator unless told otherwise."""
+DEFAULT_LEVEL = 0.95
+"""Confidence level of the intervals."""
+
+
+@dataclass
+class Interval:
+    """A bootstrap interval for one accuracy."""
+
+    low: float | None
+    """Lower bound (None when no replicate was defined)."""
+    high: float | None
+    """Upper bound (None when no replicate was defined)."""
+    defined: int
+    """Replicates in which the accuracy was defined (the drawn videos held at least one question)."""
+
+    def as_list(self) -> list[float] | None:
+        """``[low, high]`` or None."""
+        return None if self.low is None else [self.low, self.high]
+
+
+@dataclass
+class BootstrapResult:
+    """Intervals for the overall accuracy and for each group label (category)."""
+
+    overall: Interval
+    """Interval of the accuracy over every counted question."""
+    by_label: dict[str, Interval] = field(default_factory=dict)
+    """Label (category) -> interval of that label's accuracy."""
+    resamples: int = 0
+    """Replicates drawn."""
+    seed: int = DEFAULT_SEED
+    """Generator seed."""
+    level: float = DEFAULT_LEVEL
+    """Confidence level."""
+    units: int = 0
+    """Videos (resampling units) in the data."""
+
+
+def bootstrap_accuracy(
+    correct: Sequence[bool],
+    units: Sequence[Hashable],
+    labels: Sequence[str] | None = None,
+    counted: Sequence[bool] | None = None,
+    *,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    level: float = DEFAULT_LEVEL,
+) -> BootstrapResult:
+    """Percentile bootstrap intervals for accuracy, resampling ``units`` (videos).
+
+    ``correct[i]`` is question i's verdict, ``units[i]`` its video, ``labels[i]`` its
+    category, and ``counted[i]`` whether it enters the accuracy at all (False drops
+    it, e.g. failed samples for VALID accuracy; its video still counts as a unit,
+    so ALL and VALID intervals are drawn over the same videos). Every unit is
+    drawn with equal probability; all labels share the same replicates.
+    """
+    import numpy as np
+
+    n = len(correct)
+    if len(units) != n or (labels is not None and len(labels) != n) or (counted is not None and len(counted) != n):
+        raise ValueError("correct, units, labels and counted must have the same length")
+    if resamples < 1:
+        raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if not 0.0 < level < 1.0:
+        raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
+
+    unit_index: dict[Hashable, int] = {}
+    unit_of = np.array([unit_index.setdefault(u, len(unit_index)) for u in units], dtype=np.int64)
+    n_units = len(unit_index)
+    label_names: list[str] = []
+    if labels is not None:
+        label_names = list(dict.fromkeys(labels))
+    weight = np.ones(n) if counted is None else np.asarray(counted, dtype=float)
+    hit = np.asarray(correct, dtype=float) * weight
+
+    result = BootstrapResult(overall=Interval(None, None, 0), resamples=resamples, seed=seed, level=level, units=n_units)
+    if n_units == 0:
+        result.by_label = {name: Interval(None, None, 0) for name in label_names}
+        return result
+
+    rng = np.random.default_rng(seed)
+    # draws[b, v]: how many times video v is drawn in replicate b (n_units draws per replicate)
+    draws = rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=resamples).astype(float)
+
+    def interval(mask) -> Interval:
+        hits = np.bincount(unit_of, weights=hit * mask, minlength=n_units)
+        totals = np.bincount(unit_of, weights=weight * mask, minlength=n_units)
+        num = draws @ hits
+        den = draws @ totals
+        ok = den > 0
+        if not ok.any():
+            return Interval(None, None, 0)
+        acc = num[ok] / den[ok]
+        tail = (1.0 - level) / 2.0 * 100.0
+        low, high = np.percentile(acc, [tail, 100.0 - tail])
+        return Interval(float(low), float(high), int(ok.sum()))
+
+    result.overall = interval(np.ones(n))
+    if labels is not None:
+        label_arr = np.asarray(labels, dtype=object)
+        for name in label_names:
+            result.by_label[name] = interval((label_arr == name).astype(float))
+    return result

@@ -1,0 +1,273 @@
+"""The fine rule, record checks, evaluation statistics and bootstrap intervals (no model needed)."""
+
+import math
+
+import pytest
+
+from k9bench.artifacts import QuestionRecord, RecordsArtifact
+from k9bench.scoring import (
+    SKIP_EMPTY,
+    SKIP_FAILED,
+    ScoringError,
+    default_output_path,
+    evaluate,
+    fine_verdict,
+    format_table,
+    is_correct_fine,
+    option_letters,
+    plan_calculation,
+)
+from k9bench.stats import bootstrap_accuracy
+
+OPTS = ["A. sits", "B. runs", "C. sleeps", "D. barks", "E. eats"]
+
+
+def sims(a, b, c, d, e):
+    return {"A": a, "B": b, "C": c, "D": d, "E": e}
+
+
+# (similarities, ground truth, threshold, expected verdict, words the explanation must hold)
+FINE_CASES = [
+    pytest.param(sims(0.9, 0.1, 0.2, 0.3, 0.4), "A", 0.5, True, "highest", id="clear-win"),
+    pytest.param(sims(0.9, 0.1, 0.2, 0.3, 0.4), "B", 0.5, False, "A is more similar", id="wrong-letter-is-best"),
+    pytest.param(sims(0.45, 0.1, 0.2, 0.3, 0.4), "A", 0.5, False, "not above", id="best-but-below-threshold"),
+    pytest.param(sims(0.5, 0.1, 0.2, 0.3, 0.4), "A", 0.5, False, "not above", id="exactly-at-threshold-is-wrong"),
+    pytest.param(sims(0.5000001, 0.1, 0.2, 0.3, 0.4), "A", 0.5, True, "highest", id="just-above-threshold"),
+    pytest.param(sims(0.7, 0.7, 0.2, 0.3, 0.4), "A", 0.5, True, "tie", id="tie-with-distractor-counts-correct"),
+    pytest.param(sims(0.7, 0.7, 0.7, 0.7, 0.7), "E", 0.5, True, "tie", id="five-way-tie-correct"),
+    pytest.param(sims(0.4, 0.4, 0.2, 0.3, 0.1), "B", 0.5, False, "not above", id="tie-below-threshold-wrong"),
+    pytest.param(sims(0.7, 0.7000001, 0.2, 0.3, 0.4), "A", 0.5, False, "B is more similar", id="distractor-strictly-greater"),
+    pytest.param(sims(0.3, 0.1, 0.2, 0.45, 0.0), "A", 0.5, False, "D is more similar", id="below-and-beaten"),
+    pytest.param(sims(0.2, 0.1, 0.0, -0.1, 0.15), "A", None, True, "highest", id="argmax-only-ignores-threshold"),
+    pytest.param(sims(0.2, 0.1, 0.0, -0.1, 0.25), "A", None, False, "E is more similar", id="argmax-only-beaten"),
+    pytest.param(sims(-0.2, -0.5, -0.3, -0.4, -0.6), "A", -0.25, True, "highest", id="negative-threshold"),
+    pytest.param(sims(0.6, 0.1, 0.2, 0.3, 0.4), "A", 0.6, False, "not above", id="threshold-equal-0.6"),
+]
+
+
+@pytest.mark.parametrize("table, gt, threshold, expected, words", FINE_CASES)
+def test_fine_rule(table, gt, threshold, expected, words):
+    verdict = fine_verdict(table, gt, threshold)
+    assert verdict.is_correct is expected
+    assert is_correct_fine(table, gt, threshold) is expected
+    assert words in verdict.explanation
+    assert verdict.explanation.startswith("correct" if expected else "wrong")
+
+
+def test_margin_and_best_option():
+    v = fine_verdict(sims(0.6, 0.8, 0.2, 0.3, 0.1), "A", 0.5)
+    assert v.best_option == "B" and v.margin == pytest.approx(-0.2)
+    v = fine_verdict(sims(0.8, 0.8, 0.2, 0.3, 0.1), "B", 0.5)
+    assert v.best_option == "B" and v.margin == 0.0  # a tie names the ground truth as best
+    v = fine_verdict(sims(0.9, 0.5, 0.2, 0.3, 0.1), "A", 0.5)
+    assert v.best_option == "A" and v.margin == pytest.approx(0.4)
+
+
+@pytest.mark.parametrize(
+    "options, letters",
+    [
+        (OPTS, list("ABCDE")),
+        (["A. x", "B. y", "C. z"], list("ABC")),
+        ({"B": "y", "A": "x", "C": "z", "D": "w", "E": "v"}, list("ABCDE")),
+        (["no prefix here", "another"], ["A", "B"]),
+    ],
+)
+def test_option_letters(options, letters):
+    texts, got = option_letters(options, "f.json: record idx 1")
+    assert got == letters
+    assert len(texts) == len(letters)
+    if isinstance(options, dict):
+        assert texts[0] == "A. x"
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        (["A. a", "C. c"], "labelled 'C'"),
+        (OPTS + ["F. extra"], "at most 5"),
+        (["A. a", ""], "option B is empty"),
+        ([], "missing"),
+        ("A. a", "missing"),
+        ({"A": "x", "C": "z"}, "keys are"),
+    ],
+)
+def test_option_letters_rejects(options, message):
+    with pytest.raises(ScoringError, match=message) as err:
+        option_letters(options, "f.json: record idx 7")
+    assert "f.json: record idx 7" in str(err.value)
+
+
+def rec(idx, gt="A", answer="a dog", sims_=None, cat="posture analysis", scene="vidAAAAAAAA", **kw):
+    return QuestionRecord(idx=idx, question_category=cat, video=f"{scene}.mp4", ground_truth=gt, response=answer,
+                          answer=answer, scene_name=scene, question="q", options=list(OPTS),
+                          cosine_similarities=sims_, **kw)
+
+
+def test_plan_calculation_keeps_failed_and_empty():
+    records = [rec(1), rec(2, answer="  "), QuestionRecord(idx=3, ground_truth="A", error="Video not found"), rec(4, answer="x")]
+    rows = [r.to_dict() for r in records]
+    items, skipped = plan_calculation(records, "raw.json", rows)
+    assert [i.idx for i in items] == [1, 4]
+    assert skipped == {1: SKIP_EMPTY, 2: SKIP_FAILED}
+    assert items[0].letters == list("ABCDE") and items[0].options == OPTS
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda r: r.pop("answer"), "no 'answer'"),
+        (lambda r: r.update(options=None), "'options' is missing"),
+        (lambda r: r.update(ground_truth=""), "'ground_truth' is missing"),
+        (lambda r: r.update(ground_truth="F"), "ground truth 'F' is not one of the options"),
+        (lambda r: r.update(ground_truth="a"), "ground truth 'a' is not one of the options"),
+    ],
+)
+def test_plan_calculation_rejects_bad_records(mutate, message):
+    rows = [rec(1).to_dict(), rec(42).to_dict()]
+    mutate(rows[1])
+    records = [QuestionRecord.from_dict(r) for r in rows]
+    with pytest.raises(ScoringError, match=message) as err:
+        plan_calculation(records, "raw.json", rows)
+    assert "raw.json: record idx 42" in str(err.value)
+
+
+def small_eval_set():
+    """Two categories over three videos, with a failed sample and an empty answer."""
+    return RecordsArtifact(records=[
+        rec(1, "A", sims_=sims(0.9, 0.1, 0.1, 0.1, 0.1), scene="v1aaaaaaaaa"),               # correct
+        rec(2, "B", sims_=sims(0.9, 0.6, 0.1, 0.1, 0.1), scene="v1aaaaaaaaa"),               # wrong: A beats B
+        rec(3, "C", sims_=sims(0.1, 0.1, 0.45, 0.1, 0.1), scene="v2aaaaaaaaa", cat="action sequence"),  # wrong at 0.5, right at 0.4
+        rec(4, "D", sims_=sims(0.1, 0.1, 0.1, 0.65, 0.65), scene="v2aaaaaaaaa", cat="action sequence"),  # tie: correct
+        QuestionRecord(idx=5, question_category="action sequence", video="v3aaaaaaaaa.mp4", scene_name="v3aaaaaaaaa",
+                       ground_truth="A", error="CUDA out of memory", error_class="oom"),
+        rec(6, "A", answer="", scene="v3aaaaaaaaa", extra={"similarity_skipped": SKIP_EMPTY}),
+    ], meta={"total_count": 6, "similarity_model": "m", "similarity_calculated_at": "t"})
+
+
+def test_evaluate_verdicts_and_reference_keys():
+    out = evaluate(small_eval_set(), threshold=0.5, resamples=200, seed=1)
+    verdicts = {r.idx: r.is_correct for r in out.records}
+    assert verdicts == {1: True, 2: False, 3: False, 4: True, 5: False, 6: False}
+    assert all(r.eval_mode == "fine" and r.evaluation_explanation for r in out.records)
+    d = out.to_dict()
+    assert list(d)[:9] == ["evaluation_timestamp", "eval_mode", "threshold", "accuracy", "correct_count", "total_count",
+                           "category_wise_accuracy", "individual_results", "metadata"]
+    assert d["accuracy"] == pytest.approx(2 / 6) and d["correct_count"] == 2 and d["total_count"] == 6
+    assert d["category_wise_accuracy"] == {
+        "posture analysis": {"accuracy": pytest.approx(1 / 3), "correct": 1, "total": 3},
+        "action sequence": {"accuracy": pytest.approx(1 / 3), "correct": 1, "total": 3},
+    }
+    assert d["metadata"] == {"similarity_model": "m", "similarity_calculated_at": "t"}
+    rec2 = d["individual_results"][1]
+    assert rec2["similarity_margin"] == pytest.approx(-0.3) and rec2["best_option"] == "A"
+    assert d["individual_results"][4]["failure_reason"] == "oom"
+    assert "failed sample (oom)" in d["individual_results"][4]["evaluation_explanation"]
+
+
+def test_evaluate_statistics_all_valid_and_sensitivity():
+    stats = evaluate(small_eval_set(), threshold=0.5, resamples=200, seed=1).meta["statistics"]
+    assert stats["overall"]["all"]["total"] == 6 and stats["overall"]["valid"]["total"] == 5
+    assert stats["overall"]["valid"]["accuracy"] == pytest.approx(2 / 5)
+    assert stats["categories"]["action sequence"]["valid"] == pytest.approx(
+        {"accuracy": 0.5, "correct": 1, "total": 2, "ci95": stats["categories"]["action sequence"]["valid"]["ci95"]})
+    assert stats["failed_samples"] == {"count": 1, "reasons": {"oom": 1}}
+    assert stats["empty_answers"] == 1
+    sens = stats["threshold_sensitivity"]
+    assert list(sens) == ["0.3", "0.4", "0.5", "0.6", "0.7", "argmax"]
+    assert sens["0.4"]["correct"] == 3 and sens["0.5"]["correct"] == 2
+    assert sens["0.7"]["correct"] == 1  # only idx 1 (0.9) clears 0.7
+    assert sens["argmax"]["correct"] == 3
+    assert sens["0.5"]["accuracy_all"] == pytest.approx(2 / 6)
+    low, high = stats["overall"]["all"]["ci95"]
+    assert low <= 2 / 6 <= high
+    assert stats["bootstrap"]["videos"] == 3 and stats["bootstrap"]["unit"] == "video"
+
+
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (dict(cosine_similarities=sims(float("nan"), 0.1, 0.1, 0.1, 0.1)), "option A is nan"),
+        (dict(cosine_similarities={"A": 0.1, "B": "high", "C": 0.1, "D": 0.1, "E": 0.1}), "option B is 'high'"),
+        (dict(cosine_similarities=None), "no 'cosine_similarities'"),
+        (dict(cosine_similarities={"A": 0.9, "B": 0.1}), "similarities cover A, B"),
+        (dict(ground_truth="F"), "ground truth 'F' is not one of the options"),
+        (dict(ground_truth=""), "'ground_truth' is missing"),
+    ],
+)
+def test_evaluate_rejects_bad_records(bad, message):
+    art = small_eval_set()
+    for key, value in bad.items():
+        setattr(art.records[2], key, value)
+    with pytest.raises(ScoringError, match=message) as err:
+        evaluate(art, path="sim.json", resamples=0)
+    assert "sim.json: record idx 3" in str(err.value)
+
+
+def test_evaluate_rejects_non_finite_threshold():
+    with pytest.raises(ScoringError, match="threshold"):
+        evaluate(small_eval_set(), threshold=math.nan, resamples=0)
+
+
+def test_format_table_shows_every_figure():
+    meta = evaluate(small_eval_set(), threshold=0.5, resamples=100, seed=0).meta
+    text = format_table(meta, title="eval_x.json")
+    assert text.splitlines()[0] == "eval_x.json"
+    assert "posture analysis" in text and "action sequence" in text and "overall" in text
+    assert "33.3%" in text  # ALL overall
+    assert "40.0%" in text  # VALID overall
+    assert "failed samples: 1 (oom 1); empty answers: 1" in text
+    assert "argmax 50.0%" in text
+    assert "95% CI: percentile bootstrap over 3 videos, 100 resamples, seed 0" in text
+
+
+def test_bootstrap_reproducible_and_contains_point_estimate():
+    import random
+
+    rnd = random.Random(5)
+    units = [f"v{i // 5}" for i in range(300)]
+    correct = [rnd.random() < 0.35 for _ in units]
+    labels = [("cat1", "cat2", "cat3")[i % 3] for i in range(300)]
+    a = bootstrap_accuracy(correct, units, labels, resamples=500, seed=7)
+    b = bootstrap_accuracy(correct, units, labels, resamples=500, seed=7)
+    c = bootstrap_accuracy(correct, units, labels, resamples=500, seed=8)
+    assert a == b
+    assert a.overall != c.overall
+    point = sum(correct) / len(correct)
+    assert a.overall.low < point < a.overall.high
+    assert a.units == 60 and a.overall.defined == 500
+    for name in ("cat1", "cat2", "cat3"):
+        sub = [ok for ok, lab in zip(correct, labels) if lab == name]
+        iv = a.by_label[name]
+        assert iv.low <= sum(sub) / len(sub) <= iv.high
+
+
+def test_bootstrap_moves_questions_of_a_video_together():
+    # Two videos of three questions each: one all right, one all wrong. Resampling videos can
+    # only give accuracies 0, 1/2 or 1; resampling questions would give sixths too.
+    units = ["good"] * 3 + ["bad"] * 3
+    correct = [True] * 3 + [False] * 3
+    res = bootstrap_accuracy(correct, units, resamples=400, seed=0, level=0.5)
+    assert {res.overall.low, res.overall.high} <= {0.0, 0.5, 1.0}
+
+
+def test_bootstrap_counted_mask_and_degenerate_cases():
+    res = bootstrap_accuracy([True, False, True], ["a", "b", "c"], ["x", "x", "y"], counted=[True, False, True],
+                             resamples=300, seed=0)
+    assert res.overall.low == res.overall.high == 1.0  # the only counted questions are right
+    empty = bootstrap_accuracy([], [], resamples=10)
+    assert empty.overall.as_list() is None and empty.units == 0
+    with pytest.raises(ValueError):
+        bootstrap_accuracy([True], ["a", "b"])
+
+
+@pytest.mark.parametrize(
+    "name, stage, expected",
+    [
+        ("raw_Qwen3-VL-4B-Instruct_mf32_n10.json", "sim", "sim_Qwen3-VL-4B-Instruct_mf32_n10.json"),
+        ("sim_Qwen3-VL-4B-Instruct_mf32_n10.json", "eval", "eval_Qwen3-VL-4B-Instruct_mf32_n10.json"),
+        ("raw_m.json", "eval", "eval_m.json"),
+        ("results.json", "sim", "results_sim.json"),
+    ],
+)
+def test_default_output_path(tmp_path, name, stage, expected):
+    assert default_output_path(tmp_path / name, stage) == tmp_path / expected
