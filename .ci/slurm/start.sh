@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Start a one-node SLURM cluster on loopback for CI and tests: munged, slurmctld and slurmd,
+# each as root in the foreground (backgrounded here), with all state under one folder.
+#
+#   bash .ci/slurm/start.sh [STATE_DIR]        # default: $K9_SLURM_DIR or /tmp/k9bench-slurm
+#   source STATE_DIR/env.sh                     # sets SLURM_CONF for sbatch, squeue, scontrol...
+#   bash .ci/slurm/stop.sh [STATE_DIR]
+#
+# The node is the short host name (`uname -n`), which must resolve to a loopback address;
+# both daemons listen on loopback only (so it works inside `unshare -n`). It advertises
+# 64 CPUs and four A40 GPUs (backed by harmless character devices) so that run_eval.sh's
+# own #SBATCH header (--gpus=a40:1, 10 CPUs) is accepted unmodified and array tasks run
+# side by side. Ports: $K9_SLURM_CTLD_PORT (16817) and $K9_SLURM_SLURMD_PORT (16818).
+set -euo pipefail
+export PATH="$PATH:/usr/sbin:/sbin"
+
+DIR=${1:-${K9_SLURM_DIR:-/tmp/k9bench-slurm}}
+CTLD_PORT=${K9_SLURM_CTLD_PORT:-16817}
+SLURMD_PORT=${K9_SLURM_SLURMD_PORT:-16818}
+NODE=$(uname -n)
+NODE=${NODE%%.*}
+
+die() { echo "slurm-ci: $*" >&2; exit 1; }
+
+for bin in munged slurmctld slurmd sinfo; do
+    command -v "$bin" >/dev/null 2>&1 || die "$bin not found; run .ci/slurm/install.sh first"
+done
+[[ $(id -u) -eq 0 ]] || die "the CI cluster runs its daemons as root; run as root"
+if [[ -f "$DIR/pids" ]]; then
+    die "$DIR/pids exists: a cluster may be running there; stop it with .ci/slurm/stop.sh $DIR"
+fi
+
+addr=$(getent ahosts "$NODE" | awk '{print $1; exit}' || true)
+case "$addr" in
+    127.*|::1) ;;
+    *) die "host name '$NODE' resolves to '${addr:-nothing}', not a loopback address; add '127.0.1.1 $NODE' to /etc/hosts" ;;
+esac
+
+rm -rf "$DIR"
+mkdir -p "$DIR"/{etc,state,spool,log,run}
+mkdir -m 0700 "$DIR/munge-key"
+mkdir -m 0755 "$DIR/munge-run"
+mkdir -m 0700 "$DIR/munge-lib"
+chmod 0755 "$DIR"
+dd if=/dev/urandom of="$DIR/munge-key/munge.key" bs=1024 count=1 status=none
+chmod 0400 "$DIR/munge-key/munge.key"
+MUNGE_SOCKET="$DIR/munge-run/munge.socket.2"
+
+cat > "$DIR/etc/slurm.conf" <<CONF
+# Written by .ci/slurm/start.sh: a one-node CI cluster on loopback.
+ClusterName=k9ci
+SlurmctldHost=${NODE}(127.0.0.1)
+SlurmctldPort=${CTLD_PORT}
+SlurmdPort=${SLURMD_PORT}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+CredType=cred/munge
+# cred_expire=5: a requeued job restarts in seconds instead of minutes
+AuthInfo=socket=${MUNGE_SOCKET},cred_expire=5
+CommunicationParameters=NoCtldInAddrAny,NoInAddrAny
+StateSaveLocation=${DIR}/state
+SlurmdSpoolDir=${DIR}/spool
+SlurmctldPidFile=${DIR}/run/slurmctld.pid
+SlurmdPidFile=${DIR}/run/slurmd.pid
+SlurmctldLogFile=${DIR}/log/slurmctld.log
+SlurmdLogFile=${DIR}/log/slurmd.log
+SlurmctldDebug=info
+SlurmdDebug=info
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+MpiDefault=none
+JobAcctGatherType=jobacct_gather/none
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/none
+# the node may advertise more CPUs and memory than the machine has
+SlurmdParameters=config_overrides
+SchedulerType=sched/backfill
+SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
+# a job depending on a failed array is cancelled instead of waiting forever
+DependencyParameters=kill_invalid_depend
+ReturnToService=2
+KillWait=15
+MinJobAge=600
+SlurmdTimeout=60
+InactiveLimit=0
+GresTypes=gpu
+NodeName=${NODE} NodeAddr=127.0.0.1 NodeHostname=${NODE} CPUs=64 Sockets=1 CoresPerSocket=64 ThreadsPerCore=1 RealMemory=64000 Gres=gpu:a40:4 State=UNKNOWN
+PartitionName=ci Nodes=ALL Default=YES MaxTime=INFINITE State=UP
+CONF
+
+# A file-less GPU makes the node invalid: name real character devices.
+cat > "$DIR/etc/gres.conf" <<CONF
+AutoDetect=off
+NodeName=${NODE} Name=gpu Type=a40 File=/dev/null
+NodeName=${NODE} Name=gpu Type=a40 File=/dev/zero
+NodeName=${NODE} Name=gpu Type=a40 File=/dev/full
+NodeName=${NODE} Name=gpu Type=a40 File=/dev/urandom
+CONF
+
+cat > "$DIR/env.sh" <<ENV
+export SLURM_CONF=${DIR}/etc/slurm.conf
+ENV
+export SLURM_CONF="$DIR/etc/slurm.conf"
+
+pids=()
+start_daemon() {  # name, command...
+    local name=$1
+    shift
+    setsid "$@" </dev/null >"$DIR/log/$name.out" 2>&1 &
+    pids+=("$!")
+    echo "$!" >>"$DIR/pids"
+}
+
+start_daemon munged munged -F --force --key-file="$DIR/munge-key/munge.key" --socket="$MUNGE_SOCKET" \
+    --pid-file="$DIR/munge-run/munged.pid" --log-file="$DIR/log/munged.log" --seed-file="$DIR/munge-lib/munged.seed"
+for _ in $(seq 50); do [[ -S "$MUNGE_SOCKET" ]] && break; sleep 0.1; done
+[[ -S "$MUNGE_SOCKET" ]] || { cat "$DIR/log/munged.out" "$DIR/log/munged.log" >&2 2>/dev/null || true; die "munged did not start"; }
+
+start_daemon slurmctld slurmctld -D -f "$SLURM_CONF"
+start_daemon slurmd slurmd -D -f "$SLURM_CONF" -N "$NODE"
+
+state=""
+for _ in $(seq 150); do
+    state=$(sinfo -h -N -o %t 2>/dev/null | head -n1 || true)
+    [[ "$state" == idle ]] && break
+    sleep 0.2
+done
+if [[ "$state" != idle ]]; then
+    echo "slurm-ci: node state '${state:-unknown}' after 30 s; logs:" >&2
+    tail -n 20 "$DIR"/log/*.log "$DIR"/log/*.out >&2 2>/dev/null || true
+    bash "$(dirname "$0")/stop.sh" "$DIR" || true
+    die "cluster did not come up"
+fi
+echo "slurm-ci: cluster up (node $NODE idle; state in $DIR; source $DIR/env.sh)"
