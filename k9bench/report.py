@@ -50,6 +50,7 @@ from k9bench.artifacts import (
     write_json_atomic,
     write_text_atomic,
 )
+from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from k9bench.published import (
     AXIS_KEYS,
     FRAME_ABLATION,
@@ -81,10 +82,10 @@ DURATION_KEYS = ("video_duration", "video_duration_s", "duration_s", "duration",
 DURATION_CONTAINERS = ("video_info", "frames", "sampling", "frame_sampling", "video_meta", "video_sampling")
 """Nested record objects searched for a duration key."""
 
-BOOTSTRAP_SAMPLES = 1000
-"""Resamples for the intervals computed here."""
+BOOTSTRAP_SAMPLES = DEFAULT_RESAMPLES
+"""Resamples for the intervals computed here (as evaluate_results.py draws them)."""
 
-BOOTSTRAP_SEED = 0
+BOOTSTRAP_SEED = DEFAULT_SEED
 """Seed of those resamples (reports are reproducible)."""
 
 FILE_NAME_RE = re.compile(r"^(?:eval|sim|raw|judge)_(?P<model>.+?)_mf(?P<frames>-?\d+)_n(?P<samples>-?\d+)(?:_.*)?$")
@@ -193,7 +194,7 @@ def _pct_interval(value: Any, accuracy_in_block: Any, pct: float | None) -> tupl
     return (float(low) * scale, float(high) * scale)
 
 
-_CI_KEYS = ("ci95", "ci_95", "ci", "confidence_interval", "bootstrap_ci", "accuracy_ci", "ci95_all", "all_ci95")
+_CI_KEYS = ("ci95", "ci_95", "ci", "confidence_interval", "accuracy_ci")
 
 
 def interval_in_block(block: Any, pct: float | None) -> tuple | None:
@@ -209,11 +210,6 @@ def interval_in_block(block: Any, pct: float | None) -> tuple | None:
     for lo_key, hi_key in (("ci_low", "ci_high"), ("ci_lower", "ci_upper"), ("ci95_low", "ci95_high")):
         if lo_key in block and hi_key in block:
             found = _pct_interval({"low": block[lo_key], "high": block[hi_key]}, acc, pct)
-            if found:
-                return found
-    for nested in ("bootstrap", "confidence_intervals", "all", "statistics"):
-        if isinstance(block.get(nested), dict):
-            found = interval_in_block(block[nested], pct)
             if found:
                 return found
     return None
@@ -252,41 +248,44 @@ def _is_correct(record: QuestionRecord) -> bool:
 
 
 def bootstrap_intervals(records: list[QuestionRecord], *, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> dict:
-    """95% percentile intervals (percent) for overall and per-category accuracy.
+    """95% intervals (percent) for overall and per-category accuracy, by :func:`k9bench.stats.bootstrap_accuracy`.
 
-    Whole videos are resampled with replacement, so the questions of one video move
-    together. Returns ``{"overall": (lo, hi), category: (lo, hi), ...}``; a category
-    absent from the records has no entry.
+    Whole videos are resampled with replacement (a video's questions move together);
+    failed samples count as wrong. Returns ``{"overall": (lo, hi), category: (lo, hi), ...}``;
+    a category absent from the records has no entry.
     """
-    import numpy as np
+    from k9bench.stats import bootstrap_accuracy
 
-    groups = ["overall", *CATEGORIES]
-    by_video: dict[str, list] = defaultdict(lambda: [[0, 0] for _ in groups])
-    for rec in records:
-        video = rec.scene_name or rec.video or f"idx{rec.idx}"
-        cells = by_video[video]
-        hit = int(_is_correct(rec))
-        cells[0][0] += hit
-        cells[0][1] += 1
-        if rec.question_category in CATEGORIES:
-            cell = cells[1 + CATEGORIES.index(rec.question_category)]
-            cell[0] += hit
-            cell[1] += 1
-    if not by_video:
+    if not records:
         return {}
-    counts = np.array(list(by_video.values()), dtype=np.int64)  # videos x groups x (correct, total)
-    rng = np.random.default_rng(seed)
-    picks = rng.integers(0, counts.shape[0], size=(samples, counts.shape[0]))
-    sums = counts[picks].sum(axis=1)  # samples x groups x 2
+    result = bootstrap_accuracy(
+        [_is_correct(r) for r in records],
+        [r.scene_name or r.video or f"idx{r.idx}" for r in records],
+        [r.question_category for r in records],
+        resamples=samples,
+        seed=seed,
+    )
     out = {}
-    for g, name in enumerate(groups):
-        if counts[:, g, 1].sum() == 0:
-            continue
-        totals = sums[:, g, 1]
-        acc = np.where(totals > 0, sums[:, g, 0] / np.maximum(totals, 1), np.nan) * 100.0
-        acc = acc[~np.isnan(acc)]
-        out[name] = (float(np.percentile(acc, 2.5)), float(np.percentile(acc, 97.5)))
+    for name, interval in [("overall", result.overall), *result.by_label.items()]:
+        if interval.low is not None and (name == "overall" or name in CATEGORIES):
+            out[name] = (100.0 * interval.low, 100.0 * interval.high)
     return out
+
+
+def _file_intervals(meta: dict, overall: Score, categories: dict) -> bool:
+    """Fill intervals from the eval file (evaluate_results.py's ``statistics`` block, or another
+    spelling at the top level); True when the overall interval was found."""
+    stats = meta.get("statistics") if isinstance(meta.get("statistics"), dict) else {}
+    overall_block = stats.get("overall") if isinstance(stats.get("overall"), dict) else {}
+    overall.ci = interval_in_block(overall_block.get("all"), overall.accuracy) or interval_in_block(meta, overall.accuracy)
+    if overall.ci is None:
+        return False
+    cat_stats = stats.get("categories") if isinstance(stats.get("categories"), dict) else {}
+    blocks = meta.get("category_wise_accuracy") if isinstance(meta.get("category_wise_accuracy"), dict) else {}
+    for cat, score in categories.items():
+        block = cat_stats.get(cat) if isinstance(cat_stats.get(cat), dict) else {}
+        score.ci = interval_in_block(block.get("all"), score.accuracy) or interval_in_block(blocks.get(cat), score.accuracy)
+    return True
 
 
 def load_run(path: str | Path) -> RunSummary:
@@ -327,17 +326,8 @@ def load_run(path: str | Path) -> RunSummary:
 
     # intervals: the file's, else a bootstrap over videos
     ci_source = "none"
-    file_ci = interval_in_block(meta, overall.accuracy)
-    if file_ci is None:
-        for key in ("accuracy_ci", "bootstrap", "confidence_intervals", "statistics"):
-            file_ci = interval_in_block(meta.get(key), overall.accuracy) if isinstance(meta.get(key), dict) else None
-            if file_ci:
-                break
-    if file_ci is not None:
+    if _file_intervals(meta, overall, categories):
         ci_source = "file"
-        overall.ci = file_ci
-        for cat, score in categories.items():
-            score.ci = interval_in_block(blocks.get(cat), score.accuracy)
     elif records:
         ci_source = "bootstrap"
         computed = bootstrap_intervals(records)

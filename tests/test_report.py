@@ -255,3 +255,30 @@ def test_published_matching():
         assert set(row.categories) == set(CATEGORIES)
         # the paper's average sits within the range of its categories
         assert min(row.categories.values()) - 0.05 <= row.average <= max(row.categories.values()) + 0.05
+
+
+def test_report_reads_intervals_written_by_evaluate_results(tmp_path):
+    """evaluate_results.py --mode evaluate on a sim file, then --mode report on its eval file."""
+    import evaluate_results
+
+    sim = json.loads(make_eval(tmp_path / "tmp.json", per_cat=6).read_text())
+    for rec in sim["individual_results"]:
+        for key in ("is_correct", "evaluation_explanation", "eval_mode"):
+            rec.pop(key)
+        rec["cosine_similarities"] = {k: (0.9 if k == ("A" if rec["idx"] % 3 else "B") else 0.2) for k in "ABCDE"}
+    sim_data = {"individual_results": sim["individual_results"], "total_count": 30, "similarity_model": "m",
+                "similarity_calculated_at": "t"}
+    write_json_atomic(tmp_path / "sim_m_mf32_n30.json", sim_data)
+    eval_path = tmp_path / "eval_m_mf32_n30.json"
+    assert evaluate_results.main(["--mode", "evaluate", "--input_file", str(tmp_path / "sim_m_mf32_n30.json"),
+                                  "--output_file", str(eval_path), "-q"]) == 0
+    data = json.loads(eval_path.read_text())
+    run = load_run(eval_path)
+    assert run.ci_source == "file"
+    assert run.overall.correct == data["correct_count"] == 20
+    low, high = data["statistics"]["overall"]["all"]["ci95"]
+    assert run.overall.ci == pytest.approx((100 * low, 100 * high))
+    cat_low, cat_high = data["statistics"]["categories"][CATEGORIES[1]]["all"]["ci95"]
+    assert run.categories[CATEGORIES[1]].ci == pytest.approx((100 * cat_low, 100 * cat_high))
+    assert evaluate_results.main(["--mode", "report", "--input_file", str(eval_path), "--report_dir", str(tmp_path / "rep"), "-q"]) == 0
+    assert f"| {100 * 20 / 30:.1f} [{100 * low:.1f}, {100 * high:.1f}] |" in (tmp_path / "rep" / "report.md").read_text()
