@@ -12,7 +12,7 @@ misbehave on purpose for each failure the downloader must explain::
 
 Modes for a format: ``ok`` (full body, Range honoured), ``http404``, ``http500``,
 ``truncate`` (Content-Length promises the whole file, half is sent), ``stall``
-(some bytes, then silence for ``stall_s``), ``refused`` (the URL points at a
+(half the body, then silence for ``stall_s``), ``refused`` (the URL points at a
 closed port). Video-level errors (``unavailable``, ``private``, ``bot``) make the
 plugin raise yt-dlp's usual messages. ``latency`` delays every response.
 
@@ -78,6 +78,7 @@ class VideoServer:
         self.stall_s = stall_s
         self.videos: dict[str, _Video] = {}
         self.requests: list[str] = []
+        self.range_requests: list[str] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -110,6 +111,8 @@ class VideoServer:
             def do_GET(self):
                 with server._lock:
                     server.requests.append(self.path)
+                    if (self.headers.get("Range") or "bytes=0-").split("=")[-1].split("-")[0] not in ("", "0"):
+                        server.range_requests.append(self.path)  # a resumed transfer
                 if server.latency:
                     time.sleep(server.latency)
                 try:
@@ -199,7 +202,7 @@ class VideoServer:
             req.send_header("Content-Type", ctype)
             req.send_header("Content-Length", str(len(data)))
             req.end_headers()
-            req.wfile.write(data[:1024])
+            req.wfile.write(data[: len(data) // 2])
             req.wfile.flush()
             self._stop.wait(self.stall_s)
             req.close_connection = True
