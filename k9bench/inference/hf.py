@@ -1,0 +1,318 @@
+"""The Hugging Face transformers backend: ``AutoProcessor`` + ``AutoModelForImageTextToText``.
+
+Works for any image-text-to-text model whose processor takes ``videos=`` (Qwen3-VL Instruct and
+Thinking, Qwen2.5-VL, ...) with no model-name branching: what differs between families is read
+from the processor (patch size, chat template) and the model's own generation config.
+
+Frames arrive already sampled and resized by :mod:`k9bench.video` (qwen-vl-utils' rules, at the
+processor's patch size), so the processor is called with ``do_sample_frames=False`` (it keeps our
+frames and their indices, from which Qwen3-VL derives each frame's timestamp) and
+``do_resize=False`` (no second resize), passing each video's metadata (source fps, indices,
+frame count).
+
+Defaults follow the reference: bf16 weights and ``flash_attention_2`` on a GPU. When flash-attn
+is not installed, or on CPU, ``sdpa`` is used instead, with a warning that is logged and
+recorded in the artifact (an explicit ``--attn_implementation flash_attention_2`` that cannot be
+honoured is an error instead). On CPU the default dtype is float32 (recorded too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import gc
+import importlib.util
+import logging
+from typing import Any
+
+from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
+
+log = logging.getLogger(__name__)
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+"""Accepted ``--torch_dtype`` values."""
+
+ATTN_IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager", "flash_attention_3", "flex_attention")
+"""Accepted ``--attn_implementation`` values."""
+
+GENERATION_KEYS = ("do_sample", "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "num_beams")
+"""Generation settings recorded with every record."""
+
+
+def flash_attn_available() -> bool:
+    """True when the flash-attn package can be imported."""
+    return importlib.util.find_spec("flash_attn") is not None
+
+
+def resolve_device(requested: str | None) -> str:
+    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
+    import torch
+
+    if requested in (None, "", "auto"):
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def resolve_dtype(torch_dtype: str | None, bf16: bool | None, device: str) -> tuple[str, str]:
+    """The dtype to load with and why: ``--torch_dtype`` wins, then ``--bf16``, then the device default."""
+    if torch_dtype:
+        if torch_dtype not in DTYPES:
+            raise BackendError(f"--torch_dtype {torch_dtype!r}: choose one of {', '.join(DTYPES)}")
+        if bf16 and torch_dtype != "bfloat16":
+            log.warning("--bf16 ignored: --torch_dtype %s given", torch_dtype)
+        return torch_dtype, "--torch_dtype"
+    if bf16 is True:
+        return "bfloat16", "--bf16"
+    if bf16 is False:
+        return "float32", "--bf16 False"
+    if device.startswith("cuda"):
+        return "bfloat16", "default on GPU (the reference's bf16)"
+    return "float32", "default on CPU"
+
+
+def resolve_attention(requested: str | None, device: str) -> tuple[str, str | None]:
+    """``(implementation to ask for, warning or None)``.
+
+    Default: flash_attention_2 on a GPU with flash-attn installed; otherwise sdpa, with a warning.
+    An explicit flash_attention_2 that cannot work raises :class:`BackendError`.
+    """
+    on_gpu = device.startswith("cuda")
+    if requested:
+        if requested not in ATTN_IMPLEMENTATIONS:
+            raise BackendError(f"--attn_implementation {requested!r}: choose one of {', '.join(ATTN_IMPLEMENTATIONS)}")
+        if requested == "flash_attention_2" and not (on_gpu and flash_attn_available()):
+            why = "flash-attn is not installed" if on_gpu else f"it needs a CUDA GPU (device is {device})"
+            raise BackendError(f"--attn_implementation flash_attention_2 was asked for but {why}; pass --attn_implementation sdpa to run anyway")
+        return requested, None
+    if not on_gpu:
+        return "sdpa", f"flash_attention_2 (the reference's kernel) needs a CUDA GPU; using sdpa on {device}"
+    if not flash_attn_available():
+        return "sdpa", "flash-attn is not installed; using sdpa instead of flash_attention_2 (the reference's kernel)"
+    return "flash_attention_2", None
+
+
+class HFBackend:
+    """Local transformers model (see the module doc)."""
+
+    name = "hf"
+
+    def __init__(
+        self,
+        model_name_or_path: str,
+        *,
+        torch_dtype: str | None = None,
+        bf16: bool | None = None,
+        attn_implementation: str | None = None,
+        trust_remote_code: bool = False,
+        device: str | None = "auto",
+        max_new_tokens: int = 2048,
+        do_sample: bool | None = None,
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+    ):
+        self.model_name_or_path = model_name_or_path
+        self.requested = {
+            "torch_dtype": torch_dtype,
+            "bf16": bf16,
+            "attn_implementation": attn_implementation,
+            "device": device,
+        }
+        self.trust_remote_code = trust_remote_code
+        self.overrides: dict[str, Any] = {"max_new_tokens": max_new_tokens}
+        for key, value in (("do_sample", do_sample), ("temperature", temperature), ("top_p", top_p), ("top_k", top_k)):
+            if value is not None:
+                self.overrides[key] = value
+        self.warnings: list[str] = []
+        self.model = None
+        self.processor = None
+        self.device = "cpu"
+        self.generation_config = None
+        self._info: dict[str, Any] = {}
+        self._patch_size: int | None = None
+        self._resize_in_processor = True
+        self._stop_ids: set[int] = set()
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "HFBackend":
+        return cls(
+            args.model_name_or_path,
+            torch_dtype=args.torch_dtype,
+            bf16=args.bf16,
+            attn_implementation=args.attn_implementation,
+            trust_remote_code=args.trust_remote_code,
+            device=args.device,
+            max_new_tokens=args.max_new_tokens,
+            do_sample=args.do_sample,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+        )
+
+    # ------------------------------------------------------------------ loading
+
+    def _warn(self, text: str) -> None:
+        log.warning("%s", text)
+        self.warnings.append(text)
+
+    def load(self) -> None:
+        import torch
+        from transformers import AutoModelForImageTextToText, AutoProcessor
+
+        self.device = resolve_device(self.requested["device"])
+        dtype_name, dtype_reason = resolve_dtype(self.requested["torch_dtype"], self.requested["bf16"], self.device)
+        attn, attn_warning = resolve_attention(self.requested["attn_implementation"], self.device)
+        if attn_warning:
+            self._warn(attn_warning)
+        log.info("loading %s (dtype %s: %s; attention %s; device %s)", self.model_name_or_path, dtype_name, dtype_reason, attn, self.device)
+        try:
+            self.processor = AutoProcessor.from_pretrained(self.model_name_or_path, trust_remote_code=self.trust_remote_code)
+            kwargs: dict[str, Any] = {
+                "dtype": dtype_name if dtype_name == "auto" else getattr(torch, dtype_name),
+                "attn_implementation": attn,
+                "trust_remote_code": self.trust_remote_code,
+            }
+            if self.device != "cpu":
+                kwargs["device_map"] = self.device
+            self.model = AutoModelForImageTextToText.from_pretrained(self.model_name_or_path, **kwargs)
+        except (OSError, ValueError, ImportError, KeyError) as exc:
+            raise BackendError(f"cannot load model {self.model_name_or_path!r}: {type(exc).__name__}: {exc}") from exc
+        if self.device == "cpu":
+            self.model.to("cpu")
+        self.model.eval()
+
+        tokenizer = getattr(self.processor, "tokenizer", None)
+        if tokenizer is None:
+            raise BackendError(f"{self.model_name_or_path}: the processor has no tokenizer")
+        tokenizer.padding_side = "left"  # batched generation needs the prompts aligned on the right
+        used_attn = getattr(self.model.config, "_attn_implementation", None) or attn
+        if used_attn != attn:
+            self._warn(f"attention implementation {attn!r} was asked for but the model uses {used_attn!r}")
+
+        vp = getattr(self.processor, "video_processor", None)
+        patch = getattr(vp, "patch_size", None)
+        merge = getattr(vp, "merge_size", None)
+        if isinstance(patch, int) and merge == 2:
+            self._patch_size = patch
+            self._resize_in_processor = False
+        else:
+            self._patch_size = None
+            self._resize_in_processor = True
+            if vp is not None:
+                self._warn(
+                    f"{type(vp).__name__} has patch_size={patch!r}, merge_size={merge!r}: frames are resized by the processor, not by qwen-vl-utils' rules"
+                )
+
+        gen = copy.deepcopy(self.model.generation_config)
+        gen.update(**self.overrides)
+        if gen.pad_token_id is None:
+            gen.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        self.generation_config = gen
+        eos = gen.eos_token_id
+        self._stop_ids = set(eos if isinstance(eos, (list, tuple)) else [eos]) - {None}
+        if not self._stop_ids and tokenizer.eos_token_id is not None:
+            self._stop_ids = {tokenizer.eos_token_id}
+
+        self._info = {
+            "name": self.name,
+            "model_name_or_path": self.model_name_or_path,
+            "model_class": type(self.model).__name__,
+            "processor_class": type(self.processor).__name__,
+            "video_processor_class": type(vp).__name__ if vp is not None else None,
+            "device": str(self.device),
+            "dtype": str(self.model.dtype).replace("torch.", ""),
+            "dtype_reason": dtype_reason,
+            "attn_implementation": used_attn,
+            "attn_implementation_requested": self.requested["attn_implementation"] or "default (flash_attention_2 on GPU)",
+            "flash_attn_installed": flash_attn_available(),
+            "trust_remote_code": self.trust_remote_code,
+            "image_patch_size": self._patch_size,
+            "frames_resized_by": "processor" if self._resize_in_processor else "k9bench.video (qwen-vl-utils rules)",
+            "generation": self.generation_settings(),
+            "generation_overrides": dict(self.overrides),
+            "padding_side": "left",
+        }
+
+    def generation_settings(self) -> dict[str, Any]:
+        """The effective generation settings (the model's generation config plus our overrides)."""
+        gen = self.generation_config
+        return {key: getattr(gen, key, None) for key in GENERATION_KEYS}
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._info, "warnings": list(self.warnings)}
+
+    def frame_patch_size(self) -> int | None:
+        return self._patch_size
+
+    # ------------------------------------------------------------------ generation
+
+    def render_prompt(self, messages: list[dict]) -> str:
+        return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    def _inputs(self, batch: list[GenerationRequest], prompts: list[str]):
+        with_frames = [r for r in batch if r.frames is not None]
+        kwargs: dict[str, Any] = {"text": prompts, "padding": True, "return_tensors": "pt"}
+        if with_frames:
+            if len(with_frames) != len(batch):
+                raise ValueError("a batch mixes requests with and without video")
+            kwargs["videos"] = [r.frames.frames for r in batch]
+            kwargs["video_metadata"] = [r.frames.processor_metadata() for r in batch]
+            kwargs["do_sample_frames"] = False
+            if not self._resize_in_processor:
+                kwargs["do_resize"] = False
+        inputs = self.processor(**kwargs)
+        inputs = inputs.to(self.model.device)
+        for key in ("pixel_values_videos", "pixel_values"):
+            if key in inputs and inputs[key].is_floating_point():
+                inputs[key] = inputs[key].to(self.model.dtype)
+        return inputs
+
+    def generate(self, batch: list[GenerationRequest]) -> list[GenerationOutput]:
+        import torch
+
+        prompts = [self.render_prompt(r.messages) for r in batch]
+        inputs = self._inputs(batch, prompts)
+        torch.manual_seed(batch[0].seed)
+        with torch.inference_mode():
+            out = self.model.generate(**inputs, generation_config=self.generation_config)
+        prompt_len = inputs["input_ids"].shape[1]
+        new_tokens = out[:, prompt_len:].cpu()
+        texts = self.processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        mask = inputs.get("attention_mask")
+        outputs = []
+        for row, (text, prompt) in enumerate(zip(texts, prompts)):
+            ids = new_tokens[row].tolist()
+            stop_at = next((i for i, t in enumerate(ids) if t in self._stop_ids), None)
+            n_out = stop_at + 1 if stop_at is not None else len(ids)
+            n_in = int(mask[row].sum()) if mask is not None else prompt_len
+            outputs.append(
+                GenerationOutput(
+                    text=text,
+                    prompt=prompt,
+                    num_input_tokens=n_in,
+                    num_output_tokens=n_out,
+                    finish_reason="stop" if stop_at is not None else "length",
+                )
+            )
+        return outputs
+
+    # ------------------------------------------------------------------ errors
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        import torch
+
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            return True
+        return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+
+    def recover_from_out_of_memory(self) -> None:
+        import torch
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        self.model = None
+        self.processor = None
+        gc.collect()

@@ -1,0 +1,743 @@
+"""The inference loop behind ``eval_video_llm.py``.
+
+Questions are grouped by video (first-seen order) and, with ``--num_shards``, whole videos are
+dealt to shards round-robin. Each video's questions go to the backend in batches of up to
+``--batch_size`` (one video per batch, left-padded). While a batch generates, a background
+thread decodes the frames of the next videos (:class:`FramePrefetcher`), each video once
+(:class:`k9bench.video.FrameCache`).
+
+Every finished question, failed or not, is appended at once to ``<output>.partial.jsonl``
+(:class:`k9bench.artifacts.CheckpointLog`, fsynced). Rerunning the same command skips what is
+there (failed records are retried unless ``--no_retry_failed``) and also reuses the records of an
+existing final file. SIGTERM and SIGUSR1 stop the run at once (the checkpoint already holds
+every finished question) with exit code :data:`EXIT_INTERRUPTED`; Ctrl-C gives
+:data:`EXIT_SIGINT`. When every question has a record, the raw JSON (SPEC section 2 plus our
+keys) is written atomically and the checkpoint removed.
+
+A failure is a record with ``error`` and ``error_class`` (``missing_video``, ``decode_error``,
+``oom``, ``generation_error``) and never stops the run. A batch that fails is rerun question by
+question; a question that runs out of accelerator memory is retried once with half the frames.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Iterator
+
+from k9bench.answers import extract_answer
+from k9bench.artifacts import CheckpointLog, QuestionRecord, RecordsArtifact, checkpoint_path, load_records_artifact, now_iso, provenance, write_json_atomic
+from k9bench.cli import progress_enabled, short_model_name
+from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest, create_backend
+
+if TYPE_CHECKING:
+    from k9bench.dataset import Question
+    from k9bench.video import Frames
+
+log = logging.getLogger(__name__)
+
+EXIT_OK = 0
+"""Every selected question has a record (some may be failed records) and the raw JSON is written."""
+EXIT_ERROR = 1
+"""Unexpected error (a bug, or a failed write of the artifact); the checkpoint is kept."""
+EXIT_USAGE = 2
+"""Bad input: flags, dataset, prompt file, decoder, a checkpoint from another run."""
+EXIT_BACKEND = 3
+"""The model/backend could not be loaded."""
+EXIT_INTERRUPTED = 75
+"""Stopped by SIGTERM or SIGUSR1 (SLURM preemption/time limit); rerun the same command to resume."""
+EXIT_SIGINT = 130
+"""Stopped by Ctrl-C (SIGINT); rerun the same command to resume."""
+
+DEFAULT_MAX_NEW_TOKENS = 2048
+DEFAULT_MAX_NEW_TOKENS_THINKING = 3072
+ERROR_CLASSES = ("missing_video", "decode_error", "oom", "generation_error")
+_MAX_ERROR_CHARS = 2000
+
+
+class UsageError(ValueError):
+    """Bad flags or input; the message says which."""
+
+
+class Interrupted(BaseException):
+    """Raised from the SIGTERM/SIGUSR1 handler to stop the run at once (not an ``Exception``)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+# --------------------------------------------------------------------------- planning
+
+
+@dataclass
+class VideoGroup:
+    """The selected questions of one video."""
+
+    scene_name: str
+    """YouTube id."""
+    video_url: str
+    """URL of the video (for --auto_download)."""
+    path: Path
+    """``{video_dir}/{scene}.mp4``."""
+    questions: list = field(default_factory=list)
+    """The questions (k9bench.dataset.Question), in dataset order."""
+
+
+def group_by_video(questions: list["Question"], video_dir: str | Path) -> list[VideoGroup]:
+    """Questions grouped by video, groups in order of first appearance."""
+    groups: dict[str, VideoGroup] = {}
+    for q in questions:
+        group = groups.get(q.scene_name)
+        if group is None:
+            group = groups[q.scene_name] = VideoGroup(q.scene_name, q.video_url, Path(video_dir) / q.video)
+        group.questions.append(q)
+    return list(groups.values())
+
+
+def shard_groups(groups: list[VideoGroup], num_shards: int, shard_id: int) -> list[VideoGroup]:
+    """Videos dealt round-robin (in first-appearance order): shard ``k`` gets groups k, k+N, k+2N..."""
+    if num_shards < 1 or not 0 <= shard_id < num_shards:
+        raise UsageError(f"--shard_id {shard_id} must be in [0, --num_shards {num_shards})")
+    return groups[shard_id::num_shards]
+
+
+def chunks(items: list, size: int) -> Iterator[list]:
+    """Consecutive slices of at most ``size`` items."""
+    for start in range(0, len(items), size):
+        yield items[start:start + size]
+
+
+def default_output_file(model: str, max_frames: int, max_samples: int) -> str:
+    """The launcher's file name: ``raw_<model>_mf<frames>_n<samples>.json``."""
+    return f"raw_{short_model_name(model)}_mf{max_frames}_n{max_samples}.json"
+
+
+def shard_output_file(output: str | Path, num_shards: int, shard_id: int) -> Path:
+    """``x.json`` -> ``x.shard{i}of{n}.json`` for a sharded run (unchanged when not sharded or already named so)."""
+    output = Path(output)
+    tag = f"shard{shard_id}of{num_shards}"
+    if num_shards <= 1 or tag in output.name:
+        return output
+    suffix = output.suffix or ".json"
+    return output.with_name(f"{output.name[: -len(output.suffix)] if output.suffix else output.name}.{tag}{suffix}")
+
+
+def build_messages(question: str, system_prompt: str, use_system_message: bool, with_video: bool) -> list[dict]:
+    """The chat for one question: system message, then a user turn with the video and the question.
+
+    With ``use_system_message`` False, the system text opens the user turn instead (for models
+    whose template has no system role); the options are never shown (SPEC section 3).
+    """
+    user: list[dict] = []
+    if with_video:
+        user.append({"type": "video"})
+    text = question if use_system_message else f"{system_prompt}\n\n{question}"
+    user.append({"type": "text", "text": text})
+    messages: list[dict] = []
+    if use_system_message:
+        messages.append({"role": "system", "content": [{"type": "text", "text": system_prompt}]})
+    messages.append({"role": "user", "content": user})
+    return messages
+
+
+# --------------------------------------------------------------------------- frames
+
+
+class FramePrefetcher:
+    """Decodes upcoming videos' frames in one background thread.
+
+    Every call into the frame cache (``get`` and ``release``) runs on that one worker thread,
+    in submission order, so the cache is never used concurrently.
+    """
+
+    def __init__(self, cache: Any):
+        self.cache = cache
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k9bench-frames")
+        self._futures: dict[str, Future] = {}
+        self.wait_seconds = 0.0
+        """Time the main thread spent waiting for frames."""
+
+    def schedule(self, path: Path) -> None:
+        key = str(path)
+        if key not in self._futures:
+            self._futures[key] = self._pool.submit(self.cache.get, path)
+
+    def get(self, path: Path) -> "Frames":
+        """The video's frames (raises ``VideoError``), waiting for the worker if needed."""
+        self.schedule(path)
+        t0 = time.perf_counter()
+        try:
+            return self._futures[str(path)].result()
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+
+    def release(self, path: Path) -> None:
+        self._futures.pop(str(path), None)
+        self._pool.submit(self.cache.release, path)
+
+    def close(self) -> None:
+        for fut in self._futures.values():
+            fut.cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+# --------------------------------------------------------------------------- records
+
+
+@dataclass
+class RunContext:
+    """Everything fixed for the run that goes into each record."""
+
+    model_name: str
+    max_frames: int
+    system_prompt: str
+    use_system_message: bool
+    seed: int
+    generation: dict
+    attn_implementation: str | None
+    text_only: bool
+
+
+def _error_text(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= _MAX_ERROR_CHARS else text[:_MAX_ERROR_CHARS] + "..."
+
+
+def frame_fields(frames: "Frames | None") -> dict:
+    """The record keys describing the frames used (all None in text-only mode or without frames)."""
+    if frames is None:
+        return {"frame_indices": None, "num_frames": 0, "sample_fps": None, "video_duration": None, "frame_size": None, "video_decoder": None}
+    return {
+        "frame_indices": list(frames.indices),
+        "num_frames": frames.num_frames,
+        "sample_fps": frames.sample_fps,
+        "video_duration": frames.duration,
+        "frame_size": [frames.height, frames.width],
+        "video_decoder": frames.decoder,
+    }
+
+
+def make_record(
+    question: "Question",
+    ctx: RunContext,
+    *,
+    output: GenerationOutput | None = None,
+    prompt: str = "",
+    frames: "Frames | None" = None,
+    error: BaseException | str | None = None,
+    error_class: str | None = None,
+    oom_retry: dict | None = None,
+) -> QuestionRecord:
+    """The raw record of one question (SPEC section 2 keys, then ours)."""
+    from k9bench.prompts import sha256
+
+    if output is not None:
+        prompt = output.prompt
+    extra: dict[str, Any] = {}
+    if output is not None:
+        extraction = extract_answer(output.text)
+        response, answer = output.text, extraction.answer
+        extra["answer_extraction"] = extraction.method
+    else:
+        response, answer = "", ""
+    extra.update(frame_fields(frames))
+    extra["text_only"] = ctx.text_only
+    extra["generation"] = dict(ctx.generation)
+    extra["seed"] = ctx.seed
+    extra["attn_implementation"] = ctx.attn_implementation
+    extra["prompt_sha256"] = sha256(prompt) if prompt else None
+    if output is not None:
+        extra["num_input_tokens"] = output.num_input_tokens
+        extra["num_output_tokens"] = output.num_output_tokens
+        extra["finish_reason"] = output.finish_reason
+        extra.update(output.extra)
+    if oom_retry is not None:
+        extra["oom_retry"] = oom_retry
+    fields = question.record_fields()
+    return QuestionRecord(
+        idx=fields["idx"],
+        question_category=fields["question_category"],
+        video=fields["video"],
+        ground_truth=fields["ground_truth"],
+        response=response,
+        answer=answer,
+        scene_name=fields["scene_name"],
+        question=fields["question"],
+        options=fields["options"],
+        prompt=prompt,
+        model_name=ctx.model_name,
+        max_frames=ctx.max_frames,
+        timestamp=now_iso(),
+        error=None if error is None else (error if isinstance(error, str) else _error_text(error)),
+        error_class=error_class,
+        extra=extra,
+    )
+
+
+# --------------------------------------------------------------------------- the run
+
+
+@dataclass
+class RunStats:
+    """Counters of this invocation (written under ``run_stats``)."""
+
+    resumed: int = 0
+    """Records taken from the checkpoint or an earlier final file."""
+    generated: int = 0
+    """Questions answered in this invocation."""
+    failed: int = 0
+    """Failed records produced in this invocation."""
+    oom_retries: int = 0
+    """Questions retried at half the frames after running out of memory."""
+    batch_fallbacks: int = 0
+    """Batches that failed and were rerun question by question."""
+    generate_seconds: float = 0.0
+    """Time inside the backend's generate."""
+    frame_wait_seconds: float = 0.0
+    """Time the loop waited for frames (decoding not hidden by prefetch)."""
+    wall_seconds: float = 0.0
+    """Wall time of the loop."""
+
+
+class Runner:
+    """One invocation of the inference loop (see the module doc)."""
+
+    def __init__(self, args: argparse.Namespace, backend: Backend, ctx: RunContext, sampling: Any, frame_cache_dir: str | None):
+        self.args = args
+        self.backend = backend
+        self.ctx = ctx
+        self.sampling = sampling
+        self.frame_cache_dir = frame_cache_dir
+        self.stats = RunStats()
+        self.checkpoint: CheckpointLog | None = None
+        self.bar = None
+
+    # -- one batch -------------------------------------------------------
+
+    def _requests(self, questions: list, frames: "Frames | None") -> list[GenerationRequest]:
+        return [
+            GenerationRequest(
+                key=q.idx,
+                messages=build_messages(q.question, self.ctx.system_prompt, self.ctx.use_system_message, frames is not None),
+                frames=frames,
+                seed=self.ctx.seed,
+            )
+            for q in questions
+        ]
+
+    def _prompt_for(self, question: "Question", with_video: bool) -> str:
+        try:
+            return self.backend.render_prompt(build_messages(question.question, self.ctx.system_prompt, self.ctx.use_system_message, with_video))
+        except Exception:  # a failed record still gets written without its prompt
+            return ""
+
+    def _generate(self, requests: list[GenerationRequest]) -> list[GenerationOutput]:
+        t0 = time.perf_counter()
+        try:
+            outputs = self.backend.generate(requests)
+        finally:
+            self.stats.generate_seconds += time.perf_counter() - t0
+        if len(outputs) != len(requests):
+            raise RuntimeError(f"backend returned {len(outputs)} outputs for {len(requests)} requests")
+        return outputs
+
+    def _half_frames(self, group: VideoGroup, frames: "Frames") -> "Frames":
+        from dataclasses import replace
+
+        from k9bench.video import sample
+
+        settings = replace(self.sampling, max_frames=max(2, frames.num_frames // 2))
+        return sample(group.path, **settings.sample_kwargs())
+
+    def _run_one(self, group: VideoGroup, question: "Question", frames: "Frames | None") -> QuestionRecord:
+        try:
+            out = self._generate(self._requests([question], frames))[0]
+            return make_record(question, self.ctx, output=out, frames=frames)
+        except Exception as exc:
+            if not self.backend.is_out_of_memory(exc):
+                log.warning("idx %s: generation failed: %s", question.idx, _error_text(exc))
+                return make_record(question, self.ctx, prompt=self._prompt_for(question, frames is not None), frames=frames, error=exc, error_class="generation_error")
+            first_error = _error_text(exc)
+        # out of memory: free what we can and retry once at half the frames
+        self.backend.recover_from_out_of_memory()
+        self.stats.oom_retries += 1
+        if frames is None:
+            log.warning("idx %s: out of memory in text-only mode; not retried", question.idx)
+            return make_record(question, self.ctx, prompt=self._prompt_for(question, False), error=first_error, error_class="oom", oom_retry={"first_error": first_error, "retried": False})
+        try:
+            fewer = self._half_frames(group, frames)
+        except Exception as exc:  # VideoError, or anything else while re-sampling
+            return make_record(question, self.ctx, prompt=self._prompt_for(question, True), frames=frames, error=first_error, error_class="oom",
+                               oom_retry={"first_error": first_error, "retried": False, "resample_error": _error_text(exc)})
+        info = {"first_error": first_error, "retried": True, "original_num_frames": frames.num_frames, "retry_num_frames": fewer.num_frames}
+        log.warning("idx %s: out of memory with %d frames; retrying once with %d", question.idx, frames.num_frames, fewer.num_frames)
+        try:
+            out = self._generate(self._requests([question], fewer))[0]
+            return make_record(question, self.ctx, output=out, frames=fewer, oom_retry=info)
+        except Exception as exc:
+            if self.backend.is_out_of_memory(exc):
+                self.backend.recover_from_out_of_memory()
+                error_class = "oom"
+            else:
+                error_class = "generation_error"
+            log.warning("idx %s: failed again with %d frames: %s", question.idx, fewer.num_frames, _error_text(exc))
+            return make_record(question, self.ctx, prompt=self._prompt_for(question, True), frames=fewer, error=exc, error_class=error_class, oom_retry=info)
+
+    def _run_batch(self, group: VideoGroup, questions: list, frames: "Frames | None") -> None:
+        if len(questions) == 1:
+            self._emit(self._run_one(group, questions[0], frames))
+            return
+        try:
+            outputs = self._generate(self._requests(questions, frames))
+        except Exception as exc:
+            if self.backend.is_out_of_memory(exc):
+                self.backend.recover_from_out_of_memory()
+            self.stats.batch_fallbacks += 1
+            log.warning("video %s: batch of %d failed (%s); running its questions one by one", group.scene_name, len(questions), _error_text(exc))
+            for q in questions:
+                self._emit(self._run_one(group, q, frames))
+            return
+        for q, out in zip(questions, outputs):
+            self._emit(make_record(q, self.ctx, output=out, frames=frames))
+
+    def _emit(self, record: QuestionRecord) -> None:
+        self.checkpoint.append(record.to_dict())
+        self.done[record.idx] = record.to_dict()
+        if record.failed:
+            self.stats.failed += 1
+        else:
+            self.stats.generated += 1
+        if self.bar is not None:
+            self.bar.update(1)
+            if record.failed:
+                self.bar.set_postfix(failed=self.stats.failed, refresh=False)
+
+    # -- the loop --------------------------------------------------------
+
+    def run(self, groups: list[VideoGroup], done: dict, checkpoint: CheckpointLog, frame_cache: Any) -> None:
+        from tqdm.auto import tqdm
+
+        from k9bench.video import VideoError
+
+        self.done = done
+        self.checkpoint = checkpoint
+        pending = [(g, [q for q in g.questions if q.idx not in done]) for g in groups]
+        pending = [(g, qs) for g, qs in pending if qs]
+        total = sum(len(qs) for _, qs in pending)
+        log.info("%d question(s) to run over %d video(s); %d already done", total, len(pending), self.stats.resumed)
+        prefetch = FramePrefetcher(frame_cache) if frame_cache is not None else None
+        depth = max(0, self.args.prefetch_videos)
+        t0 = time.perf_counter()
+        self.bar = tqdm(total=total, unit="q", desc="inference", disable=progress_enabled(), dynamic_ncols=True)
+        try:
+            for i, (group, questions) in enumerate(pending):
+                frames = None
+                if prefetch is not None:
+                    for ahead, _ in pending[i:i + 1 + depth]:
+                        prefetch.schedule(ahead.path)
+                    try:
+                        frames = prefetch.get(group.path)
+                    except VideoError as exc:
+                        for q in questions:
+                            self._emit(make_record(q, self.ctx, prompt=self._prompt_for(q, True), error=str(exc), error_class=exc.reason_class))
+                        prefetch.release(group.path)
+                        continue
+                for batch in chunks(questions, self.args.batch_size):
+                    self._run_batch(group, batch, frames)
+                if prefetch is not None:
+                    prefetch.release(group.path)
+        finally:
+            self.bar.close()
+            self.bar = None
+            if prefetch is not None:
+                self.stats.frame_wait_seconds = prefetch.wait_seconds
+                prefetch.close()
+            self.stats.wall_seconds = time.perf_counter() - t0
+
+
+# --------------------------------------------------------------------------- entry point
+
+
+def _install_signal_handlers() -> dict:
+    previous = {}
+    if threading.current_thread() is not threading.main_thread():
+        return previous
+
+    def _handler(signum, frame):
+        raise Interrupted(signum)
+
+    for name in ("SIGTERM", "SIGUSR1"):
+        sig = getattr(signal, name, None)
+        if sig is not None:
+            previous[sig] = signal.signal(sig, _handler)
+    return previous
+
+
+def _restore_signal_handlers(previous: dict) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
+def resolve_max_new_tokens(args: argparse.Namespace) -> int:
+    if args.max_new_tokens is not None:
+        return args.max_new_tokens
+    return DEFAULT_MAX_NEW_TOKENS_THINKING if args.thinking_mode else DEFAULT_MAX_NEW_TOKENS
+
+
+def validate_args(args: argparse.Namespace) -> None:
+    """Raise :class:`UsageError` for flag values that cannot work."""
+    checks = [
+        (args.batch_size >= 1, f"--batch_size must be >= 1 (got {args.batch_size})"),
+        (args.max_frames >= 0, f"--max_frames must be >= 0 (0 = text only) (got {args.max_frames})"),
+        (args.fps > 0, f"--fps must be > 0 (got {args.fps})"),
+        (args.max_new_tokens is None or args.max_new_tokens >= 1, f"--max_new_tokens must be >= 1 (got {args.max_new_tokens})"),
+        (args.num_shards >= 1, f"--num_shards must be >= 1 (got {args.num_shards})"),
+        (0 <= args.shard_id < args.num_shards, f"--shard_id must be in [0, {args.num_shards}) (got {args.shard_id})"),
+        (args.start_idx >= 0, f"--start_idx must be >= 0 (got {args.start_idx})"),
+        (args.max_pixels is None or args.max_pixels > 0, f"--max_pixels must be > 0 (got {args.max_pixels})"),
+        (args.min_pixels is None or args.min_pixels > 0, f"--min_pixels must be > 0 (got {args.min_pixels})"),
+        (args.prefetch_videos >= 0, f"--prefetch_videos must be >= 0 (got {args.prefetch_videos})"),
+    ]
+    for ok, message in checks:
+        if not ok:
+            raise UsageError(message)
+
+
+def _load_done(output: Path, checkpoint: CheckpointLog, selected: dict, ctx: RunContext, retry_failed: bool) -> dict:
+    """Records already finished (final file first, then the checkpoint), restricted to the selection."""
+    from k9bench.artifacts import ArtifactError
+
+    done: dict[int, dict] = {}
+    if output.exists():
+        try:
+            art = load_records_artifact(output)
+        except ArtifactError as exc:
+            raise UsageError(f"{output}: exists but cannot be resumed from ({exc}); move it away or pick another --output_file") from None
+        for rec in art.records:
+            done[rec.idx] = rec.to_dict()
+    try:
+        done.update(checkpoint.load())
+    except Exception as exc:
+        raise UsageError(f"{checkpoint.path}: cannot be resumed from ({exc}); move it away to start over") from None
+    done = {k: v for k, v in done.items() if k in selected}
+    for idx, rec in done.items():
+        for key, expected in (("model_name", ctx.model_name), ("max_frames", ctx.max_frames)):
+            if rec.get(key) != expected:
+                raise UsageError(
+                    f"{checkpoint.path if checkpoint.path.exists() else output}: idx {idx} was produced with {key}={rec.get(key)!r}, "
+                    f"this run has {key}={expected!r}; use another --output_file or remove the old files"
+                )
+    if retry_failed:
+        failed = [k for k, v in done.items() if v.get("error") is not None]
+        if failed:
+            log.info("retrying %d failed record(s) from the previous run", len(failed))
+        for k in failed:
+            del done[k]
+    return done
+
+
+def auto_download(groups: list[VideoGroup], video_dir: str) -> dict:
+    """Fetch the missing videos of ``groups`` with :func:`k9bench.download.download_videos`; return a summary."""
+    from k9bench.download import DownloadConfig, download_videos
+
+    missing = {g.scene_name: g.video_url for g in groups if not g.path.exists()}
+    if not missing:
+        log.info("--auto_download: every video is already in %s", video_dir)
+        return {"requested": 0}
+    log.info("--auto_download: fetching %d missing video(s) into %s", len(missing), video_dir)
+    report = download_videos(missing, video_dir, DownloadConfig(progress=progress_enabled() is not True))
+    log.info("--auto_download: %s", report.summary_line())
+    failed = {r.scene_name: f"{r.error_class}: {r.message}" for r in report.failed}
+    for scene, why in failed.items():
+        log.warning("--auto_download: %s failed (%s); its questions will be recorded as missing_video", scene, why)
+    return {"requested": len(missing), "counts": report.counts, "failed": failed}
+
+
+def run(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """Run the whole inference (called by ``eval_video_llm.main``); returns the exit code."""
+    from k9bench.dataset import DatasetError, load_questions, select_range
+    from k9bench.prompts import load_prompt, sha256
+
+    started = now_iso()
+    try:
+        validate_args(args)
+        args.max_new_tokens = resolve_max_new_tokens(args)
+        system_prompt, prompt_source = load_prompt("system_prompt", args.system_prompt_file)
+        loaded = load_questions(args.dataset_name, args.split, drop_invalid=args.drop_invalid_rows)
+    except (UsageError, DatasetError, FileNotFoundError) as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
+    end_idx = None if args.end_idx is None or args.end_idx < 0 else args.end_idx
+    selection = select_range(loaded.questions, args.start_idx, end_idx, args.max_samples)
+    if not selection:
+        log.error("no question selected (--start_idx %s, --end_idx %s, --max_samples %s out of %d)", args.start_idx, args.end_idx, args.max_samples, len(loaded.questions))
+        return EXIT_USAGE
+    text_only = args.max_frames == 0
+    groups = shard_groups(group_by_video(selection, args.video_dir), args.num_shards, args.shard_id)
+    selected = {q.idx: q for g in groups for q in g.questions}
+    if args.num_shards > 1:
+        log.info("shard %d of %d: %d video(s), %d question(s)", args.shard_id, args.num_shards, len(groups), len(selected))
+    if len(selected) < sum(len(g.questions) for g in groups):
+        log.error("the selection holds duplicate idx values; each question needs a unique idx")
+        return EXIT_USAGE
+
+    output = Path(args.output_file or default_output_file(args.model_name_or_path, args.max_frames, args.max_samples))
+    output = shard_output_file(output, args.num_shards, args.shard_id)
+    checkpoint = CheckpointLog(checkpoint_path(output))
+    model_name = short_model_name(args.model_name_or_path)
+
+    # Cheap checks of resumable state come before the model load.
+    pre_ctx = RunContext(model_name, args.max_frames, system_prompt, args.use_system_message, args.seed, {}, None, text_only)
+    try:
+        done = _load_done(output, checkpoint, selected, pre_ctx, not args.no_retry_failed)
+    except UsageError as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
+    pending_groups = [g for g in groups if any(q.idx not in done for q in g.questions)]
+
+    download_summary = None
+    if args.auto_download and not text_only and pending_groups:
+        try:
+            download_summary = auto_download(pending_groups, args.video_dir)
+        except ValueError as exc:  # DownloadInputError
+            log.error("--auto_download: %s", exc)
+            return EXIT_USAGE
+
+    backend = None
+    frame_cache = None
+    sampling = None
+    previous_handlers = _install_signal_handlers()
+    try:
+        if pending_groups:
+            try:
+                backend = create_backend(args)
+                backend.load()
+            except BackendError as exc:
+                log.error("%s", exc)
+                return EXIT_BACKEND
+            describe = backend.describe()
+            if not text_only:
+                from k9bench.frame_cache import FrameCache, SamplingSettings
+                from k9bench.video import DEFAULT_IMAGE_PATCH_SIZE, DecoderUnavailable, default_min_pixels
+
+                patch = backend.frame_patch_size() or DEFAULT_IMAGE_PATCH_SIZE
+                floor = args.min_pixels or default_min_pixels(patch)
+                if args.max_pixels is not None and args.max_pixels < floor:
+                    log.error("--max_pixels %d is below the per-frame minimum %d (--min_pixels, or qwen-vl-utils' default for patch size %d); raise --max_pixels or lower --min_pixels",
+                              args.max_pixels, floor, patch)
+                    return EXIT_USAGE
+                sampling = SamplingSettings(
+                    fps=args.fps, max_frames=args.max_frames, max_pixels=args.max_pixels, min_pixels=args.min_pixels,
+                    image_patch_size=patch, decoder=args.video_decoder,
+                )
+                try:
+                    frame_cache = FrameCache(sampling, disk_dir=args.frame_cache_dir)
+                except DecoderUnavailable as exc:
+                    log.error("%s", exc)
+                    return EXIT_USAGE
+        else:
+            describe = None
+            log.info("every selected question already has a record in %s", output)
+
+        ctx = RunContext(
+            model_name=model_name,
+            max_frames=args.max_frames,
+            system_prompt=system_prompt,
+            use_system_message=args.use_system_message,
+            seed=args.seed,
+            generation=(describe or {}).get("generation") or {},
+            attn_implementation=(describe or {}).get("attn_implementation"),
+            text_only=text_only,
+        )
+        runner = Runner(args, backend, ctx, sampling, args.frame_cache_dir)
+        runner.stats.resumed = len(done)
+        try:
+            if pending_groups:
+                runner.run(pending_groups, done, checkpoint, frame_cache)
+        except Interrupted as exc:
+            checkpoint.close()
+            log.warning("stopped by %s: %d record(s) are safe in %s; rerun the same command to resume (exit %d)",
+                        exc, len(runner.done), checkpoint.path, EXIT_INTERRUPTED)
+            return EXIT_INTERRUPTED
+        except KeyboardInterrupt:
+            checkpoint.close()
+            log.warning("interrupted: %d record(s) are safe in %s; rerun the same command to resume", len(runner.done), checkpoint.path)
+            return EXIT_SIGINT
+        finally:
+            checkpoint.close()
+
+        records = [QuestionRecord.from_dict(done[q.idx], where=f"{checkpoint.path}: idx {q.idx}") for g in groups for q in g.questions]
+        order = {q.idx: n for n, q in enumerate(selection)}
+        records.sort(key=lambda r: order[r.idx])
+        failures: dict[str, int] = {}
+        for r in records:
+            if r.failed:
+                failures[r.error_class or "error"] = failures.get(r.error_class or "error", 0) + 1
+        meta = {
+            "total_count": len(records),
+            "model_name": model_name,
+            "model_name_or_path": args.model_name_or_path,
+            "num_shards": args.num_shards,
+            "shard_id": args.shard_id,
+            "failed_count": sum(failures.values()),
+            "failures_by_class": failures,
+            "inference": {
+                "backend": describe,
+                "text_only": text_only,
+                "batch_size": args.batch_size,
+                "seed": args.seed,
+                "thinking_mode": args.thinking_mode,
+                "max_new_tokens": args.max_new_tokens,
+                "frames": None if text_only else {
+                    "fps": args.fps, "max_frames": args.max_frames, "max_pixels": args.max_pixels, "min_pixels": args.min_pixels,
+                    "image_patch_size": sampling.image_patch_size if sampling else None, "decoder": args.video_decoder,
+                    "frame_cache_dir": args.frame_cache_dir,
+                },
+                "prompt": {
+                    "system_prompt_source": prompt_source,
+                    "system_prompt_sha256": sha256(system_prompt),
+                    "use_system_message": args.use_system_message,
+                },
+                "dataset": {
+                    "source": loaded.source, "split": args.split, "start_idx": args.start_idx, "end_idx": args.end_idx,
+                    "max_samples": args.max_samples, "dropped_rows": len(loaded.dropped),
+                },
+            },
+            "run_stats": {
+                "started_at": started,
+                "finished_at": now_iso(),
+                **runner.stats.__dict__,
+                "questions_per_second": (runner.stats.generated + runner.stats.failed) / runner.stats.wall_seconds if runner.stats.wall_seconds else None,
+                "frame_cache": frame_cache.summary() if frame_cache is not None else None,
+                "auto_download": download_summary,
+            },
+            "provenance": provenance("eval_video_llm.py", argv, args),
+        }
+        try:
+            write_json_atomic(output, RecordsArtifact(records, meta).to_dict())
+        except (OSError, ValueError, TypeError) as exc:
+            log.error("cannot write %s: %s (the checkpoint %s is kept)", output, exc, checkpoint.path)
+            return EXIT_ERROR
+        checkpoint.remove()
+        log.info("wrote %s: %d record(s), %d failed%s", output, len(records), meta["failed_count"],
+                 f" ({', '.join(f'{k}: {v}' for k, v in sorted(failures.items()))})" if failures else "")
+        return EXIT_OK
+    finally:
+        _restore_signal_handlers(previous_handlers)
+        if backend is not None:
+            backend.close()
+
+
+__all__ = [
+    "EXIT_BACKEND", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SIGINT", "EXIT_USAGE",
+    "FramePrefetcher", "Runner", "VideoGroup", "build_messages", "default_output_file", "group_by_video",
+    "make_record", "run", "shard_groups", "shard_output_file",
+]
