@@ -115,7 +115,7 @@ def _outputs(args: argparse.Namespace, input_path: Path) -> tuple[Path | None, P
 def run_scoring(args: argparse.Namespace, argv: list[str] | None) -> int:
     """calculate / evaluate / all for one input file."""
     from k9bench.artifacts import provenance, write_json_atomic
-    from k9bench.scoring import calculate, evaluate, format_table, load_embedding_model, load_for_scoring
+    from k9bench.scoring import calculate, evaluate, format_table, load_embedding_model, load_for_scoring, plan_calculation
 
     input_path = Path(args.input_file[0])
     sim_out, eval_out = _outputs(args, input_path)
@@ -125,13 +125,14 @@ def run_scoring(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     sim_artifact = None
     if args.mode in ("calculate", "all"):
+        plan = plan_calculation(artifact.records, input_path, rows)  # check every record before loading a model
         model, run = load_embedding_model(
             args.embedding_model, device=args.device, dtype=args.dtype, attention=args.attn_implementation,
             trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
         )
         log.info("embedding on %s, %s, attention %s, answers with prompt %s",
                  run.device, run.dtype, run.attention or "default", run.query_prompt_name or "none")
-        sim_artifact = calculate(artifact, model, run, path=input_path, raw_rows=rows, provenance=prov)
+        sim_artifact = calculate(artifact, model, run, path=input_path, provenance=prov, plan=plan)
     eval_artifact = None
     if args.mode in ("evaluate", "all"):
         source = sim_artifact if sim_artifact is not None else artifact

@@ -563,15 +563,17 @@ def calculate(
     path: str | os.PathLike | None = None,
     raw_rows: Sequence[dict] | None = None,
     provenance: dict | None = None,
+    plan: tuple[list[ScoringItem], dict[int, str]] | None = None,
 ) -> RecordsArtifact:
     """The sim stage: every record gains ``cosine_similarities`` (or ``similarity_skipped``).
 
     The result's top level is the input's plus ``similarity_model``,
     ``similarity_calculated_at`` and our ``similarity_run``. Raises
     :class:`ScoringError` before anything is written when a record is malformed
-    or a similarity is not a finite number.
+    or a similarity is not a finite number. ``plan`` is :func:`plan_calculation`'s
+    result when the caller already checked the records (before loading the model).
     """
-    items, skipped = plan_calculation(artifact.records, path, raw_rows)
+    items, skipped = plan if plan is not None else plan_calculation(artifact.records, path, raw_rows)
     started = time.perf_counter()
     sims = batched_similarities(model, items, prompt_name=run.query_prompt_name, batch_size=run.batch_size, run=run) if items else []
     run.seconds = round(time.perf_counter() - started, 3)
