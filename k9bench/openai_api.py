@@ -144,7 +144,7 @@ class ChatResult:
     ok: bool
     """True when the API returned a chat completion."""
     text: str | None = None
-    """The first choice's message content ("" when the server sent none); None when not ok."""
+    """The first choice's message content ("" when the server sent none; the key scrubbed); None when not ok."""
     usage: Usage = field(default_factory=Usage)
     """Token usage reported by the API for the successful response."""
     attempts: int = 0
@@ -344,7 +344,7 @@ class ChatClient:
                     raise ValueError("the response's first choice has no message")
                 return ChatResult(
                     ok=True,
-                    text=message.content or "",
+                    text=self._scrub(message.content or ""),
                     usage=Usage.from_response(getattr(response, "usage", None)),
                     attempts=attempt,
                     model=getattr(response, "model", None),

@@ -1,0 +1,248 @@
+"""Judge reply parsing, prompt templates, tasks from records and summary maths (table-driven, no network)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from k9bench.artifacts import QuestionRecord
+from k9bench.judge import (
+    AXES,
+    JudgeInputError,
+    JudgeParseError,
+    axis_means,
+    build_tasks,
+    check_prompt_template,
+    cross_check,
+    default_output,
+    default_skipped,
+    option_text,
+    parse_judgement,
+    render_prompt,
+    summarize,
+    task_from_record,
+)
+from k9bench.prompts import load_prompt
+
+GOOD = {"Logic": 8, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7}
+DICT_SQ = "{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}"
+DICT_JSON = json.dumps(GOOD)
+
+PARSE_OK = [
+    # (case, reply, expected cot)
+    ("plain single quotes", f"CoT: matches the reference.\n{DICT_SQ}", "matches the reference."),
+    ("json double quotes", f"CoT: ok\n{DICT_JSON}", "ok"),
+    ("python fence", f"CoT: fine\n```python\n{DICT_SQ}\n```", "fine"),
+    ("json fence", f"CoT: fine\n```json\n{DICT_JSON}\n```\n", "fine"),
+    ("bare fence", f"```\nCoT: fenced too\n{DICT_SQ}\n```", "fenced too"),
+    ("bold label", f"**CoT:** bold label\n\n{DICT_SQ}", "bold label"),
+    ("multi-line cot", f"CoT: first line\nsecond line\n{DICT_SQ}", "first line second line"),
+    ("no cot", DICT_SQ, ""),
+    ("lower-case keys", "CoT: x\n{'logic': 8, 'factuality': 7, 'accuracy': 6, 'conciseness': 9, 'overall': 7}", "x"),
+    ("extra key ignored", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7, 'Note': 'n/a'}", "x"),
+    ("trailing comma", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7,}", "x"),
+    (
+        "echoed template earlier, last block wins",
+        "Format: {'Logic': X, 'Factuality': X, 'Accuracy': X, 'Conciseness': X, 'Overall': X}\nCoT: real\n" + DICT_SQ,
+        "real",
+    ),
+    ("earlier valid dict, last one wins", "CoT: y\n{'Logic': 1, 'Factuality': 1, 'Accuracy': 1, 'Conciseness': 1, 'Overall': 1}\n" + DICT_SQ, "y"),
+    ("text after the dict", f"CoT: z\n{DICT_SQ}\nHope this helps.", "z"),
+]
+
+
+@pytest.mark.parametrize("case, reply, cot", PARSE_OK, ids=[c[0] for c in PARSE_OK])
+def test_parse_accepts(case, reply, cot):
+    j = parse_judgement(reply)
+    assert j.scores == GOOD and list(j.scores) == list(AXES)
+    assert j.cot == cot
+
+
+PARSE_FAIL = [
+    # (case, reply, message fragment)
+    ("empty", "", "empty reply"),
+    ("none", None, "empty reply"),
+    ("no dict", "CoT: I think it is good. Logic 8, Overall 7.", "no {...}"),
+    ("missing key", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Overall': 7}", "Conciseness"),
+    ("placeholder X", "CoT: x\n{'Logic': X, 'Factuality': X, 'Accuracy': X, 'Conciseness': X, 'Overall': X}", "neither JSON nor"),
+    ("out of range high", "CoT: x\n{'Logic': 11, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "outside 1-10"),
+    ("zero", "CoT: x\n{'Logic': 0, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "outside 1-10"),
+    ("float", "CoT: x\n{'Logic': 7.5, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
+    ("string number", "CoT: x\n{'Logic': '8', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
+    ("bool", "CoT: x\n{'Logic': True, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
+    ("set not dict", "CoT: x\n{8, 7, 6, 9, 7}", "not a dictionary"),
+    ("truncated", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accur", "no {...}"),
+    ("last block broken", f"CoT: x\n{DICT_SQ}\n{{'Overall': }}", "neither JSON nor"),
+    ("duplicate axis by case", "{'Logic': 8, 'logic': 9, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "twice"),
+    ("code injection is not evaluated", "{'Logic': __import__('os').getpid(), 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "neither JSON nor"),
+]
+
+
+@pytest.mark.parametrize("case, reply, fragment", PARSE_FAIL, ids=[c[0] for c in PARSE_FAIL])
+def test_parse_refuses(case, reply, fragment):
+    with pytest.raises(JudgeParseError, match=None) as info:
+        parse_judgement(reply)
+    assert fragment in str(info.value)
+
+
+# -- prompt --------------------------------------------------------------------
+
+
+def test_builtin_prompt_renders_and_keeps_the_score_format():
+    template, source = load_prompt("judge_prompt")
+    check_prompt_template(template, source)
+    text = render_prompt(template, question="Q {odd}?", correct_answer="REF", model_output="ANS {x}")
+    assert "Q {odd}?" in text and "REF" in text and "ANS {x}" in text  # values are not re-formatted
+    assert "CoT:" in text
+    assert "{'Logic': X, 'Factuality': X, 'Accuracy': X, 'Conciseness': X, 'Overall': X}" in text
+    for axis in AXES:
+        assert f"- {axis}:" in text
+
+
+@pytest.mark.parametrize(
+    "template, fragment",
+    [
+        ("Q {question} A {correct_answer}", "lacks the placeholder(s) {model_output}"),
+        ("{question} {correct_answer} {model_output} {'Logic': X}", "unknown placeholder"),
+        ("{question} {correct_answer} {model_output} {", "not a valid template"),
+        ("{question} {correct_answer} {model_output} {video}", "unknown placeholder(s) {video}"),
+    ],
+)
+def test_bad_prompt_templates_are_refused(template, fragment):
+    with pytest.raises(JudgeInputError) as info:
+        check_prompt_template(template, "my_prompt.txt")
+    assert "my_prompt.txt" in str(info.value) and fragment in str(info.value)
+
+
+# -- tasks from records -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "options, letter, expected",
+    [
+        (["A. alpha", "B. beta", "C. gamma", "D. delta", "E. eps"], "B", "beta"),
+        (["A) alpha", "B) beta"], "B", "beta"),
+        ({"A": "alpha", "C": "gamma"}, "C", "gamma"),
+        (["A. alpha"], "D", None),
+        (None, "A", None),
+    ],
+)
+def test_option_text(options, letter, expected):
+    assert option_text(options, letter) == expected
+
+
+def _record(**kw):
+    base = dict(
+        idx=5,
+        question_category="posture analysis",
+        video="abcdefghijk.mp4",
+        ground_truth="C",
+        response="r",
+        answer="the dog sits",
+        scene_name="",
+        question="What does the dog do?",
+        options=["A. runs", "B. jumps", "C. sits", "D. sleeps", "E. barks"],
+    )
+    base.update(kw)
+    return QuestionRecord.from_dict(base)
+
+
+def test_task_from_record_takes_ground_truth_from_the_record():
+    task, problems = task_from_record(_record())
+    assert problems == []
+    assert task.correct_answer == "sits" and task.ground_truth == "C" and task.model_output == "the dog sits"
+    assert task.scene_name == "abcdefghijk" and task.video_url == "https://www.youtube.com/watch?v=abcdefghijk"
+
+
+@pytest.mark.parametrize(
+    "fields, fragment",
+    [
+        ({"ground_truth": "F"}, "ground_truth 'F'"),
+        ({"ground_truth": ""}, "ground_truth ''"),
+        ({"options": ["A. runs", "B. jumps"]}, "no text for the ground-truth letter C"),
+        ({"question": "  "}, "question is empty"),
+    ],
+)
+def test_task_problems(fields, fragment):
+    task, problems = task_from_record(_record(**fields))
+    assert task is None and any(fragment in p for p in problems)
+
+
+def test_build_tasks_reports_every_problem_with_idx(tmp_path):
+    recs = [_record(idx=i).to_dict() for i in range(4)]
+    recs[1]["ground_truth"] = "Z"
+    recs[3]["idx"] = 0
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"individual_results": recs}))
+    with pytest.raises(JudgeInputError) as info:
+        build_tasks(path)
+    msg = str(info.value)
+    assert str(path) in msg and "idx 1" in msg and "idx 0: appears more than once" in msg
+
+
+def test_build_tasks_older_threshold_layout_and_failed_records(tmp_path):
+    recs = [_record(idx=i).to_dict() for i in (3, 1, 2)]
+    recs[2] = {"idx": 2, "question": "q", "error": "CUDA out of memory", "error_class": "oom"}
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"threshold_results": {"0.5": {"individual_results": recs, "accuracy": 0.5}}}))
+    ts = build_tasks(path)
+    assert [t.idx for t in ts.tasks] == [1, 3]
+    assert ts.failed == [{"idx": 2, "error": "CUDA out of memory", "error_class": "oom"}]
+    assert ts.total_records == 3
+
+
+def test_cross_check_reports_each_differing_field():
+    from k9bench.dataset import load_questions
+
+    questions = load_questions("demo").questions
+    q = questions[0]
+    good, _ = task_from_record(_record(idx=q.idx, question=q.question, question_category=q.category, scene_name=q.scene_name,
+                                       ground_truth=q.correct_answer, options=q.option_list))
+    assert cross_check([good], questions) == []
+    bad, _ = task_from_record(_record(idx=q.idx, question="another question", question_category=q.category,
+                                      scene_name=q.scene_name, ground_truth="E", options=q.option_list))
+    fields = {m["field"] for m in cross_check([bad], questions)}
+    assert fields == {"question", "ground_truth", "correct_answer"}
+    missing, _ = task_from_record(_record(idx=99999))
+    assert cross_check([missing], questions) == [{"idx": 99999, "field": "idx", "record": 99999, "dataset": None}]
+
+
+# -- summary ------------------------------------------------------------------------
+
+
+def _entry(idx, cat, logic, overall):
+    return {"idx": idx, "question_category": cat, "scores": {"Logic": logic, "Factuality": 5, "Accuracy": 4, "Conciseness": 10, "Overall": overall},
+            "judge_usage": {"prompt_tokens": 100, "completion_tokens": 10, "total_tokens": 110, "requests": 1}}
+
+
+def test_axis_means_in_table3_order_and_scaled():
+    means = axis_means([_entry(0, "a", 7, 6), _entry(1, "a", 8, 7)])
+    assert list(means) == ["Logical", "Factual", "Concise", "Accuracy", "Overall"]
+    assert means["Logical"] == {"key": "Logic", "mean_1_10": 7.5, "score_0_100": 75.0, "n": 2}
+    assert means["Concise"]["score_0_100"] == 100.0 and means["Overall"]["mean_1_10"] == 6.5
+    assert axis_means([])["Logical"]["mean_1_10"] is None
+
+
+def test_summarize_counts_categories_and_usage():
+    entries = [_entry(0, "action sequence", 7, 6), _entry(1, "posture analysis", 9, 9), _entry(2, "posture analysis", 5, 5)]
+    skipped = [{"idx": 3, "error": "parse failure", "judge_usage": {"prompt_tokens": 50, "completion_tokens": 5, "total_tokens": 55, "requests": 1}}]
+    s = summarize(entries, skipped, [{"idx": 4}], usage_this_run={"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0})
+    assert s["counts"] == {"scored": 3, "skipped": 1, "failed_at_inference": 1}
+    assert list(s["per_category"]) == ["posture analysis", "action sequence"]  # released order
+    assert s["per_category"]["posture analysis"]["axes"]["Logical"]["score_0_100"] == 70.0
+    assert s["usage"]["entries_and_skipped"] == {"prompt_tokens": 350, "completion_tokens": 35, "total_tokens": 385, "requests": 4}
+    assert s["skipped_idx"] == [3] and s["failed_at_inference_idx"] == [4]
+
+
+@pytest.mark.parametrize(
+    "evaluations, output, skipped",
+    [
+        ("out/eval_Qwen3-VL-4B_mf32_n10.json", "out/judge_Qwen3-VL-4B_mf32_n10.json", "out/judge_Qwen3-VL-4B_mf32_n10_skipped.json"),
+        ("raw_m.json", "judge_m.json", "judge_m_skipped.json"),
+        ("results.json", "judge_results.json", "judge_results_skipped.json"),
+    ],
+)
+def test_default_paths(evaluations, output, skipped):
+    assert str(default_output(evaluations)) == output
+    assert str(default_skipped(output)) == skipped
