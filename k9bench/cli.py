@@ -18,9 +18,9 @@ def setup_logging(verbose: int = 0, quiet: bool = False) -> None:
     """
     level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
     logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S", stream=sys.stderr, force=True)
-    if verbose < 2:
-        for name in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "urllib3", "filelock", "huggingface_hub", "datasets", "PIL", "matplotlib"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+    for name in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "urllib3", "filelock", "huggingface_hub", "datasets", "PIL", "matplotlib"):
+        # NOTSET with -vv, so an earlier call in the same process does not keep them quiet
+        logging.getLogger(name).setLevel(logging.WARNING if verbose < 2 else logging.NOTSET)
 
 
 def add_logging_args(parser: argparse.ArgumentParser) -> None:
