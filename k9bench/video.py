@@ -19,8 +19,8 @@ Usage::
 
     from k9bench.video import sample, FrameCache
     frames = sample("k9bench_videos/abcdefghijk.mp4", fps=1.0, max_frames=32)
-    processor(text=[prompt], videos=[frames.frames], video_metadata=[frames.processor_metadata()],
-              do_sample_frames=False, return_tensors="pt")
+    processor(text=[prompt], videos=[frames.video_tensor()], video_metadata=[frames.processor_metadata()],
+              return_tensors="pt", **PROCESSOR_VIDEO_KWARGS)
 """
 
 from __future__ import annotations
@@ -49,6 +49,10 @@ DEFAULT_MAX_FRAMES = 32
 DEFAULT_MAX_PIXELS = 360 * 420
 DEFAULT_IMAGE_PATCH_SIZE = 14
 """qwen-vl-utils' own default for ``fetch_video``/``process_vision_info`` (resize factor 14 * 2 = 28)."""
+
+PROCESSOR_VIDEO_KWARGS: dict[str, Any] = {"do_sample_frames": False}
+"""Keyword arguments for the Qwen3-VL processor call alongside ``video_metadata``: the frames are
+already sampled (qwen-vl-utils' ``process_vision_info`` returns the same ``video_kwargs``)."""
 
 SPATIAL_MERGE_SIZE = 2
 VIDEO_MIN_TOKEN_NUM = 128
@@ -132,6 +136,15 @@ class Frames:
             "total_num_frames": int(self.total_frames),
             "video_backend": self.decoder,
         }
+
+    def video_tensor(self) -> "torch.Tensor":
+        """The frames as float32 (T, 3, H, W) with values 0..255: exactly what ``fetch_video`` returns.
+
+        Hand this (not the uint8 ``frames``) to the processor: when the processor resizes again
+        (its patch size differs from the one used here), a float input is what the reference
+        resizes, and a uint8 one would be rounded differently.
+        """
+        return self.frames.float()
 
     def timestamps(self) -> list[float]:
         """Seconds of each sampled frame in the source (index / fps)."""
