@@ -93,8 +93,12 @@ def main(argv: list[str] | None = None) -> int:
     for res in report.failed:
         status = f" HTTP {res.http_status}" if res.http_status else ""
         log.error("failed %s [%s%s]: %s", res.scene_name, res.error_class, status, res.message)
-    if report.failed_by_class.get("bot_check"):
-        log.error("YouTube asked for a sign-in: export cookies and pass --cookies FILE or --cookies_from_browser BROWSER")
+    if report.failed_by_class.get("sign_in_required"):
+        log.error("YouTube asked for a sign-in (bot check or age gate): pass --cookies FILE or --cookies_from_browser BROWSER")
+    if any(r.http_status in (403, 429) for r in report.failed):
+        log.error("HTTP 403/429 usually means rate limiting: rerun later with fewer --workers, a --sleep_interval and cookies")
+    if report.failed:
+        log.error("rerun the same command to retry the failed videos (verified files are skipped)")
     if report.manifest_path:
         log.info("manifest: %s", report.manifest_path)
     return report.exit_code

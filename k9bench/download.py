@@ -67,8 +67,8 @@ STATUSES = ("ok", "skipped", "failed")
 """``ok``: fetched and verified now; ``skipped``: already present and verified; ``failed``."""
 
 FAILURE_CLASSES = {
-    "unavailable": "the video is unavailable, private, removed, geo- or age-restricted",
-    "bot_check": "YouTube asked to sign in to confirm this is not a bot (pass --cookies or --cookies_from_browser)",
+    "unavailable": "the video is unavailable, private, removed, members-only or geo-restricted",
+    "sign_in_required": "YouTube asked to sign in (bot check or age gate): pass --cookies or --cookies_from_browser",
     "http_error": "an HTTP error status (see http_status)",
     "network": "connection refused/reset, DNS failure, or the transfer ended early",
     "timeout": "no data arrived within --timeout seconds",
@@ -110,6 +110,8 @@ class DownloadConfig:
     """Set False to keep the report in memory only."""
     progress: bool = True
     """Show a tqdm bar over videos (still subject to ``K9BENCH_NO_PROGRESS``)."""
+    reverify: bool = False
+    """Verify every existing file again, even one an earlier run's manifest recorded as verified and unchanged."""
     ffmpeg_timeout: float = 900.0
     """Seconds allowed for one remux."""
     allowed_extractors: tuple[str, ...] | None = None
@@ -158,6 +160,8 @@ class VideoResult:
     """What verification found: codec, width, height, duration, header_frames, packets, has_audio."""
     replaced_invalid: str | None = None
     """Why a pre-existing ``{scene}.mp4`` was rejected and deleted, if one was."""
+    mtime_ns: int | None = None
+    """Modification time of the final file (with ``size_bytes``, lets a rerun trust an unchanged verified file)."""
     timestamp: str = ""
     """When this outcome was reached (ISO 8601)."""
 
@@ -407,7 +411,7 @@ def classify_error(exc: BaseException) -> tuple[str, int | None, str]:
     message = _clean_message(str(exc)) or type(exc).__name__
     text = " | ".join(f"{type(e).__name__}: {e}" for e in chain).lower()
     if any(h in text for h in _BOT_HINTS):
-        return "bot_check", None, message
+        return "sign_in_required", None, message
     if any(h in text for h in _UNAVAILABLE_HINTS):
         return "unavailable", None, message
     status = None
@@ -566,6 +570,37 @@ class _Context:
     ffmpeg: str
     cookie_source: Path | None
     browser: tuple | None
+    stop: threading.Event = field(default_factory=threading.Event)
+    previous: dict = field(default_factory=dict)
+
+
+def _verified_earlier(final: Path, entry: dict | None) -> dict | None:
+    """The earlier manifest entry when it recorded this very file (same size and mtime) as verified."""
+    if not entry or entry.get("status") not in ("ok", "skipped") or entry.get("file") != final.name:
+        return None
+    try:
+        stat = final.stat()
+    except OSError:
+        return None
+    if entry.get("size_bytes") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
+        return entry
+    return None
+
+
+def load_previous_manifest(path: Path | None) -> dict[str, dict]:
+    """Entries of an earlier manifest by scene (empty when absent or unreadable)."""
+    if path is None or not path.is_file():
+        return {}
+    from k9bench.artifacts import ArtifactError, read_json
+
+    try:
+        data = read_json(path)
+    except ArtifactError as exc:
+        log.warning("ignoring the earlier manifest: %s", exc)
+        return {}
+    if not isinstance(data, dict) or data.get("manifest_version") != MANIFEST_VERSION or not isinstance(data.get("videos"), list):
+        return {}
+    return {e["scene_name"]: e for e in data["videos"] if isinstance(e, dict) and isinstance(e.get("scene_name"), str)}
 
 
 def _downloaded_file(info: dict | None, work: Path, scene: str) -> Path | None:
@@ -597,6 +632,14 @@ def _fetch(scene: str, url: str, work: Path, ctx: _Context) -> dict:
         shutil.copyfile(ctx.cookie_source, cookie_file)
         os.chmod(cookie_file, 0o600)
     params = ydl_params(scene, work, ctx.cache_dir, ctx.config, ctx.ffmpeg, cookie_file, ctx.browser)
+
+    def stop_hook(_status: dict) -> None:
+        if ctx.stop.is_set():
+            from yt_dlp.utils import DownloadCancelled
+
+            raise DownloadCancelled("the run was interrupted")
+
+    params["progress_hooks"] = [*params.get("progress_hooks", []), stop_hook]
     try:
         with yt_dlp.YoutubeDL(params) as ydl:
             info = ydl.extract_info(url, download=True)
@@ -629,10 +672,16 @@ def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
         result.timestamp = now_iso()
         return result
 
+    if ctx.stop.is_set():
+        return finish("failed", error_class="error", message="not tried: the run was interrupted")
     if final.exists():
+        earlier = _verified_earlier(final, ctx.previous.get(scene))
+        if earlier is not None:
+            return finish("skipped", file=final.name, size_bytes=earlier.get("size_bytes"), video=earlier.get("video"),
+                          mtime_ns=final.stat().st_mtime_ns, message="verified by an earlier run; unchanged since")
         check = verify_video(final)
         if check.ok:
-            return finish("skipped", file=final.name, size_bytes=check.size, video=check.to_dict())
+            return finish("skipped", file=final.name, size_bytes=check.size, video=check.to_dict(), mtime_ns=final.stat().st_mtime_ns)
         log.warning("%s: the existing file fails verification (%s); deleting it and downloading again", final, check.reason)
         result.replaced_invalid = check.reason
         final.unlink(missing_ok=True)
@@ -664,7 +713,8 @@ def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
         os.replace(tmp, final)
         shutil.rmtree(work, ignore_errors=True)
         note = f"replaced an invalid existing file ({result.replaced_invalid})" if result.replaced_invalid else None
-        return finish("ok", file=final.name, size_bytes=check.size, video=check.to_dict(), message=note)
+        return finish("ok", file=final.name, size_bytes=check.size, video=check.to_dict(), message=note,
+                      mtime_ns=final.stat().st_mtime_ns)
     except _Failure as fail:
         shutil.rmtree(work, ignore_errors=True)
         return finish("failed", error_class=fail.error_class, http_status=fail.http_status, message=fail.message)
@@ -742,6 +792,7 @@ def download_videos(
         ffmpeg=ffmpeg,
         cookie_source=Path(os.path.expanduser(config.cookies)).absolute() if config.cookies else None,
         browser=browser,
+        previous={} if config.reverify else load_previous_manifest(manifest_path),
     )
     work_root.mkdir(exist_ok=True)
     log.info("%d video(s) into %s with %d worker(s)", len(videos), output_dir, config.workers)
@@ -783,6 +834,7 @@ def download_videos(
         report.complete = True
     except BaseException:
         report.complete = False
+        ctx.stop.set()
         for fut in futures:
             fut.cancel()
         pool.shutdown(wait=False, cancel_futures=True)

@@ -179,7 +179,7 @@ def test_every_failure_lands_in_its_class(server, sources, overrides, tmp_path):
         vid(23): ([Fmt("m", sources["mp4"], mode="stall")], "timeout", None),
         vid(24): ("unavailable", "unavailable", None),
         vid(25): ("private", "unavailable", None),
-        vid(26): ("bot", "bot_check", None),
+        vid(26): ("bot", "sign_in_required", None),
         vid(27): ([Fmt("m", sources["mp4"], mode="refused")], "network", None),
         vid(28): ([Fmt("m", data=os.urandom(20000))], "invalid_file", None),
         vid(29): ([Fmt("m", data=b"\x00\x00\x00\x18ftypisom" + os.urandom(5000))], "invalid_file", None),
@@ -200,7 +200,7 @@ def test_every_failure_lands_in_its_class(server, sources, overrides, tmp_path):
         assert res.message and res.file is None
     assert report.by_scene[vid(30)].status == "ok"
     assert report.exit_code == 1
-    assert report.failed_by_class == {"bot_check": 1, "http_error": 2, "invalid_file": 2, "network": 2, "timeout": 1, "unavailable": 2}
+    assert report.failed_by_class == {"http_error": 2, "invalid_file": 2, "network": 2, "sign_in_required": 1, "timeout": 1, "unavailable": 2}
     # Nothing invalid left: only the good video and the manifest (no work folder, no .part).
     assert folder_names(out) == {f"{vid(30)}.mp4", "download_manifest.json"}
     manifest = json.loads((out / "download_manifest.json").read_text())
@@ -232,6 +232,38 @@ def test_failed_replacement_leaves_no_invalid_file(server, sources, overrides, t
     report = download_videos({vid(42): f"https://youtu.be/{vid(42)}"}, tmp_path, config(overrides))
     assert report.by_scene[vid(42)].error_class == "unavailable"
     assert not (tmp_path / f"{vid(42)}.mp4").exists()
+
+
+def test_rerun_trusts_the_manifest_only_for_unchanged_files(server, sources, overrides, tmp_path):
+    server.add(vid(43), [Fmt("m", sources["mp4"])])
+    videos = {vid(43): f"https://youtu.be/{vid(43)}"}
+    download_videos(videos, tmp_path, config(overrides))
+    path = tmp_path / f"{vid(43)}.mp4"
+
+    again = download_videos(videos, tmp_path, config(overrides)).by_scene[vid(43)]
+    assert again.status == "skipped" and "earlier run" in again.message
+    os.utime(path, ns=(path.stat().st_atime_ns, path.stat().st_mtime_ns + 10**9))  # touched: verify again
+    touched = download_videos(videos, tmp_path, config(overrides)).by_scene[vid(43)]
+    assert touched.status == "skipped" and touched.message is None and touched.video["packets"] > 0
+    forced = download_videos(videos, tmp_path, config(overrides, reverify=True)).by_scene[vid(43)]
+    assert forced.status == "skipped" and forced.message is None
+    assert server.media_requests(vid(43)) == 1
+
+
+def test_interrupt_writes_a_manifest_of_finished_videos(server, sources, overrides, tmp_path):
+    scenes = [vid(44), vid(45), vid(46)]
+    for scene in scenes:
+        server.add(scene, [Fmt("m", sources["mp4"])])
+
+    def stop(_result):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        download_videos({s: f"https://youtu.be/{s}" for s in scenes}, tmp_path, config(overrides, workers=1), on_result=stop)
+    manifest = json.loads((tmp_path / "download_manifest.json").read_text())
+    assert manifest["complete"] is False
+    assert [e["status"] for e in manifest["videos"]] == ["ok"]
+    assert_faststart_mp4(tmp_path / manifest["videos"][0]["file"])
 
 
 # ---------------------------------------------------------------------------
@@ -354,7 +386,7 @@ def _download_error(message: str, cause: BaseException | None = None):
 @pytest.mark.parametrize(
     "exc, expected",
     [
-        (lambda: _download_error("ERROR: [youtube] x: Sign in to confirm you're not a bot. Use --cookies-from-browser"), ("bot_check", None)),
+        (lambda: _download_error("ERROR: [youtube] x: Sign in to confirm you're not a bot. Use --cookies-from-browser"), ("sign_in_required", None)),
         (lambda: _download_error("ERROR: [youtube] x: Private video. Sign in if you've been granted access"), ("unavailable", None)),
         (lambda: _download_error("ERROR: [youtube] x: Video unavailable. This video has been removed by the uploader"), ("unavailable", None)),
         (lambda: _download_error("ERROR: unable to download video data: HTTP Error 403: Forbidden"), ("http_error", 403)),
