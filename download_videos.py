@@ -48,6 +48,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--sleep_interval", type=float, default=0.0, help="seconds each worker waits before each download")
     parser.add_argument("--manifest", default=None, help="manifest JSON path (default: <output_dir>/download_manifest.json)")
+    parser.add_argument(
+        "--reverify",
+        action="store_true",
+        help="verify every existing file again, even those an earlier manifest recorded as verified and unchanged",
+    )
     add_logging_args(parser)
     return parser
 
@@ -77,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         cookies_from_browser=args.cookies_from_browser,
         sleep_interval=args.sleep_interval,
         manifest_path=args.manifest,
+        reverify=args.reverify,
     )
     argv_list = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -728,29 +728,10 @@ def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
 # The run
 
 
-def download_videos(
-    videos: Mapping[str, str],
-    output_dir: str | os.PathLike,
-    config: DownloadConfig | None = None,
-    *,
-    provenance: dict | None = None,
-    on_result: Callable[[VideoResult], None] | None = None,
-) -> DownloadReport:
-    """Fetch every ``scene -> url`` video into ``output_dir`` as verified ``{scene}.mp4`` files.
-
-    Each video is tried exactly once per run (yt-dlp retries requests inside
-    that try); all videos are tried even when some fail. Returns the report;
-    writes the manifest unless ``config.write_manifest`` is False. Raises
-    :class:`DownloadInputError` for bad input before writing anything, and
-    ``KeyboardInterrupt`` after writing a manifest of the finished videos.
-    ``on_result`` is called (from the calling thread) after each video.
-    """
-    from k9bench.cli import progress_enabled
+def _check_inputs(videos: dict, output_dir: Path, config: DownloadConfig) -> tuple[Path | None, str]:
+    """Every input problem at once, as one :class:`DownloadInputError`; else ``(manifest path, ffmpeg)``."""
     from k9bench.ffmpeg import FFmpegNotFound, find_ffmpeg
 
-    config = config or DownloadConfig()
-    videos = dict(videos)
-    output_dir = Path(os.path.expanduser(str(output_dir))).absolute()
     problems = check_videos(videos) + check_config(config)
     problem = check_writable_target(output_dir, "output folder")
     if problem:
@@ -771,9 +752,46 @@ def download_videos(
         ffmpeg = ""
     if problems:
         raise DownloadInputError("cannot start the download:\n" + "\n".join(f"  - {p}" for p in problems))
-    browser = parse_browser_spec(config.cookies_from_browser) if config.cookies_from_browser and not config.cookies else None
+    return manifest_path, ffmpeg
+
+
+def load_browser_cookies(spec: str):
+    """Read the browser's cookies once (yt-dlp's reader); raise :class:`DownloadInputError` on failure."""
+    from yt_dlp import cookies as ytc
+
+    name, profile, keyring, container = parse_browser_spec(spec)
+    try:
+        return ytc.extract_cookies_from_browser(name, profile, keyring=keyring, container=container)
+    except Exception as exc:  # missing profile, locked database, keyring refused...
+        raise DownloadInputError(f"--cookies_from_browser {spec!r}: could not read the browser's cookies: {exc}") from None
+
+
+def download_videos(
+    videos: Mapping[str, str],
+    output_dir: str | os.PathLike,
+    config: DownloadConfig | None = None,
+    *,
+    provenance: dict | None = None,
+    on_result: Callable[[VideoResult], None] | None = None,
+) -> DownloadReport:
+    """Fetch every ``scene -> url`` video into ``output_dir`` as verified ``{scene}.mp4`` files.
+
+    Each video is tried exactly once per run (yt-dlp retries requests inside
+    that try); all videos are tried even when some fail. Returns the report;
+    writes the manifest unless ``config.write_manifest`` is False. Raises
+    :class:`DownloadInputError` for bad input before writing anything, and
+    ``KeyboardInterrupt`` after writing a manifest of the finished videos.
+    ``on_result`` is called (from the calling thread) after each video.
+    """
+    config = config or DownloadConfig()
+    videos = dict(videos)
+    output_dir = Path(os.path.expanduser(str(output_dir))).absolute()
+    manifest_path, ffmpeg = _check_inputs(videos, output_dir, config)
+    browser_jar = None
     if config.cookies and config.cookies_from_browser:
-        log.warning("both --cookies and --cookies_from_browser given: using the cookies file %s", config.cookies)
+        log.warning("both cookies options given: using the cookies file %s", config.cookies)
+    elif config.cookies_from_browser:
+        browser_jar = load_browser_cookies(config.cookies_from_browser)
 
     prepare_output_dir(output_dir)
     report = DownloadReport(
@@ -784,38 +802,63 @@ def download_videos(
         provenance=provenance if provenance is not None else make_provenance("k9bench.download", [], None),
     )
     work_root = output_dir / WORK_DIRNAME
+    work_root.mkdir(exist_ok=True)
+    cookie_source = Path(os.path.expanduser(config.cookies)).absolute() if config.cookies else None
+    if browser_jar is not None:
+        # One private Netscape copy for every worker (each gets its own copy of it per video).
+        cookie_source = work_root / "browser-cookies.txt"
+        os.close(os.open(cookie_source, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+        browser_jar.save(str(cookie_source))
     ctx = _Context(
         output_dir=output_dir,
         work_root=work_root,
         cache_dir=work_root / "yt-dlp-cache",
         config=config,
         ffmpeg=ffmpeg,
-        cookie_source=Path(os.path.expanduser(config.cookies)).absolute() if config.cookies else None,
-        browser=browser,
+        cookie_source=cookie_source,
+        browser=None,
         previous={} if config.reverify else load_previous_manifest(manifest_path),
     )
-    work_root.mkdir(exist_ok=True)
     log.info("%d video(s) into %s with %d worker(s)", len(videos), output_dir, config.workers)
+    try:
+        _run_pool(videos, ctx, report, manifest_path, on_result)
+    finally:
+        if browser_jar is not None and cookie_source is not None:
+            cookie_source.unlink(missing_ok=True)
+    _cleanup_work_root(work_root)
+    return report
 
-    done: dict[str, VideoResult] = {}
-    last_write = [time.monotonic()]
 
-    def write_manifest(final: bool) -> None:
-        report.results = [done[s] for s in videos if s in done]
-        report.finished_at = now_iso()
-        if manifest_path is not None:
-            write_json_atomic(manifest_path, report.manifest())
-        last_write[0] = time.monotonic()
-
+def _run_pool(
+    videos: dict,
+    ctx: _Context,
+    report: DownloadReport,
+    manifest_path: Path | None,
+    on_result: Callable[[VideoResult], None] | None,
+) -> None:
+    """Run every video through :func:`download_one` on a thread pool; keep the manifest current."""
     from tqdm import tqdm
 
-    disable = True if not config.progress else progress_enabled()
+    from k9bench.cli import progress_enabled
+
+    done: dict[str, VideoResult] = {}
+    last_write = time.monotonic()
+
+    def write_manifest(complete: bool) -> None:
+        nonlocal last_write
+        report.results = [done[s] for s in videos if s in done]
+        report.finished_at = now_iso()
+        report.complete = complete
+        if manifest_path is not None:
+            write_json_atomic(manifest_path, report.manifest())
+        last_write = time.monotonic()
+
+    disable = True if not ctx.config.progress else progress_enabled()
     bar = tqdm(total=len(videos), unit="video", desc="videos", disable=disable, dynamic_ncols=True)
-    pool = ThreadPoolExecutor(max_workers=config.workers, thread_name_prefix="k9dl")
-    futures: dict[Future, str] = {}
+    pool = ThreadPoolExecutor(max_workers=ctx.config.workers, thread_name_prefix="k9dl")
+    futures: list[Future] = []
     try:
-        for scene, url in videos.items():
-            futures[pool.submit(download_one, scene, url, ctx)] = scene
+        futures = [pool.submit(download_one, scene, url, ctx) for scene, url in videos.items()]
         pending = set(futures)
         while pending:
             finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
@@ -828,13 +871,10 @@ def download_videos(
                 bar.update(1)
                 if on_result is not None:
                     on_result(res)
-            if finished and time.monotonic() - last_write[0] >= MANIFEST_WRITE_INTERVAL_S:
-                report.complete = False
+            if finished and pending and time.monotonic() - last_write >= MANIFEST_WRITE_INTERVAL_S:
                 write_manifest(False)
-        report.complete = True
     except BaseException:
-        report.complete = False
-        ctx.stop.set()
+        ctx.stop.set()  # in-flight yt-dlp downloads abort at their next progress update
         for fut in futures:
             fut.cancel()
         pool.shutdown(wait=False, cancel_futures=True)
@@ -847,8 +887,6 @@ def download_videos(
     pool.shutdown(wait=True)
     bar.close()
     write_manifest(True)
-    _cleanup_work_root(work_root)
-    return report
 
 
 def _count(results: Any) -> dict[str, int]:

@@ -266,6 +266,48 @@ def test_interrupt_writes_a_manifest_of_finished_videos(server, sources, overrid
     assert_faststart_mp4(tmp_path / manifest["videos"][0]["file"])
 
 
+COOKIE_LINE = "127.0.0.1\tFALSE\t/\tFALSE\t0\tK9SID\tsecret-value\n"
+
+
+def test_cookies_file_is_sent_and_never_rewritten(server, sources, overrides, tmp_path):
+    server.add(vid(47), [Fmt("m", sources["mp4"])])
+    cookies = tmp_path / "cookies.txt"
+    cookies.write_text("# Netscape HTTP Cookie File\n" + COOKIE_LINE)
+    before = (cookies.read_bytes(), cookies.stat().st_mtime_ns)
+    out = tmp_path / "videos"
+    report = download_videos({vid(47): f"https://youtu.be/{vid(47)}"}, out, config(overrides, cookies=str(cookies)))
+    assert report.counts["ok"] == 1
+    assert any("K9SID=secret-value" in c for c in server.cookies)
+    assert (cookies.read_bytes(), cookies.stat().st_mtime_ns) == before
+    assert folder_names(out) == {f"{vid(47)}.mp4", "download_manifest.json"}  # no private copy left behind
+
+
+def test_cookies_from_browser_are_read_once(server, sources, overrides, tmp_path, monkeypatch):
+    import yt_dlp.cookies as ytc
+
+    source = tmp_path / "browser.txt"
+    source.write_text("# Netscape HTTP Cookie File\n" + COOKIE_LINE)
+    calls = []
+
+    def fake_extract(name, profile=None, logger=None, *, keyring=None, container=None):
+        calls.append((name, profile, keyring, container))
+        jar = ytc.YoutubeDLCookieJar(str(source))
+        jar.load()
+        return jar
+
+    monkeypatch.setattr(ytc, "extract_cookies_from_browser", fake_extract)
+    scenes = [vid(48), vid(49)]
+    for scene in scenes:
+        server.add(scene, [Fmt("m", sources["mp4"])])
+    out = tmp_path / "videos"
+    cfg = config(overrides, cookies_from_browser="firefox:work")
+    report = download_videos({s: f"https://youtu.be/{s}" for s in scenes}, out, cfg)
+    assert report.counts["ok"] == 2
+    assert calls == [("firefox", "work", None, None)]
+    assert sum("K9SID=secret-value" in c for c in server.cookies) >= 2
+    assert folder_names(out) == {f"{s}.mp4" for s in scenes} | {"download_manifest.json"}
+
+
 # ---------------------------------------------------------------------------
 # Kill and resume
 

@@ -79,6 +79,7 @@ class VideoServer:
         self.videos: dict[str, _Video] = {}
         self.requests: list[str] = []
         self.range_requests: list[str] = []
+        self.cookies: list[str] = []
         self._lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -111,6 +112,8 @@ class VideoServer:
             def do_GET(self):
                 with server._lock:
                     server.requests.append(self.path)
+                    if self.headers.get("Cookie"):
+                        server.cookies.append(self.headers["Cookie"])
                     if (self.headers.get("Range") or "bytes=0-").split("=")[-1].split("-")[0] not in ("", "0"):
                         server.range_requests.append(self.path)  # a resumed transfer
                 if server.latency:
