@@ -319,6 +319,7 @@ class Runner:
         self.stats = RunStats()
         self.checkpoint: CheckpointLog | None = None
         self.bar = None
+        self._half_cache: dict = {}
 
     # -- one batch -------------------------------------------------------
 
@@ -354,8 +355,13 @@ class Runner:
 
         from k9bench.video import sample
 
-        settings = replace(self.sampling, max_frames=max(2, frames.num_frames // 2))
-        return sample(group.path, **settings.sample_kwargs())
+        key = (str(group.path), frames.num_frames)
+        cached = self._half_cache.get(key)
+        if cached is None:
+            settings = replace(self.sampling, max_frames=max(2, frames.num_frames // 2))
+            cached = sample(group.path, **settings.sample_kwargs())
+            self._half_cache = {key: cached}  # the other questions of this video reuse it
+        return cached
 
     def _run_one(self, group: VideoGroup, question: "Question", frames: "Frames | None") -> QuestionRecord:
         try:

@@ -1,0 +1,175 @@
+"""eval_video_llm.py end to end on CPU: the tiny random Qwen3-VL, generated videos, main([...])."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import eval_video_llm
+from k9bench.artifacts import checkpoint_path
+from k9bench.inference.runner import EXIT_OK
+from k9bench.prompts import sha256
+from k9bench.tiny_model import build_tiny_qwen3vl
+
+SPEC_KEYS = {"idx", "question_category", "video", "ground_truth", "response", "answer", "scene_name", "question",
+             "options", "prompt", "model_name", "max_frames", "timestamp"}
+OUR_KEYS = {"frame_indices", "num_frames", "sample_fps", "video_duration", "frame_size", "video_decoder", "text_only",
+            "generation", "seed", "attn_implementation", "prompt_sha256"}
+PER_INVOCATION = ("provenance", "run_stats")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return build_tiny_qwen3vl(tmp_path_factory.mktemp("tiny") / "qwen3vl", seed=0)
+
+
+def base_args(tiny: Path, video_dir: Path, out: Path, *extra: str) -> list[str]:
+    return [
+        "--model_name_or_path", str(tiny), "--dataset_name", "demo", "--video_dir", str(video_dir),
+        "--max_frames", "4", "--max_pixels", "16384", "--min_pixels", "2048", "--max_new_tokens", "8",
+        "--greedy", "--output_file", str(out), "-q", *extra,
+    ]
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def comparable(data: dict) -> dict:
+    """The file without per-invocation keys and record timestamps."""
+    out = {k: v for k, v in data.items() if k not in PER_INVOCATION}
+    out["individual_results"] = [{k: v for k, v in r.items() if k != "timestamp"} for r in data["individual_results"]]
+    return out
+
+
+@pytest.fixture(scope="module")
+def reference_run(tiny, demo_video_dir, tmp_path_factory) -> Path:
+    """One uninterrupted batch-size-1 run over the 12 demo questions."""
+    out = tmp_path_factory.mktemp("ref") / "raw.json"
+    assert eval_video_llm.main(base_args(tiny, demo_video_dir, out, "--batch_size", "1")) == EXIT_OK
+    return out
+
+
+def test_end_to_end_layout(reference_run, tiny):
+    data = load(reference_run)
+    records = data["individual_results"]
+    assert data["total_count"] == len(records) == 12
+    assert [r["idx"] for r in records] == list(range(12))
+    assert not checkpoint_path(reference_run).exists()
+    for r in records:
+        assert SPEC_KEYS | OUR_KEYS <= set(r), sorted(SPEC_KEYS | OUR_KEYS - set(r))
+        assert "error" not in r
+        assert r["model_name"] == tiny.name and r["max_frames"] == 4
+        assert r["video"] == f"{r['scene_name']}.mp4" and len(r["options"]) == 5 and r["options"][0].startswith("A. ")
+        assert r["response"] and r["answer"]
+        assert r["prompt"].startswith("<|im_start|>system\n") and r["prompt"].endswith("<|im_start|>assistant\n")
+        assert r["question"] in r["prompt"] and "<|video_pad|>" in r["prompt"]
+        assert not any(opt[3:] in r["prompt"] for opt in r["options"])  # options are never shown
+        assert r["prompt_sha256"] == sha256(r["prompt"])
+        assert r["num_frames"] == len(r["frame_indices"]) and r["num_frames"] <= 4 and r["num_frames"] % 2 == 0
+        assert r["generation"]["do_sample"] is False and r["generation"]["max_new_tokens"] == 8
+        assert r["num_output_tokens"] <= 8 and r["attn_implementation"] == "sdpa"
+    inference = data["inference"]
+    assert inference["backend"]["attn_implementation"] == "sdpa"
+    assert any("sdpa" in w for w in inference["backend"]["warnings"])  # the fallback is recorded
+    assert inference["frames"]["image_patch_size"] == 16
+    assert inference["prompt"]["system_prompt_source"] == "builtin:system_prompt"
+    assert data["provenance"]["script"] == "eval_video_llm.py"
+    assert data["failed_count"] == 0
+
+
+def test_batched_equals_batch_size_one_under_greedy(reference_run, tiny, demo_video_dir, tmp_path):
+    out = tmp_path / "raw_b4.json"
+    assert eval_video_llm.main(base_args(tiny, demo_video_dir, out, "--batch_size", "4")) == EXIT_OK
+    batched = {r["idx"]: r for r in load(out)["individual_results"]}
+    single = {r["idx"]: r for r in load(reference_run)["individual_results"]}
+    assert batched.keys() == single.keys()
+    for idx, rec in single.items():
+        assert batched[idx]["response"] == rec["response"], idx
+        assert batched[idx]["num_input_tokens"] == rec["num_input_tokens"]
+    assert load(out)["inference"]["batch_size"] == 4
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill(reference_run, tiny, demo_video_dir, tmp_path, repo_root):
+    out = tmp_path / "raw.json"
+    part = checkpoint_path(out)
+    args = base_args(tiny, demo_video_dir, out, "--batch_size", "1")
+    env = dict(os.environ, K9BENCH_NO_PROGRESS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    proc = subprocess.Popen([sys.executable, str(repo_root / "eval_video_llm.py"), *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 120
+    lines = 0
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if part.exists():
+                lines = part.read_bytes().count(b"\n")
+                if lines >= 3:
+                    proc.send_signal(signal.SIGKILL)
+                    break
+            time.sleep(0.005)
+    finally:
+        proc.wait(timeout=60)
+        stderr = proc.stderr.read().decode(errors="replace")
+        proc.stderr.close()
+    assert proc.returncode == -signal.SIGKILL, f"child ended on its own ({proc.returncode}) before the kill: {stderr[-2000:]}"
+    assert not out.exists()
+    before = [json.loads(line) for line in part.read_text().splitlines() if line.strip()]
+    assert 3 <= len(before) < 12
+    assert eval_video_llm.main(args) == EXIT_OK
+    final = load(out)
+    ids = [r["idx"] for r in final["individual_results"]]
+    assert ids == list(range(12))  # none lost, none duplicated
+    assert final["run_stats"]["resumed"] == len(before)
+    assert comparable(final) == comparable(load(reference_run)) | {"model_name_or_path": final["model_name_or_path"]}
+    assert not part.exists()
+
+
+def test_missing_and_corrupt_videos_fail_alone(tiny, demo_video_dir, tmp_path):
+    video_dir = tmp_path / "videos"
+    video_dir.mkdir()
+    shutil.copy(demo_video_dir / "demoVid0001.mp4", video_dir / "goodVideo01.mp4")
+    (video_dir / "brokenVid01.mp4").write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(3000))
+    rows = []
+    for n, scene in enumerate(["goodVideo01", "missingVid1", "brokenVid01", "goodVideo01"]):
+        rows.append({
+            "idx": 100 + n, "video_url": f"https://youtu.be/{scene}", "scene_name": scene, "question_category": "posture analysis",
+            "question": f"Question {n}?", "options": {k: f"option {k}" for k in "ABCDE"}, "correct_answer": "A",
+        })
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+    out = tmp_path / "raw.json"
+    args = base_args(tiny, video_dir, out, "--batch_size", "2")
+    args[args.index("demo")] = str(dataset)
+    assert eval_video_llm.main(args) == EXIT_OK
+    data = load(out)
+    by_idx = {r["idx"]: r for r in data["individual_results"]}
+    assert [r["idx"] for r in data["individual_results"]] == [100, 101, 102, 103]
+    assert by_idx[101]["error_class"] == "missing_video" and "not found" in by_idx[101]["error"]
+    assert by_idx[102]["error_class"] == "decode_error" and by_idx[102]["error"]
+    for idx in (101, 102):
+        assert by_idx[idx]["response"] == "" and by_idx[idx]["answer"] == "" and by_idx[idx]["num_frames"] == 0
+    for idx in (100, 103):
+        assert "error" not in by_idx[idx] and by_idx[idx]["response"]
+    assert data["failed_count"] == 2 and data["failures_by_class"] == {"missing_video": 1, "decode_error": 1}
+
+
+def test_text_only_mode(tiny, tmp_path):
+    out = tmp_path / "raw_text.json"
+    args = base_args(tiny, tmp_path / "no_videos_here", out, "--max_samples", "3", "--batch_size", "3")
+    args[args.index("--max_frames") + 1] = "0"
+    assert eval_video_llm.main(args) == EXIT_OK
+    data = load(out)
+    assert len(data["individual_results"]) == 3 and data["failed_count"] == 0
+    for r in data["individual_results"]:
+        assert r["text_only"] is True and r["num_frames"] == 0 and r["frame_indices"] is None
+        assert r["max_frames"] == 0 and "<|video_pad|>" not in r["prompt"] and r["response"]
+    assert data["inference"]["frames"] is None and data["inference"]["text_only"] is True

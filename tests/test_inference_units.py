@@ -1,0 +1,312 @@
+"""The inference loop with a scripted fake backend: OOM retry, batch fallback, signals, sharding,
+resume checks, auto-download, and the small planning helpers. No model is loaded."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+import eval_video_llm
+from k9bench.artifacts import checkpoint_path
+from k9bench.dataset import load_questions
+from k9bench.inference import runner
+from k9bench.inference.backend import BACKENDS, Backend, BackendError, GenerationOutput, backend_class
+from k9bench.inference.runner import (
+    EXIT_BACKEND,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    build_messages,
+    chunks,
+    default_output_file,
+    group_by_video,
+    shard_groups,
+    shard_output_file,
+)
+
+
+class FakeOOM(RuntimeError):
+    pass
+
+
+class FakeBackend:
+    """Answers from a script; can raise OOM above a frame count, fail chosen questions, or signal itself."""
+
+    name = "fake"
+
+    def __init__(self, oom_above: int | None = None, fail_questions: tuple = (), signal_after: int | None = None):
+        self.oom_above = oom_above
+        self.fail_questions = fail_questions
+        self.signal_after = signal_after
+        self.calls: list[list[int]] = []
+        self.recovered = 0
+        self.answered = 0
+
+    def load(self) -> None:
+        pass
+
+    def render_prompt(self, messages):
+        return json.dumps(messages, sort_keys=True)
+
+    def generate(self, batch):
+        self.calls.append([r.key for r in batch])
+        frames = batch[0].frames
+        if self.oom_above is not None and frames is not None and frames.num_frames > self.oom_above:
+            raise FakeOOM("CUDA out of memory (fake)")
+        outs = []
+        for r in batch:
+            text = r.messages[-1]["content"][-1]["text"]
+            if any(f in text for f in self.fail_questions):
+                raise ValueError(f"cannot answer {text!r}")
+            n = frames.num_frames if frames is not None else 0
+            outs.append(GenerationOutput(text=json.dumps({"reasoning": "r", "answer": f"{r.key}:{n}"}), prompt=self.render_prompt(r.messages),
+                                         num_input_tokens=10, num_output_tokens=5, finish_reason="stop"))
+        self.answered += len(outs)
+        if self.signal_after is not None and self.answered >= self.signal_after:
+            os.kill(os.getpid(), signal.SIGUSR1)
+        return outs
+
+    def describe(self):
+        return {"name": "fake", "generation": {"do_sample": False, "max_new_tokens": 5}, "attn_implementation": "none", "warnings": []}
+
+    def frame_patch_size(self):
+        return 16
+
+    def is_out_of_memory(self, exc):
+        return isinstance(exc, FakeOOM)
+
+    def recover_from_out_of_memory(self):
+        self.recovered += 1
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def use_backend(monkeypatch):
+    def _install(backend):
+        monkeypatch.setattr(runner, "create_backend", lambda args: backend)
+        return backend
+
+    return _install
+
+
+def args_for(video_dir: Path, out: Path, *extra: str) -> list[str]:
+    return ["--dataset_name", "demo", "--video_dir", str(video_dir), "--max_frames", "8", "--max_pixels", "16384",
+            "--min_pixels", "2048", "--output_file", str(out), "-q", *extra]
+
+
+def records(path: Path) -> dict:
+    return {r["idx"]: r for r in json.loads(path.read_text())["individual_results"]}
+
+
+def test_fake_backend_satisfies_protocol():
+    assert isinstance(FakeBackend(), Backend)
+
+
+def test_oom_retried_once_at_half_frames(use_backend, demo_video_dir, tmp_path):
+    backend = use_backend(FakeBackend(oom_above=4))
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--batch_size", "4")) == EXIT_OK
+    recs = records(out)
+    assert len(recs) == 12 and not any("error" in r for r in recs.values())
+    retried = [r for r in recs.values() if "oom_retry" in r]
+    assert {r["scene_name"] for r in retried} == {"demoVid0001", "demoVid0003"}  # demoVid0002 has only 4 frames
+    for r in retried:
+        retry = r["oom_retry"]
+        assert retry["retried"] is True and retry["retry_num_frames"] <= retry["original_num_frames"] // 2
+        assert r["num_frames"] == retry["retry_num_frames"] == len(r["frame_indices"])
+        assert r["answer"] == f"{r['idx']}:{r['num_frames']}" and r["answer_extraction"] == "json"
+    assert backend.recovered >= len(retried) == 8
+    assert json.loads(out.read_text())["run_stats"]["oom_retries"] == 8
+
+
+def test_oom_twice_is_a_failed_record(use_backend, demo_video_dir, tmp_path):
+    use_backend(FakeBackend(oom_above=0))
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "2")) == EXIT_OK
+    for r in records(out).values():
+        assert r["error_class"] == "oom" and "out of memory" in r["error"]
+        assert r["oom_retry"]["retried"] is True and r["response"] == ""
+
+
+def test_failed_batch_is_rerun_question_by_question(use_backend, demo_video_dir, tmp_path):
+    rows = load_questions("demo").questions
+    bad = rows[1].question
+    backend = use_backend(FakeBackend(fail_questions=(bad,)))
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--batch_size", "4")) == EXIT_OK
+    recs = records(out)
+    assert recs[rows[1].idx]["error_class"] == "generation_error" and "cannot answer" in recs[rows[1].idx]["error"]
+    assert recs[rows[1].idx]["prompt"]  # a failed record still shows its prompt
+    assert sum("error" in r for r in recs.values()) == 1
+    assert any(len(c) == 1 for c in backend.calls) and any(len(c) > 1 for c in backend.calls)
+
+
+def test_sigusr1_stops_cleanly_and_rerun_resumes(use_backend, demo_video_dir, tmp_path):
+    out = tmp_path / "raw.json"
+    use_backend(FakeBackend(signal_after=5))
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--batch_size", "1")) == EXIT_INTERRUPTED
+    assert not out.exists()
+    lines = checkpoint_path(out).read_text().splitlines()
+    assert len(lines) == 4  # the signal lands inside the 5th generate call, which is abandoned
+    assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL  # handlers restored
+    backend = use_backend(FakeBackend())
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--batch_size", "1")) == EXIT_OK
+    assert sorted(records(out)) == list(range(12))
+    assert backend.answered == 8  # only the missing ones
+    assert not checkpoint_path(out).exists()
+
+
+def test_failed_records_retried_on_rerun_unless_asked(use_backend, demo_video_dir, tmp_path):
+    video_dir = tmp_path / "videos"
+    video_dir.mkdir()
+    out = tmp_path / "raw.json"
+    use_backend(FakeBackend())
+    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3")) == EXIT_OK
+    assert all(r["error_class"] == "missing_video" for r in records(out).values())
+    for name in os.listdir(demo_video_dir):
+        os.symlink(demo_video_dir / name, video_dir / name)
+    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3", "--no_retry_failed")) == EXIT_OK
+    assert all("error" in r for r in records(out).values())
+    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3")) == EXIT_OK
+    assert not any("error" in r for r in records(out).values())
+
+
+def test_checkpoint_from_another_frame_budget_is_refused(use_backend, demo_video_dir, tmp_path):
+    out = tmp_path / "raw.json"
+    checkpoint_path(out).write_text(json.dumps({"idx": 0, "model_name": "Qwen3-VL-4B-Instruct", "max_frames": 32}) + "\n")
+    use_backend(FakeBackend())
+    assert eval_video_llm.main(args_for(demo_video_dir, out)) == EXIT_USAGE
+
+
+def test_sharded_runs_cover_everything_once(use_backend, demo_video_dir, tmp_path):
+    use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    seen = {}
+    for shard in range(2):
+        assert eval_video_llm.main(args_for(demo_video_dir, out, "--num_shards", "2", "--shard_id", str(shard))) == EXIT_OK
+        path = tmp_path / f"raw.shard{shard}of2.json"
+        data = json.loads(path.read_text())
+        assert (data["num_shards"], data["shard_id"]) == (2, shard)
+        for idx, r in records(path).items():
+            assert idx not in seen
+            seen[idx] = r["scene_name"]
+    assert sorted(seen) == list(range(12))
+    assert not out.exists()
+
+
+def test_auto_download_fetches_only_missing_videos(use_backend, demo_video_dir, tmp_path, monkeypatch):
+    import k9bench.download as download
+
+    video_dir = tmp_path / "videos"
+    video_dir.mkdir()
+    os.symlink(demo_video_dir / "demoVid0001.mp4", video_dir / "demoVid0001.mp4")
+    asked = {}
+
+    class Report:
+        counts = {"ok": 1, "skipped": 0, "failed": 1}
+        failed = [type("R", (), {"scene_name": "demoVid0003", "error_class": "unavailable", "message": "gone"})()]
+
+        def summary_line(self):
+            return "1 ok, 1 failed"
+
+    def fake_download(videos, output_dir, config=None, **kw):
+        asked.update(videos)
+        os.symlink(demo_video_dir / "demoVid0002.mp4", Path(output_dir) / "demoVid0002.mp4")
+        return Report()
+
+    monkeypatch.setattr(download, "download_videos", fake_download)
+    use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(video_dir, out, "--auto_download")) == EXIT_OK
+    assert sorted(asked) == ["demoVid0002", "demoVid0003"]
+    assert all(url.startswith("https://") for url in asked.values())
+    recs = records(out)
+    assert {r["error_class"] for r in recs.values() if r["scene_name"] == "demoVid0003"} == {"missing_video"}
+    assert not any("error" in r for r in recs.values() if r["scene_name"] != "demoVid0003")
+    assert json.loads(out.read_text())["run_stats"]["auto_download"]["failed"] == {"demoVid0003": "unavailable: gone"}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["--batch_size", "0"], ["--num_shards", "2", "--shard_id", "2"], ["--max_frames", "-1"], ["--max_pixels", "100"],
+     ["--system_prompt_file", "/nonexistent/prompt.txt"], ["--start_idx", "500"]],
+)
+def test_bad_input_exit_2(use_backend, demo_video_dir, tmp_path, extra):
+    use_backend(FakeBackend())
+    assert eval_video_llm.main(args_for(demo_video_dir, tmp_path / "raw.json", *extra)) == EXIT_USAGE
+    assert not (tmp_path / "raw.json").exists()
+
+
+def test_backend_load_failure_exit_3(demo_video_dir, tmp_path):
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--model_name_or_path", str(tmp_path / "no_model"))) == EXIT_BACKEND
+
+
+def test_system_prompt_file_and_user_turn_mode(use_backend, demo_video_dir, tmp_path):
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("Custom prompt text.\n")
+    use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "1", "--system_prompt_file", str(prompt),
+                                        "--use_system_message", "False")) == EXIT_OK
+    data = json.loads(out.read_text())
+    rec = data["individual_results"][0]
+    messages = json.loads(rec["prompt"])
+    assert [m["role"] for m in messages] == ["user"]
+    assert messages[0]["content"][-1]["text"].startswith("Custom prompt text.\n\n\n")
+    assert data["inference"]["prompt"]["system_prompt_source"] == str(prompt)
+    assert data["inference"]["prompt"]["use_system_message"] is False
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def test_build_messages_shapes():
+    msgs = build_messages("Q?", "SYS", True, True)
+    assert msgs == [{"role": "system", "content": [{"type": "text", "text": "SYS"}]},
+                    {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Q?"}]}]
+    assert build_messages("Q?", "SYS", False, False) == [{"role": "user", "content": [{"type": "text", "text": "SYS\n\nQ?"}]}]
+
+
+def test_grouping_and_sharding_keep_videos_whole():
+    qs = load_questions("demo").questions
+    groups = group_by_video(qs, "v")
+    assert [g.scene_name for g in groups] == ["demoVid0001", "demoVid0002", "demoVid0003"]
+    assert sum(len(g.questions) for g in groups) == len(qs)
+    assert groups[0].path == Path("v/demoVid0001.mp4")
+    shards = [shard_groups(groups, 2, k) for k in range(2)]
+    assert [g.scene_name for g in shards[0]] == ["demoVid0001", "demoVid0003"]
+    assert [g.scene_name for g in shards[1]] == ["demoVid0002"]
+    with pytest.raises(runner.UsageError):
+        shard_groups(groups, 2, 2)
+
+
+@pytest.mark.parametrize(
+    "output, n, k, expected",
+    [("raw.json", 1, 0, "raw.json"), ("raw.json", 4, 2, "raw.shard2of4.json"), ("d/raw", 2, 1, "d/raw.shard1of2.json"),
+     ("raw.shard1of2.json", 2, 1, "raw.shard1of2.json")],
+)
+def test_shard_output_file(output, n, k, expected):
+    assert shard_output_file(output, n, k) == Path(expected)
+
+
+def test_default_output_file_is_the_launchers():
+    assert default_output_file("Qwen/Qwen3-VL-4B-Instruct", 32, 10) == "raw_Qwen3-VL-4B-Instruct_mf32_n10.json"
+    assert default_output_file("/models/my-model/", 0, -1) == "raw_my-model_mf0_n-1.json"
+
+
+def test_chunks():
+    assert list(chunks([1, 2, 3, 4, 5], 2)) == [[1, 2], [3, 4], [5]]
+
+
+def test_backend_registry():
+    assert backend_class("hf").__name__ == "HFBackend"
+    assert set(BACKENDS) >= {"hf", "openai"}
+    with pytest.raises(BackendError):
+        backend_class("nope")
