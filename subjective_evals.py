@@ -29,6 +29,7 @@ to retry them); 2 bad input, prompt or missing key; 130 interrupted (rerun to fi
 from __future__ import annotations
 
 import argparse
+import hashlib
 import logging
 from pathlib import Path
 
@@ -174,7 +175,12 @@ def main(argv: list[str] | None = None) -> int:
 
     meta = {
         "provenance": provenance("subjective_evals.py", argv, args),
-        "input": {"evaluations": str(args.evaluations), "stage": taskset.stage, "records": taskset.total_records},
+        "input": {
+            "evaluations": str(args.evaluations),
+            "sha256": hashlib.sha256(Path(args.evaluations).read_bytes()).hexdigest(),
+            "stage": taskset.stage,
+            "records": taskset.total_records,
+        },
         "judge": {"base_url": args.base_url, "concurrency": args.concurrency, "timeout": args.timeout, "max_retries": args.max_retries},
     }
     if dataset_check is not None:

@@ -297,6 +297,7 @@ class FakeOpenAIServer:
 class _Handler(BaseHTTPRequestHandler):
     fake: FakeOpenAIServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out in two writes: no 40 ms delayed-ACK stalls
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet by default
         pass

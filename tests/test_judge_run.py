@@ -423,3 +423,30 @@ def test_dataset_cross_check_reports_mismatches(tmp_path, server, capsys):
     assert mismatches == [{"idx": questions[1].idx, "field": "question", "record": "An edited question?", "dataset": questions[1].question}]
     assert "1 mismatch(es)" in capsys.readouterr().err
     assert len(load(tmp_path / "judge.json")) == 3
+
+
+def test_ctrl_c_keeps_checkpointed_results_and_writes_no_final_file(tmp_path, monkeypatch, server, capsys):
+    from k9bench import openai_api
+
+    write_eval(tmp_path / "eval.json", make_records(6))
+    real_chat = openai_api.ChatClient.chat
+
+    def chat(self, messages, **kw):
+        if "answer-4 the dog" in messages[0]["content"]:
+            raise KeyboardInterrupt
+        return real_chat(self, messages, **kw)
+
+    monkeypatch.setattr(openai_api.ChatClient, "chat", chat)
+    assert run(tmp_path, server, "--concurrency", "1") == 130
+    assert "rerun the same command to finish" in capsys.readouterr().err
+    ckpt = checkpoint_path(tmp_path / "judge.json")
+    assert [json.loads(line)["idx"] for line in ckpt.read_text().splitlines()] == [0, 1, 2, 3]
+    assert not (tmp_path / "judge.json").exists()
+
+    monkeypatch.setattr(openai_api.ChatClient, "chat", real_chat)
+    server.clear()
+    assert run(tmp_path, server) == 0
+    assert sorted(idx_of(r) for r in server.chat_requests()) == [4, 5]
+    assert [e["idx"] for e in load(tmp_path / "judge.json")] == list(range(6))
+    meta = load(tmp_path / "judge.json.meta.json")
+    assert len(meta["input"]["sha256"]) == 64 and meta["input"]["stage"] == "eval"
