@@ -29,7 +29,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # fps of the generated clips, cycled over the videos (integer and NTSC rates)
-FPS_CYCLE = ["30", "25", "24", "30000/1001", "30", "25"]
+FPS_CYCLE = ["30", "25", "24", "30000/1001", "60", "50"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -4,7 +4,8 @@
 returns the same ``Frames`` for every later question on that video, until ``release(path)`` drops
 it (call it after the video's last question, so memory holds one video's frames at a time when
 questions are processed grouped by video). A failure is remembered too: a broken video raises
-the same ``VideoError`` for each of its questions without being decoded again.
+the same ``VideoError`` for each of its questions without being decoded again. ``prefetch(path)``
+starts loading the next video in a background thread, so decoding can overlap generation.
 
 With ``disk_dir`` the sampled, resized frames are also stored on disk, one ``.npz`` entry per
 (video file, size, mtime, sampling settings, decoder), so evaluating several models with the same
@@ -21,6 +22,8 @@ import json
 import logging
 import os
 import tempfile
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -126,57 +129,122 @@ class FrameCache:
             self.disk_dir.mkdir(parents=True, exist_ok=True)
         self.stats = CacheStats()
         self._slots: dict[tuple[str, int, int], _Slot] = {}
+        self._pending: dict[tuple[str, int, int], Future] = {}
         self._by_path: dict[str, tuple[str, int, int]] = {}
+        self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None
+        log.info(
+            "video frames: decoder=%s fps=%s max_frames=%s max_pixels=%s min_pixels=%s image_patch_size=%s frame cache dir=%s",
+            self.settings.decoder, self.settings.fps, self.settings.max_frames, self.settings.max_pixels,
+            "default" if self.settings.min_pixels is None else self.settings.min_pixels,
+            self.settings.image_patch_size, self.disk_dir or "none",
+        )
 
     # ------------------------------------------------------------------ memory layer
 
     def get(self, path: str | os.PathLike) -> Frames:
-        """The video's frames; decoded (or read from disk) on first use. Raises ``VideoError``."""
+        """The video's frames; decoded (or read from disk) on first use. Raises ``VideoError``.
+
+        A video whose decoding failed raises the same ``VideoError`` again, without a new attempt.
+        """
         p = Path(path)
         fid = _file_id(p)
-        slot = self._slots.get(fid)
+        with self._lock:
+            slot = self._slots.get(fid)
+            pending = None if slot is not None else self._pending.pop(fid, None)
+            if slot is not None:
+                self.stats.memory_hits += 1
         if slot is None:
-            slot = _Slot()
-            try:
-                slot.frames = self._load(p, fid)
-            except VideoError as exc:
-                slot.error = exc
-                self.stats.failures += 1
-                log.warning("video %s cannot be used: %s", p, exc.detail)
-            self._slots[fid] = slot
-            self._by_path[str(p)] = fid
-        else:
-            self.stats.memory_hits += 1
+            slot = pending.result() if pending is not None else self._build(p, fid)
+            with self._lock:
+                self._slots[fid] = slot
+                self._by_path[str(p)] = fid
         slot.gets += 1
         if slot.error is not None:
             raise slot.error
         return slot.frames  # type: ignore[return-value]
 
+    def prefetch(self, path: str | os.PathLike) -> None:
+        """Start loading a video in a background thread (say, the next video while the model generates).
+
+        A later ``get`` waits for it. Errors surface at ``get``; a missing file is left to ``get``.
+        """
+        p = Path(path)
+        try:
+            fid = _file_id(p)
+        except VideoError:
+            return
+        with self._lock:
+            if fid in self._slots or fid in self._pending:
+                return
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k9bench-frames")
+            self._pending[fid] = self._executor.submit(self._build, p, fid)
+            self._by_path[str(p)] = fid
+
     def release(self, path: str | os.PathLike) -> None:
         """Forget a video's frames (after its last question). Unknown paths are ignored."""
-        fid = self._by_path.pop(str(Path(path)), None)
+        with self._lock:
+            fid = self._by_path.pop(str(Path(path)), None)
         if fid is None:
             try:
                 fid = _file_id(Path(path))
             except VideoError:
                 return
-        self._slots.pop(fid, None)
+        with self._lock:
+            self._slots.pop(fid, None)
+            pending = self._pending.pop(fid, None)
+        if pending is not None:
+            pending.cancel()
 
     def clear(self) -> None:
         """Forget every video."""
-        self._slots.clear()
-        self._by_path.clear()
+        with self._lock:
+            self._slots.clear()
+            self._by_path.clear()
+            pending, self._pending = list(self._pending.values()), {}
+        for fut in pending:
+            fut.cancel()
+
+    def close(self) -> None:
+        """Forget every video and stop the prefetch thread."""
+        self.clear()
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def __enter__(self) -> "FrameCache":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def __len__(self) -> int:
         return len(self._slots)
 
     def summary(self) -> dict[str, Any]:
         """Settings, disk directory and counters (JSON-safe) for the run's artifact."""
+        with self._lock:
+            stats = asdict(self.stats)
         return {
             "settings": asdict(self.settings),
             "frame_cache_dir": str(self.disk_dir) if self.disk_dir is not None else None,
-            "stats": asdict(self.stats),
+            "stats": stats,
         }
+
+    def _build(self, path: Path, fid: tuple[str, int, int]) -> _Slot:
+        slot = _Slot()
+        try:
+            slot.frames = self._load(path, fid)
+        except VideoError as exc:
+            slot.error = exc
+            self._count("failures")
+            log.warning("video %s cannot be used: %s", path, exc.detail)
+        return slot
+
+    def _count(self, name: str, amount: float = 1) -> None:
+        with self._lock:
+            setattr(self.stats, name, getattr(self.stats, name) + amount)
 
     # ------------------------------------------------------------------ disk layer
 
@@ -201,11 +269,11 @@ class FrameCache:
             if entry.exists():
                 frames = self._read_entry(entry, key, path)
                 if frames is not None:
-                    self.stats.disk_hits += 1
+                    self._count("disk_hits")
                     return frames
         frames = sample(path, **self.settings.sample_kwargs())
-        self.stats.decodes += 1
-        self.stats.decode_seconds += frames.decode_seconds
+        self._count("decodes")
+        self._count("decode_seconds", frames.decode_seconds)
         if entry is not None:
             self._write_entry(entry, self.entry_key(fid), frames)
         return frames
@@ -222,7 +290,7 @@ class FrameCache:
         except Exception as exc:  # unreadable zip, missing array, bad JSON...
             problem = f"unreadable ({type(exc).__name__}: {exc})"
         if problem is not None:
-            self.stats.damaged += 1
+            self._count("damaged")
             log.warning("frame cache entry %s for %s is damaged (%s): removing it and decoding again", entry, path, problem)
             try:
                 entry.unlink()
@@ -275,7 +343,7 @@ class FrameCache:
             except OSError:
                 pass
             raise
-        self.stats.disk_writes += 1
+        self._count("disk_writes")
         log.debug("frame cache entry written: %s", entry)
 
 

@@ -269,6 +269,9 @@ class _DecordSource:
         self.total_frames = len(self._vr)
         self.fps = float(self._vr.get_avg_fps())
 
+    def close(self) -> None:
+        self._vr = None
+
     def get(self, indices: list[int]):
         import torch
 
@@ -302,6 +305,14 @@ class _PyAVSource:
             raise VideoError(
                 path, "decode_error", f"the file has no video stream (streams: {', '.join(kinds)}): audio-only or not a video"
             )
+        try:
+            self._index()
+        except BaseException:
+            self._container.close()
+            raise
+
+    def _index(self) -> None:
+        path = self.path
         self._stream = self._container.streams.video[0]
         self._stream.thread_type = "AUTO"
         rate = self._stream.average_rate or self._stream.guessed_rate
@@ -321,6 +332,9 @@ class _PyAVSource:
         self._pts = sorted(pts)
         self._keys = sorted(keys)
         self.total_frames = len(self._pts)
+
+    def close(self) -> None:
+        self._container.close()
 
     def get(self, indices: list[int]):
         import bisect
@@ -353,8 +367,6 @@ class _PyAVSource:
             raise
         except Exception as exc:
             raise VideoError(self.path, "decode_error", f"PyAV failed to decode frames ({_short(exc)})") from None
-        finally:
-            self._container.close()
         arr = np.stack([got[i] for i in indices])
         return torch.from_numpy(arr).permute(0, 3, 1, 2)
 
@@ -413,16 +425,19 @@ def sample(
     _check_file(path)
     t0 = time.perf_counter()
     src = _open(path, decoder)
-    total, src_fps = src.total_frames, src.fps
-    if total <= 0:
-        raise VideoError(path, "decode_error", "the video has no frames (audio-only, empty or not a video)")
-    if not (src_fps > 0 and math.isfinite(src_fps)):
-        raise VideoError(path, "decode_error", f"the video reports an invalid frame rate ({src_fps})")
     try:
-        indices = frame_indices(total, src_fps, fps, max_frames)
-    except ValueError as exc:
-        raise VideoError(path, "decode_error", f"cannot sample frames: {exc}") from None
-    raw = src.get(indices)
+        total, src_fps = src.total_frames, src.fps
+        if total <= 0:
+            raise VideoError(path, "decode_error", "the video has no frames (audio-only, empty or not a video)")
+        if not (src_fps > 0 and math.isfinite(src_fps)):
+            raise VideoError(path, "decode_error", f"the video reports an invalid frame rate ({src_fps})")
+        try:
+            indices = frame_indices(total, src_fps, fps, max_frames)
+        except ValueError as exc:
+            raise VideoError(path, "decode_error", f"cannot sample frames: {exc}") from None
+        raw = src.get(indices)
+    finally:
+        src.close()
     if raw.ndim != 4 or raw.shape[0] != len(indices) or raw.shape[1] != 3:
         raise VideoError(path, "decode_error", f"decoder returned frames of shape {tuple(raw.shape)}")
     src_h, src_w = int(raw.shape[2]), int(raw.shape[3])

@@ -229,6 +229,25 @@ def test_cache_decodes_each_video_once(monkeypatch, clips):
     assert len(calls) == 3
 
 
+def test_prefetch_loads_in_background(monkeypatch, clips):
+    calls = _count_samples(monkeypatch)
+    with FrameCache() as cache:
+        cache.prefetch(clips["short"])
+        cache.prefetch(clips["short"])  # already pending: no second job
+        cache.prefetch(clips["garbage"])
+        cache.prefetch(clips["short"].with_name("absent.mp4"))  # left to get()
+        frames = cache.get(clips["short"])
+        assert cache.get(clips["short"]) is frames
+        with pytest.raises(VideoError):
+            cache.get(clips["garbage"])
+        assert sorted(calls) == sorted([str(clips["short"]), str(clips["garbage"])])
+        assert cache.stats.decodes == 1 and cache.stats.failures == 1
+        cache.prefetch(clips["av"])
+        cache.release(clips["av"])  # a pending job is dropped with it
+        assert len(cache) == 2
+    assert len(cache) == 0
+
+
 def test_cache_key_includes_size_and_mtime(monkeypatch, tmp_path):
     calls = _count_samples(monkeypatch)
     path = make_video(tmp_path / "v.mp4", duration=2, fps=24, width=160, height=120)

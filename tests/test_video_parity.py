@@ -30,9 +30,9 @@ CASES = {
     "one_min_30fps": (75, "30", 480, 270, FAST, True),
     "two_min_60fps": (125, "60", 320, 180, FAST, True),
     "five_min_25fps": (300, "25", 320, 180, FAST, True),
-    "portrait_ntsc_64s": (64, "30000/1001", 360, 640, FAST, True),
+    "portrait_ntsc_40s": (40, "30000/1001", 360, 640, FAST, True),
     "three_min_24fps": (190, "24", 426, 240, FAST, True),
-    "hd1080_30fps": (35, "30", 1920, 1080, ["-b:v", "1500k"], True),
+    "hd1080_30fps": (12, "30", 1920, 1080, ["-b:v", "800k"], True),
 }
 
 ITEM = {"fps": 1.0, "max_frames": 32, "max_pixels": 360 * 420}
