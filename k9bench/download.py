@@ -488,7 +488,6 @@ def ydl_params(
     config: DownloadConfig,
     ffmpeg: str,
     cookie_file: Path | None,
-    browser: tuple | None,
 ) -> dict:
     """The yt-dlp parameters for one video."""
     params: dict[str, Any] = {
@@ -524,8 +523,6 @@ def ydl_params(
         params["sleep_interval"] = config.sleep_interval
     if cookie_file is not None:
         params["cookiefile"] = str(cookie_file)
-    elif browser is not None:
-        params["cookiesfrombrowser"] = browser
     if config.allowed_extractors is not None:
         params["allowed_extractors"] = list(config.allowed_extractors)
     if config.ydl_overrides:
@@ -569,7 +566,6 @@ class _Context:
     config: DownloadConfig
     ffmpeg: str
     cookie_source: Path | None
-    browser: tuple | None
     stop: threading.Event = field(default_factory=threading.Event)
     previous: dict = field(default_factory=dict)
 
@@ -631,7 +627,7 @@ def _fetch(scene: str, url: str, work: Path, ctx: _Context) -> dict:
         cookie_file = work / "cookies.txt"
         shutil.copyfile(ctx.cookie_source, cookie_file)
         os.chmod(cookie_file, 0o600)
-    params = ydl_params(scene, work, ctx.cache_dir, ctx.config, ctx.ffmpeg, cookie_file, ctx.browser)
+    params = ydl_params(scene, work, ctx.cache_dir, ctx.config, ctx.ffmpeg, cookie_file)
 
     def stop_hook(_status: dict) -> None:
         if ctx.stop.is_set():
@@ -654,6 +650,28 @@ def _fetch(scene: str, url: str, work: Path, ctx: _Context) -> dict:
     if info.get("_type") in ("playlist", "multi_video"):
         raise _Failure("error", "the URL resolved to a playlist, not one video")
     return info
+
+
+def _faststart_existing(final: Path, ctx: _Context):
+    """Remux a complete but not-faststart ``final`` in place; the verified result, or None if that failed."""
+    from k9bench.verify import verify_video
+
+    work = ctx.work_root / f"{final.stem}.local"
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = work / f"{final.stem}.remux.mp4"
+    try:
+        remux_faststart(final, tmp, ffmpeg_timeout=ctx.config.ffmpeg_timeout)
+        check = verify_video(tmp)
+        if not check.ok:
+            log.warning("%s: local remux did not verify (%s)", final, check.reason)
+            return None
+        os.replace(tmp, final)
+        return check
+    except _Failure as fail:
+        log.warning("%s: local remux failed (%s)", final, fail.message)
+        return None
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
@@ -682,6 +700,11 @@ def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
         check = verify_video(final)
         if check.ok:
             return finish("skipped", file=final.name, size_bytes=check.size, video=check.to_dict(), mtime_ns=final.stat().st_mtime_ns)
+        if check.only_not_faststart:
+            fixed = _faststart_existing(final, ctx)
+            if fixed is not None:
+                return finish("ok", file=final.name, size_bytes=fixed.size, video=fixed.to_dict(), mtime_ns=final.stat().st_mtime_ns,
+                              message="the existing file had its index at the end: remuxed to faststart locally, no download")
         log.warning("%s: the existing file fails verification (%s); deleting it and downloading again", final, check.reason)
         result.replaced_invalid = check.reason
         final.unlink(missing_ok=True)
@@ -816,7 +839,6 @@ def download_videos(
         config=config,
         ffmpeg=ffmpeg,
         cookie_source=cookie_source,
-        browser=None,
         previous={} if config.reverify else load_previous_manifest(manifest_path),
     )
     log.info("%d video(s) into %s with %d worker(s)", len(videos), output_dir, config.workers)

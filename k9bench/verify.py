@@ -57,6 +57,12 @@ class VerifyResult:
     has_audio: bool = False
     """Whether an audio stream is present."""
 
+    @property
+    def only_not_faststart(self) -> bool:
+        """True when the sole problem found is the index after the data: complete boxes, so a local remux fixes it."""
+        t = self.boxes
+        return not self.ok and "moov" in t and "mdat" in t and "moof" not in t and t.index("moov") > t.index("mdat")
+
     def to_dict(self) -> dict:
         out = asdict(self)
         out.pop("boxes", None)

@@ -96,7 +96,7 @@ def test_only_the_test_extractor_is_loaded(overrides, tmp_path):
     from yt_dlp.utils import DownloadError
 
     cfg = config(overrides)
-    params = ydl_params(vid(0), tmp_path, tmp_path / "cache", cfg, "ffmpeg", None, None)
+    params = ydl_params(vid(0), tmp_path, tmp_path / "cache", cfg, "ffmpeg", None)
     with yt_dlp.YoutubeDL(params) as ydl:
         names = [ie.IE_NAME for ie in ydl._ies.values()]
         assert names == [TEST_EXTRACTOR]
@@ -217,13 +217,26 @@ def test_server_errors_are_retried_before_failing(server, sources, overrides, tm
     assert server.media_requests(vid(40)) == 2
 
 
-def test_invalid_existing_file_is_replaced(server, sources, overrides, tmp_path):
+def test_existing_file_with_index_at_the_end_is_fixed_locally(server, sources, overrides, tmp_path):
     server.add(vid(41), [Fmt("m", sources["mp4"])])
-    shutil.copyfile(sources["mp4"], tmp_path / f"{vid(41)}.mp4")  # moov after mdat: not acceptable as is
+    shutil.copyfile(sources["mp4"], tmp_path / f"{vid(41)}.mp4")  # complete, but moov after mdat
     report = download_videos({vid(41): f"https://youtu.be/{vid(41)}"}, tmp_path, config(overrides))
     res = report.by_scene[vid(41)]
-    assert res.status == "ok" and "moov" in res.replaced_invalid
+    assert res.status == "ok" and "remuxed to faststart locally" in res.message
+    assert server.media_requests(vid(41)) == 0
     assert_faststart_mp4(tmp_path / f"{vid(41)}.mp4")
+
+
+def test_truncated_existing_file_is_replaced(server, sources, overrides, tmp_path):
+    server.add(vid(39), [Fmt("m", sources["frag"])])
+    good = make_video(tmp_path / "good.mp4", duration=1.0, fps=10, width=96, height=64)
+    data = good.read_bytes()
+    (tmp_path / f"{vid(39)}.mp4").write_bytes(data[: len(data) * 2 // 3])
+    report = download_videos({vid(39): f"https://youtu.be/{vid(39)}"}, tmp_path, config(overrides))
+    res = report.by_scene[vid(39)]
+    assert res.status == "ok" and "truncated" in res.replaced_invalid
+    assert server.media_requests(vid(39)) == 1
+    assert_faststart_mp4(tmp_path / f"{vid(39)}.mp4")
 
 
 def test_failed_replacement_leaves_no_invalid_file(server, sources, overrides, tmp_path):
