@@ -28,6 +28,7 @@ Typical use::
 from __future__ import annotations
 
 import email.utils
+import json
 import logging
 import os
 import queue
@@ -47,6 +48,10 @@ PLACEHOLDER_KEY = "not-needed"
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+
+class BadResponse(Exception):
+    """A 200 reply that is not a usable chat completion (no choices, no message)."""
 
 
 class MissingApiKey(Exception):
@@ -261,8 +266,8 @@ def classify_error(exc: BaseException) -> tuple[str, bool, int | None, float | N
         if status == 408:
             return "timeout", True, status, retry_after
         return "client_error", False, status, None
-    if isinstance(exc, (openai.APIResponseValidationError, ValueError)):
-        # a 200 whose body is not a chat completion (JSONDecodeError is a ValueError)
+    if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError, BadResponse)):
+        # a 200 whose body is not a chat completion (a proxy's HTML page, a truncated body)
         return "bad_response", True, None, None
     raise exc
 
@@ -337,11 +342,11 @@ class ChatClient:
                 response = self.client.chat.completions.create(model=model, messages=messages, **params)
                 choices = getattr(response, "choices", None)
                 if not choices:
-                    raise ValueError("the response has no choices")
+                    raise BadResponse("the response has no choices")
                 choice = choices[0]
                 message = getattr(choice, "message", None)
                 if message is None:
-                    raise ValueError("the response's first choice has no message")
+                    raise BadResponse("the response's first choice has no message")
                 return ChatResult(
                     ok=True,
                     text=self._scrub(message.content or ""),
