@@ -71,27 +71,26 @@ def _temperature(value: str) -> float | None:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         description="LLM-as-judge scoring of K9-Bench answers (Logic, Factuality, Accuracy, Conciseness, Overall; 1-10).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     p.add_argument("--evaluations", required=True, help="raw, sim or eval JSON file (individual_results, or the older threshold_results layout)")
     p.add_argument("--output", default=None, help="judge JSON list (default: judge_<name>.json beside --evaluations)")
     p.add_argument("--skipped", default=None, help="skipped entries JSON list (default: <output stem>_skipped.json)")
     g = p.add_argument_group("judge")
-    g.add_argument("--judge_model", default="gpt-4o", help="judge model id; pin a dated snapshot (e.g. gpt-4o-2024-08-06) for comparable numbers")
+    g.add_argument("--judge_model", default="gpt-4o", help="judge model id (default: %(default)s); pin a dated snapshot (e.g. gpt-4o-2024-08-06) for comparable numbers")
     g.add_argument("--base_url", default=None, help="OpenAI-compatible endpoint (vLLM, SGLang, Azure, a proxy); default: the OpenAI API")
-    g.add_argument("--temperature", type=_temperature, default=0.0, help="judge sampling temperature ('none': the API default)")
+    g.add_argument("--temperature", type=_temperature, default=0.0, help="judge sampling temperature (default: %(default)s; 'none': the API's own default)")
     g.add_argument("--max_tokens", type=_positive_int, default=None, help="limit on the judge's reply length (default: the API's)")
     g.add_argument("--prompt_file", default=None, help="judge prompt template used verbatim instead of ours ({question}, {correct_answer}, {model_output})")
     r = p.add_argument_group("requests")
-    r.add_argument("--concurrency", type=_positive_int, default=8, help="requests in flight at once")
-    r.add_argument("--max_retries", type=_non_negative_int, default=5, help="retries per request on 429, 5xx, timeouts and connection errors")
-    r.add_argument("--timeout", type=_positive_float, default=120.0, help="seconds per request attempt")
-    r.add_argument("--retry_backoff", type=_positive_float, default=1.0, help="seconds before the first retry, doubled each time (with jitter)")
-    r.add_argument("--retry_backoff_max", type=_positive_float, default=60.0, help="ceiling of the retry backoff, in seconds")
+    r.add_argument("--concurrency", type=_positive_int, default=8, help="requests in flight at once (default: %(default)s)")
+    r.add_argument("--max_retries", type=_non_negative_int, default=5, help="retries per request on 429, 5xx, timeouts and connection errors (default: %(default)s)")
+    r.add_argument("--timeout", type=_positive_float, default=120.0, help="seconds per request attempt (default: %(default)s)")
+    r.add_argument("--retry_backoff", type=_positive_float, default=1.0, help="seconds before the first retry, doubled each time, with jitter (default: %(default)s)")
+    r.add_argument("--retry_backoff_max", type=_positive_float, default=60.0, help="ceiling of the retry backoff in seconds (default: %(default)s)")
     s = p.add_argument_group("selection and checks")
     s.add_argument("--limit", type=_non_negative_int, default=None, help="judge only the first N answered questions (idx order)")
     s.add_argument("--dataset_name", default=None, help="cross-check the records against this dataset (Hub id, local file, or 'demo') and report mismatches")
-    s.add_argument("--split", default="test", help="dataset split for --dataset_name")
+    s.add_argument("--split", default="test", help="dataset split for --dataset_name (default: %(default)s)")
     add_logging_args(p)
     return p
 
