@@ -826,6 +826,7 @@ def download_videos(
     )
     work_root = output_dir / WORK_DIRNAME
     work_root.mkdir(exist_ok=True)
+    _purge_cookie_copies(work_root)
     cookie_source = Path(os.path.expanduser(config.cookies)).absolute() if config.cookies else None
     if browser_jar is not None:
         # One private Netscape copy for every worker (each gets its own copy of it per video).
@@ -845,8 +846,7 @@ def download_videos(
     try:
         _run_pool(videos, ctx, report, manifest_path, on_result)
     finally:
-        if browser_jar is not None and cookie_source is not None:
-            cookie_source.unlink(missing_ok=True)
+        _purge_cookie_copies(work_root)
     _cleanup_work_root(work_root)
     return report
 
@@ -927,6 +927,15 @@ def _log_result(res: VideoResult) -> None:
         log.info("%s: downloaded (%s, %sp, %.1f s)", res.scene_name, fmt.get("format_id"), fmt.get("height") or "?", res.seconds)
     else:
         log.debug("%s: already present and verified", res.scene_name)
+
+
+def _purge_cookie_copies(work_root: Path) -> None:
+    """Delete private cookie copies (a killed run may have left some)."""
+    for path in [work_root / "browser-cookies.txt", *work_root.glob("*/cookies.txt")]:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("could not delete the cookie copy %s: %s", path, exc)
 
 
 def _cleanup_work_root(work_root: Path) -> None:
