@@ -13,8 +13,11 @@ both call it)::
 
 For each ``scene -> url``:
 
-1. ``{scene}.mp4`` already in the folder and verified (:mod:`k9bench.verify`):
-   ``skipped``. A file that fails verification is deleted and fetched again.
+1. ``{scene}.mp4`` already in the folder and verified (:mod:`k9bench.verify`), or
+   recorded as verified by the previous manifest with the same size and mtime:
+   ``skipped``. A complete file whose only fault is the index at the end is
+   remuxed locally; any other file that fails verification is deleted and
+   fetched again.
 2. Otherwise yt-dlp (Python API, ``noplaylist``) downloads into a private work
    folder ``<output>/.k9bench-download/<scene>.<url hash>/`` preferring the largest
    format at or below 720p (mp4/h264 first); a work folder left by another URL
