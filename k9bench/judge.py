@@ -555,11 +555,21 @@ def load_prior(paths: RunPaths, settings: JudgeSettings, tasks_by_idx: dict) -> 
                     "use another --output, or delete the old files to rejudge"
                 )
     if paths.output.exists():
+        if not paths.meta.exists():
+            log.warning("%s has no %s sidecar: cannot confirm its entries used this prompt; keeping them", paths.output, paths.meta.name)
         for n, e in enumerate(_load_list(paths.output, "output")):
             try:
                 JudgeEntry.from_dict(e, where=f"{paths.output}: entry #{n}")
             except ArtifactError as exc:
                 raise JudgeInputError(str(exc)) from None
+            scores = e.get("scores")
+            try:
+                if not isinstance(scores, dict):
+                    raise JudgeParseError("scores is not a dictionary")
+                for axis in AXES:
+                    _score_value(axis, scores.get(axis))
+            except JudgeParseError as exc:
+                raise JudgeInputError(f"{paths.output}: idx {e['idx']}: {exc}; fix or move the file away") from None
             state.entries[e["idx"]] = e
     if paths.skipped.exists():
         for s in _load_list(paths.skipped, "skipped list"):

@@ -450,3 +450,14 @@ def test_ctrl_c_keeps_checkpointed_results_and_writes_no_final_file(tmp_path, mo
     assert [e["idx"] for e in load(tmp_path / "judge.json")] == list(range(6))
     meta = load(tmp_path / "judge.json.meta.json")
     assert len(meta["input"]["sha256"]) == 64 and meta["input"]["stage"] == "eval"
+
+
+def test_a_corrupt_earlier_output_is_refused_not_trusted(tmp_path, server, capsys):
+    write_eval(tmp_path / "eval.json", make_records(3))
+    assert run(tmp_path, server) == 0
+    entries = load(tmp_path / "judge.json")
+    entries[1]["scores"]["Overall"] = 11
+    (tmp_path / "judge.json").write_text(json.dumps(entries))
+    capsys.readouterr()
+    assert run(tmp_path, server) == 2
+    assert "idx 1: score 'Overall' is 11, outside 1-10" in capsys.readouterr().err
