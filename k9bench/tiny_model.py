@@ -16,6 +16,7 @@ Usage::
 
     python -m k9bench.tiny_model /tmp/tiny-qwen3vl
     python -m k9bench.tiny_model /tmp/tiny-qwen3vl --seed 1
+    python -m k9bench.tiny_model /tmp/tiny-qwen25vl --family qwen2_5_vl   # a tiny Qwen2.5-VL too
 """
 
 from __future__ import annotations
@@ -248,13 +249,79 @@ def build_tiny_qwen3vl(path: str | Path, seed: int = 0) -> Path:
     return path
 
 
+def build_tiny_qwen2_5vl(path: str | Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Qwen2.5-VL checkpoint to ``path`` (same tokenizer and template).
+
+    Used to check that the inference backend needs no model-specific code (patch size 14,
+    ``second_per_grid_ts`` instead of per-frame timestamps).
+    """
+    import torch
+    from transformers import (
+        GenerationConfig,
+        Qwen2_5_VLConfig,
+        Qwen2_5_VLForConditionalGeneration,
+        Qwen2_5_VLProcessor,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+    )
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(path)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS}
+    text_hidden = 64
+    config = Qwen2_5_VLConfig(
+        text_config={
+            "vocab_size": len(tokenizer), "hidden_size": text_hidden, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
+            "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+            "initializer_range": 0.5, "pad_token_id": ids["<|endoftext|>"], "bos_token_id": None, "eos_token_id": ids["<|im_end|>"],
+        },
+        vision_config={
+            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 14, "spatial_merge_size": 2,
+            "temporal_patch_size": 2, "window_size": 112, "out_hidden_size": text_hidden, "fullatt_block_indexes": [1],
+            "initializer_range": 0.5,
+        },
+        image_token_id=ids["<|image_pad|>"], video_token_id=ids["<|video_pad|>"],
+        vision_start_token_id=ids["<|vision_start|>"], vision_end_token_id=ids["<|vision_end|>"],
+    )
+    config.pad_token_id = ids["<|endoftext|>"]
+    config.eos_token_id = ids["<|im_end|>"]
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = Qwen2_5_VLForConditionalGeneration(config)
+        with torch.no_grad():
+            model.lm_head.weight.normal_(0.0, 1.0)
+            for tid in (config.eos_token_id, config.pad_token_id):
+                model.lm_head.weight[tid].mul_(0.0)
+    finally:
+        torch.random.set_rng_state(state)
+    model.eval()
+    gen = GenerationConfig(bos_token_id=None, eos_token_id=[config.eos_token_id, config.pad_token_id], pad_token_id=config.pad_token_id,
+                           do_sample=False, max_new_tokens=32)
+    model.generation_config = gen
+    model.save_pretrained(str(path))
+    gen.save_pretrained(str(path))
+    image_processor = Qwen2VLImageProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
+                                            size={"shortest_edge": 28 * 28, "longest_edge": 256 * 28 * 28})
+    video_processor = Qwen2VLVideoProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
+                                            size={"shortest_edge": 28 * 28, "longest_edge": 64 * 28 * 28 * 16})
+    processor = Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor,
+                                    chat_template=CHAT_TEMPLATE)
+    processor.save_pretrained(str(path))
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m k9bench.tiny_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir", help="folder to write the checkpoint into")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default: %(default)s)")
+    parser.add_argument("--family", choices=("qwen3_vl", "qwen2_5_vl"), default="qwen3_vl", help="model family (default: %(default)s)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    out = build_tiny_qwen3vl(args.output_dir, seed=args.seed)
+    build = build_tiny_qwen3vl if args.family == "qwen3_vl" else build_tiny_qwen2_5vl
+    out = build(args.output_dir, seed=args.seed)
     print(out)
     return 0
 

@@ -173,3 +173,19 @@ def test_text_only_mode(tiny, tmp_path):
         assert r["text_only"] is True and r["num_frames"] == 0 and r["frame_indices"] is None
         assert r["max_frames"] == 0 and "<|video_pad|>" not in r["prompt"] and r["response"]
     assert data["inference"]["frames"] is None and data["inference"]["text_only"] is True
+
+
+def test_qwen2_5_vl_needs_no_model_specific_code(demo_video_dir, tmp_path):
+    from k9bench.tiny_model import build_tiny_qwen2_5vl
+
+    model = build_tiny_qwen2_5vl(tmp_path / "qwen25", seed=0)
+    outs = {}
+    for bs in ("1", "4"):
+        out = tmp_path / f"raw_{bs}.json"
+        assert eval_video_llm.main(base_args(model, demo_video_dir, out, "--max_samples", "4", "--batch_size", bs)) == EXIT_OK
+        data = load(out)
+        assert data["inference"]["backend"]["model_class"] == "Qwen2_5_VLForConditionalGeneration"
+        assert data["inference"]["frames"]["image_patch_size"] == 14
+        outs[bs] = [(r["idx"], r["response"]) for r in data["individual_results"]]
+        assert all(r["frame_size"][0] % 28 == 0 and r["frame_size"][1] % 28 == 0 for r in data["individual_results"])
+    assert outs["1"] == outs["4"] and all(text for _, text in outs["1"])
