@@ -332,6 +332,12 @@ def dumps(obj: Any, *, indent: int | None = 2) -> str:
     return json.dumps(obj, indent=indent, ensure_ascii=False, default=_json_default, allow_nan=False)
 
 
+def _current_umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename).
 
@@ -341,6 +347,8 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp creates 0600; give the file the mode a plain open() would (0666 minus umask)
+        os.fchmod(fd, 0o666 & ~_current_umask())
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
             fh.flush()

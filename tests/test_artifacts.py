@@ -113,6 +113,15 @@ def test_atomic_write_leaves_old_file_when_serialisation_fails(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["out.json"]  # no temp file left behind
 
 
+def test_atomic_write_gives_the_usual_file_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        write_json_atomic(tmp_path / "shared.json", {"a": 1})
+    finally:
+        os.umask(old)
+    assert (tmp_path / "shared.json").stat().st_mode & 0o777 == 0o644
+
+
 def test_provenance_records_args_versions_commit_and_hides_secrets():
     info = provenance("x.py", ["--api_key", "sk-123", "--model", "m", "--token=abc"])
     assert info["argv"] == ["--api_key", "***", "--model", "m", "--token=***"]
