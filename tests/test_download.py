@@ -59,6 +59,25 @@ def overrides() -> dict:
     return install_test_extractor()
 
 
+@pytest.fixture(autouse=True)
+def no_real_extractor(monkeypatch):
+    """Belt and braces: any yt-dlp extractor other than the test stand-in fails the test."""
+    from yt_dlp.extractor.common import InfoExtractor
+
+    original = InfoExtractor.extract
+    intruders: list[str] = []
+
+    def guarded(self, url):
+        if self.IE_NAME != TEST_EXTRACTOR:
+            intruders.append(f"{self.IE_NAME}: {url}")
+            raise AssertionError(f"the real yt-dlp extractor {self.IE_NAME!r} was asked for {url}")
+        return original(self, url)
+
+    monkeypatch.setattr(InfoExtractor, "extract", guarded)
+    yield
+    assert intruders == []
+
+
 @pytest.fixture
 def server(monkeypatch):
     with VideoServer(stall_s=20.0) as srv:
@@ -463,9 +482,12 @@ def test_classify_error(exc, expected):
 # The script
 
 
-def test_cli_demo_videos_present_are_skipped(demo_video_dir, tmp_path):
+def test_cli_demo_videos_present_are_skipped(demo_video_dir, overrides, tmp_path, monkeypatch):
     import download_videos
 
+    import k9bench.download as kd
+
+    monkeypatch.setattr(kd, "DownloadConfig", functools.partial(kd.DownloadConfig, **overrides))
     out = tmp_path / "videos"
     shutil.copytree(demo_video_dir, out)
     code = download_videos.main(["--dataset_name", "demo", "--output_dir", str(out), "--manifest", str(tmp_path / "m.json"), "-q"])
