@@ -332,10 +332,17 @@ def dumps(obj: Any, *, indent: int | None = 2) -> str:
     return json.dumps(obj, indent=indent, ensure_ascii=False, default=_json_default, allow_nan=False)
 
 
-def _current_umask() -> int:
+def _read_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+_UMASK = _read_umask()  # read once at import: os.umask is process-wide, so never toggle it in threads
+
+
+def _current_umask() -> int:
+    return _UMASK
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -114,12 +114,10 @@ def test_atomic_write_leaves_old_file_when_serialisation_fails(tmp_path):
 
 
 def test_atomic_write_gives_the_usual_file_mode(tmp_path):
-    old = os.umask(0o022)
-    try:
-        write_json_atomic(tmp_path / "shared.json", {"a": 1})
-    finally:
-        os.umask(old)
-    assert (tmp_path / "shared.json").stat().st_mode & 0o777 == 0o644
+    from k9bench import artifacts
+
+    write_json_atomic(tmp_path / "shared.json", {"a": 1})
+    assert (tmp_path / "shared.json").stat().st_mode & 0o777 == 0o666 & ~artifacts._UMASK
 
 
 def test_provenance_records_args_versions_commit_and_hides_secrets():
