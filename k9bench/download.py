@@ -37,6 +37,7 @@ raises :class:`DownloadInputError` before anything is written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
@@ -863,6 +864,7 @@ def _run_pool(
 ) -> None:
     """Run every video through :func:`download_one` on a thread pool; keep the manifest current."""
     from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
 
     from k9bench.cli import progress_enabled
 
@@ -882,22 +884,25 @@ def _run_pool(
     bar = tqdm(total=len(videos), unit="video", desc="videos", disable=disable, dynamic_ncols=True)
     pool = ThreadPoolExecutor(max_workers=ctx.config.workers, thread_name_prefix="k9dl")
     futures: list[Future] = []
+    # Log lines go through tqdm while the bar is shown, so they do not tear it.
+    redirect = contextlib.nullcontext() if bar.disable else logging_redirect_tqdm()
     try:
-        futures = [pool.submit(download_one, scene, url, ctx) for scene, url in videos.items()]
-        pending = set(futures)
-        while pending:
-            finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
-            for fut in finished:
-                res = fut.result()
-                done[res.scene_name] = res
-                _log_result(res)
-                counts = _count(done.values())
-                bar.set_postfix(ok=counts["ok"], skipped=counts["skipped"], failed=counts["failed"], refresh=False)
-                bar.update(1)
-                if on_result is not None:
-                    on_result(res)
-            if finished and pending and time.monotonic() - last_write >= MANIFEST_WRITE_INTERVAL_S:
-                write_manifest(False)
+        with redirect:
+            futures = [pool.submit(download_one, scene, url, ctx) for scene, url in videos.items()]
+            pending = set(futures)
+            while pending:
+                finished, pending = wait(pending, timeout=1.0, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    res = fut.result()
+                    done[res.scene_name] = res
+                    _log_result(res)
+                    counts = _count(done.values())
+                    bar.set_postfix(ok=counts["ok"], skipped=counts["skipped"], failed=counts["failed"], refresh=False)
+                    bar.update(1)
+                    if on_result is not None:
+                        on_result(res)
+                if finished and pending and time.monotonic() - last_write >= MANIFEST_WRITE_INTERVAL_S:
+                    write_manifest(False)
     except BaseException:
         ctx.stop.set()  # in-flight yt-dlp downloads abort at their next progress update
         for fut in futures:
