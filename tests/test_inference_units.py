@@ -310,3 +310,21 @@ def test_backend_registry():
     assert set(BACKENDS) >= {"hf", "openai"}
     with pytest.raises(BackendError):
         backend_class("nope")
+
+
+def test_rerun_of_a_finished_run_changes_nothing_and_checkpoint_only_is_finalised(use_backend, demo_video_dir, tmp_path):
+    out = tmp_path / "raw.json"
+    use_backend(FakeBackend())
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "3")) == EXIT_OK
+    first = out.read_bytes()
+    backend = use_backend(FakeBackend())
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "3")) == EXIT_OK
+    assert out.read_bytes() == first and backend.answered == 0
+    # killed after the last checkpoint line but before the final write: the rerun only writes the file
+    part = checkpoint_path(out)
+    part.write_text("".join(json.dumps(r) + "\n" for r in json.loads(first)["individual_results"]))
+    out.unlink()
+    backend = use_backend(FakeBackend())
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "3")) == EXIT_OK
+    assert backend.answered == 0 and not part.exists()
+    assert [r["response"] for r in json.loads(out.read_text())["individual_results"]] == [r["response"] for r in json.loads(first)["individual_results"]]

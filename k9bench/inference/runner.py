@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import logging
 import signal
-import sys
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +35,7 @@ from k9bench.answers import extract_answer
 from k9bench.artifacts import CheckpointLog, QuestionRecord, RecordsArtifact, checkpoint_path, load_records_artifact, now_iso, provenance, write_json_atomic
 from k9bench.cli import progress_enabled, short_model_name
 from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest, create_backend
+from k9bench.video import DEFAULT_IMAGE_PATCH_SIZE
 
 if TYPE_CHECKING:
     from k9bench.dataset import Question
@@ -567,6 +567,54 @@ def auto_download(groups: list[VideoGroup], video_dir: str) -> dict:
     return {"requested": len(missing), "counts": report.counts, "failed": failed}
 
 
+def final_meta(args: argparse.Namespace, argv: list[str] | None, *, records: list, failures: dict, model_name: str, describe: dict | None,
+               text_only: bool, image_patch_size: int | None, prompt: tuple[str, str], loaded: Any, stats: RunStats, started: str,
+               frame_cache: Any, download_summary: dict | None) -> dict:
+    """The raw file's top-level keys besides ``individual_results`` (see the README section)."""
+    from k9bench.prompts import sha256
+
+    return {
+        "total_count": len(records),
+        "model_name": model_name,
+        "model_name_or_path": args.model_name_or_path,
+        "num_shards": args.num_shards,
+        "shard_id": args.shard_id,
+        "failed_count": sum(failures.values()),
+        "failures_by_class": failures,
+        "inference": {
+            "backend": describe,
+            "text_only": text_only,
+            "batch_size": args.batch_size,
+            "seed": args.seed,
+            "thinking_mode": args.thinking_mode,
+            "max_new_tokens": args.max_new_tokens,
+            "frames": None if text_only else {
+                "fps": args.fps, "max_frames": args.max_frames, "max_pixels": args.max_pixels, "min_pixels": args.min_pixels,
+                "image_patch_size": image_patch_size, "decoder": args.video_decoder,
+                "frame_cache_dir": args.frame_cache_dir,
+            },
+            "prompt": {
+                "system_prompt_source": prompt[1],
+                "system_prompt_sha256": sha256(prompt[0]),
+                "use_system_message": args.use_system_message,
+            },
+            "dataset": {
+                "source": loaded.source, "split": args.split, "start_idx": args.start_idx, "end_idx": args.end_idx,
+                "max_samples": args.max_samples, "dropped_rows": len(loaded.dropped),
+            },
+        },
+        "run_stats": {
+            "started_at": started,
+            "finished_at": now_iso(),
+            **stats.__dict__,
+            "questions_per_second": (stats.generated + stats.failed) / stats.wall_seconds if stats.wall_seconds else None,
+            "frame_cache": frame_cache.summary() if frame_cache is not None else None,
+            "auto_download": download_summary,
+        },
+        "provenance": provenance("eval_video_llm.py", argv, args),
+    }
+
+
 def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     """Run the whole inference (called by ``eval_video_llm.main``); returns the exit code."""
     from k9bench.dataset import DatasetError, load_questions, select_range
@@ -617,129 +665,98 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
             log.error("--auto_download: %s", exc)
             return EXIT_USAGE
 
+    if not pending_groups and output.exists() and not checkpoint.path.exists():
+        log.info("%s already holds a record for every selected question; nothing to do", output)
+        return EXIT_OK
+
     backend = None
     frame_cache = None
     sampling = None
+    describe = None
+    patch = None
+    runner_obj: Runner | None = None
     previous_handlers = _install_signal_handlers()
     try:
-        if pending_groups:
+        try:
+            backend = create_backend(args)
+            backend.load()
+        except BackendError as exc:
+            log.error("%s", exc)
+            return EXIT_BACKEND
+        describe = backend.describe()
+        patch = None if text_only else (backend.frame_patch_size() or DEFAULT_IMAGE_PATCH_SIZE)
+        if not text_only and pending_groups:
+            from k9bench.frame_cache import FrameCache, SamplingSettings
+            from k9bench.video import DecoderUnavailable, default_min_pixels
+
+            floor = args.min_pixels or default_min_pixels(patch)
+            if args.max_pixels is not None and args.max_pixels < floor:
+                log.error("--max_pixels %d is below the per-frame minimum %d (--min_pixels, or qwen-vl-utils' default for patch size %d); "
+                          "raise --max_pixels or lower --min_pixels", args.max_pixels, floor, patch)
+                return EXIT_USAGE
+            sampling = SamplingSettings(
+                fps=args.fps, max_frames=args.max_frames, max_pixels=args.max_pixels, min_pixels=args.min_pixels,
+                image_patch_size=patch, decoder=args.video_decoder,
+            )
             try:
-                backend = create_backend(args)
-                backend.load()
-            except BackendError as exc:
+                frame_cache = FrameCache(sampling, disk_dir=args.frame_cache_dir)
+            except DecoderUnavailable as exc:
                 log.error("%s", exc)
-                return EXIT_BACKEND
-            describe = backend.describe()
-            if not text_only:
-                from k9bench.frame_cache import FrameCache, SamplingSettings
-                from k9bench.video import DEFAULT_IMAGE_PATCH_SIZE, DecoderUnavailable, default_min_pixels
-
-                patch = backend.frame_patch_size() or DEFAULT_IMAGE_PATCH_SIZE
-                floor = args.min_pixels or default_min_pixels(patch)
-                if args.max_pixels is not None and args.max_pixels < floor:
-                    log.error("--max_pixels %d is below the per-frame minimum %d (--min_pixels, or qwen-vl-utils' default for patch size %d); raise --max_pixels or lower --min_pixels",
-                              args.max_pixels, floor, patch)
-                    return EXIT_USAGE
-                sampling = SamplingSettings(
-                    fps=args.fps, max_frames=args.max_frames, max_pixels=args.max_pixels, min_pixels=args.min_pixels,
-                    image_patch_size=patch, decoder=args.video_decoder,
-                )
-                try:
-                    frame_cache = FrameCache(sampling, disk_dir=args.frame_cache_dir)
-                except DecoderUnavailable as exc:
-                    log.error("%s", exc)
-                    return EXIT_USAGE
-        else:
-            describe = None
-            log.info("every selected question already has a record in %s", output)
-
+                return EXIT_USAGE
         ctx = RunContext(
             model_name=model_name,
             max_frames=args.max_frames,
             system_prompt=system_prompt,
             use_system_message=args.use_system_message,
             seed=args.seed,
-            generation=(describe or {}).get("generation") or {},
-            attn_implementation=(describe or {}).get("attn_implementation"),
+            generation=describe.get("generation") or {},
+            attn_implementation=describe.get("attn_implementation"),
             text_only=text_only,
         )
-        runner = Runner(args, backend, ctx, sampling, args.frame_cache_dir)
-        runner.stats.resumed = len(done)
-        try:
-            if pending_groups:
-                runner.run(pending_groups, done, checkpoint, frame_cache)
-        except Interrupted as exc:
-            checkpoint.close()
-            log.warning("stopped by %s: %d record(s) are safe in %s; rerun the same command to resume (exit %d)",
-                        exc, len(runner.done), checkpoint.path, EXIT_INTERRUPTED)
-            return EXIT_INTERRUPTED
-        except KeyboardInterrupt:
-            checkpoint.close()
-            log.warning("interrupted: %d record(s) are safe in %s; rerun the same command to resume", len(runner.done), checkpoint.path)
-            return EXIT_SIGINT
-        finally:
-            checkpoint.close()
-
-        records = [QuestionRecord.from_dict(done[q.idx], where=f"{checkpoint.path}: idx {q.idx}") for g in groups for q in g.questions]
-        order = {q.idx: n for n, q in enumerate(selection)}
-        records.sort(key=lambda r: order[r.idx])
-        failures: dict[str, int] = {}
-        for r in records:
-            if r.failed:
-                failures[r.error_class or "error"] = failures.get(r.error_class or "error", 0) + 1
-        meta = {
-            "total_count": len(records),
-            "model_name": model_name,
-            "model_name_or_path": args.model_name_or_path,
-            "num_shards": args.num_shards,
-            "shard_id": args.shard_id,
-            "failed_count": sum(failures.values()),
-            "failures_by_class": failures,
-            "inference": {
-                "backend": describe,
-                "text_only": text_only,
-                "batch_size": args.batch_size,
-                "seed": args.seed,
-                "thinking_mode": args.thinking_mode,
-                "max_new_tokens": args.max_new_tokens,
-                "frames": None if text_only else {
-                    "fps": args.fps, "max_frames": args.max_frames, "max_pixels": args.max_pixels, "min_pixels": args.min_pixels,
-                    "image_patch_size": sampling.image_patch_size if sampling else None, "decoder": args.video_decoder,
-                    "frame_cache_dir": args.frame_cache_dir,
-                },
-                "prompt": {
-                    "system_prompt_source": prompt_source,
-                    "system_prompt_sha256": sha256(system_prompt),
-                    "use_system_message": args.use_system_message,
-                },
-                "dataset": {
-                    "source": loaded.source, "split": args.split, "start_idx": args.start_idx, "end_idx": args.end_idx,
-                    "max_samples": args.max_samples, "dropped_rows": len(loaded.dropped),
-                },
-            },
-            "run_stats": {
-                "started_at": started,
-                "finished_at": now_iso(),
-                **runner.stats.__dict__,
-                "questions_per_second": (runner.stats.generated + runner.stats.failed) / runner.stats.wall_seconds if runner.stats.wall_seconds else None,
-                "frame_cache": frame_cache.summary() if frame_cache is not None else None,
-                "auto_download": download_summary,
-            },
-            "provenance": provenance("eval_video_llm.py", argv, args),
-        }
-        try:
-            write_json_atomic(output, RecordsArtifact(records, meta).to_dict())
-        except (OSError, ValueError, TypeError) as exc:
-            log.error("cannot write %s: %s (the checkpoint %s is kept)", output, exc, checkpoint.path)
-            return EXIT_ERROR
-        checkpoint.remove()
-        log.info("wrote %s: %d record(s), %d failed%s", output, len(records), meta["failed_count"],
-                 f" ({', '.join(f'{k}: {v}' for k, v in sorted(failures.items()))})" if failures else "")
-        return EXIT_OK
+        runner_obj = Runner(args, backend, ctx, sampling, args.frame_cache_dir)
+        runner_obj.stats.resumed = len(done)
+        runner_obj.done = done
+        if pending_groups:
+            runner_obj.run(pending_groups, done, checkpoint, frame_cache)
+        else:
+            log.info("every selected question already has a record in %s; writing the final file", checkpoint.path)
+    except Interrupted as exc:
+        log.warning("stopped by %s: %d record(s) are safe in %s; rerun the same command to resume (exit %d)",
+                    exc, len(done), checkpoint.path, EXIT_INTERRUPTED)
+        return EXIT_INTERRUPTED
+    except KeyboardInterrupt:
+        log.warning("interrupted: %d record(s) are safe in %s; rerun the same command to resume (exit %d)", len(done), checkpoint.path, EXIT_SIGINT)
+        return EXIT_SIGINT
     finally:
+        checkpoint.close()
+        # From here on a signal has its default effect: the final write below is atomic and
+        # the checkpoint stays until it has succeeded.
         _restore_signal_handlers(previous_handlers)
         if backend is not None:
             backend.close()
+
+    runner = runner_obj
+    records = [QuestionRecord.from_dict(done[q.idx], where=f"{checkpoint.path}: idx {q.idx}") for g in groups for q in g.questions]
+    order = {q.idx: n for n, q in enumerate(selection)}
+    records.sort(key=lambda r: order[r.idx])
+    failures: dict[str, int] = {}
+    for r in records:
+        if r.failed:
+            failures[r.error_class or "error"] = failures.get(r.error_class or "error", 0) + 1
+    meta = final_meta(
+        args, argv, records=records, failures=failures, model_name=model_name, describe=describe, text_only=text_only,
+        image_patch_size=patch, prompt=(system_prompt, prompt_source), loaded=loaded, stats=runner.stats, started=started,
+        frame_cache=frame_cache, download_summary=download_summary,
+    )
+    try:
+        write_json_atomic(output, RecordsArtifact(records, meta).to_dict())
+    except (OSError, ValueError, TypeError) as exc:
+        log.error("cannot write %s: %s (the checkpoint %s is kept)", output, exc, checkpoint.path)
+        return EXIT_ERROR
+    checkpoint.remove()
+    log.info("wrote %s: %d record(s), %d failed%s", output, len(records), meta["failed_count"],
+             f" ({', '.join(f'{k}: {v}' for k, v in sorted(failures.items()))})" if failures else "")
+    return EXIT_OK
 
 
 __all__ = [
