@@ -1,0 +1,762 @@
+"""The OpenAI-compatible backend (``eval_video_llm.py --backend openai``).
+
+Any chat-completions server works: the OpenAI API (GPT-4o), Gemini's or another vendor's
+OpenAI-compatible endpoint, or a self-hosted ``vllm serve`` / SGLang server (``--base_url``).
+The prompt, answer extraction, raw artifact, checkpoints and resume are the shared runner's
+(:mod:`k9bench.inference.runner`), exactly as for the transformers backend; this module only
+turns one request into one HTTP call.
+
+How the video travels (``--video_transport``):
+
+``frames`` (default)
+    The frames the shared sampler chose (qwen-vl-utils' rules: ``--fps``, ``--max_frames``,
+    ``--max_pixels``), in order, each as a ``{"type": "image_url"}`` part holding a
+    ``data:image/jpeg;base64,...`` URL, placed where the runner's ``{"type": "video"}``
+    placeholder stands (before the question). ``--frame_size WxH`` resizes every frame to
+    exactly W x H (bicubic, antialiased) before encoding, e.g. 512x512 for the paper's GPT-4o
+    protocol; the sampler is then allowed up to ``2*W*H`` pixels so the frames are scaled down,
+    not up. Works with every vision chat API.
+``video_url``
+    One ``{"type": "video_url"}`` part for servers that take video (vLLM, SGLang). Its URL is
+    the original file as ``data:video/mp4;base64,...`` (self-contained, but every request
+    carries the whole file), or ``--video_url_base``/``{scene}.mp4`` (e.g. ``file:///data/videos``
+    with ``vllm serve --allowed-local-media-path /data/videos``, or an HTTP folder). The
+    server samples the frames itself; the run's sampling settings go along in the request
+    body as ``mm_processor_kwargs: {"fps": F, "do_sample_frames": true}`` and
+    ``media_io_kwargs: {"video": {"num_frames": N}}`` (vLLM reads both; other servers ignore
+    unknown fields). ``--extra_body`` can override them. The records' frame fields then say
+    ``null`` for what the server chose (the local decode only checks the file).
+
+Concurrency: the runner hands over the questions of one video at a time, in batches of
+``--batch_size`` (raised to ``--concurrency`` when left at 1). A batch's requests go out at
+once over at most ``--concurrency`` connections, so requests about the same video are sent
+next to each other and a server's prefix cache can reuse the video. Each call is retried by
+:class:`k9bench.openai_api.ChatClient` (429, 5xx, timeouts, broken bodies; Retry-After honoured).
+When some requests of a batch still fail, ``generate`` raises so that the runner reruns the
+batch question by question; the answers already received are handed back then without a
+second call, and the failures are raised again at once, so each question costs one call
+(plus its retries) and a failure becomes a record with ``error``.
+
+The key is read from ``OPENAI_API_KEY`` only (a ``--base_url`` server that needs none gets a
+placeholder), is scrubbed from every error text, and is written nowhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import json
+import logging
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
+
+if TYPE_CHECKING:
+    from k9bench.video import Frames
+
+log = logging.getLogger(__name__)
+
+TRANSPORTS = ("frames", "video_url")
+"""``--video_transport`` choices."""
+
+IMAGE_DETAILS = ("auto", "low", "high")
+"""``--image_detail`` choices (OpenAI's ``detail`` of an image part)."""
+
+MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
+"""How the token budget is named in the request (newer OpenAI models want the second)."""
+
+VIDEO_FPS_MAX_FRAMES = 1800
+"""The frame cap ``--video_fps`` sets: 30 minutes at 1 FPS, i.e. the whole of any K9-Bench video."""
+
+DEFAULT_CONCURRENCY = 8
+DEFAULT_TIMEOUT = 180.0
+DEFAULT_MAX_RETRIES = 5
+DEFAULT_JPEG_QUALITY = 90
+
+_CONTEXT_OVERFLOW = re.compile(
+    r"context[ _]length|maximum context|context window|too many tokens|prompt is too long|too long for the model"
+    r"|exceeds? the (?:model'?s? )?(?:maximum|max)|request entity too large|payload too large",
+    re.IGNORECASE,
+)
+
+
+# --------------------------------------------------------------------------- flags
+
+
+def parse_frame_size(text: str) -> str:
+    """``"512x512"`` (also ``512X512``, ``512×512``, ``512*512``) -> ``"512x512"``; width first."""
+    match = re.fullmatch(r"\s*(\d+)\s*[xX×*]\s*(\d+)\s*", str(text))
+    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+        raise argparse.ArgumentTypeError(f"--frame_size {text!r}: expected WIDTHxHEIGHT in pixels, e.g. 512x512")
+    return f"{int(match.group(1))}x{int(match.group(2))}"
+
+
+def frame_size_tuple(text: str | None) -> tuple[int, int] | None:
+    """``"512x384"`` -> ``(512, 384)`` (width, height); None stays None."""
+    if not text:
+        return None
+    width, height = parse_frame_size(text).split("x")
+    return int(width), int(height)
+
+
+def parse_json_object(text: str) -> dict:
+    """``--extra_body`` value: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--extra_body is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--extra_body must be a JSON object, e.g. '{\"top_k\": 20}'")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text})")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
+    return value
+
+
+def _jpeg_quality(text: str) -> int:
+    value = int(text)
+    if not 1 <= value <= 100:
+        raise argparse.ArgumentTypeError(f"must be in 1..100 (got {text})")
+    return value
+
+
+class _ApiModelAction(argparse.Action):
+    """``--api_model NAME`` also sets ``--model_name_or_path`` (the run's model_name and file name)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.model_name_or_path = values
+
+
+class _VideoFpsAction(argparse.Action):
+    """``--video_fps F`` sets ``--fps F`` and the frame cap to :data:`VIDEO_FPS_MAX_FRAMES` (whole video)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.fps = values
+        namespace.max_frames = VIDEO_FPS_MAX_FRAMES
+
+
+# --------------------------------------------------------------------------- settings
+
+
+@dataclass
+class OpenAISettings:
+    """Everything the backend needs, resolved from the flags."""
+
+    api_model: str
+    """Model name sent in each request (``--api_model``, else ``--model_name_or_path``)."""
+    base_url: str | None = None
+    """Endpoint (``.../v1``); None: the OpenAI API."""
+    concurrency: int = DEFAULT_CONCURRENCY
+    """Requests in flight at most."""
+    max_retries: int = DEFAULT_MAX_RETRIES
+    """Retries per request after the first attempt."""
+    timeout: float = DEFAULT_TIMEOUT
+    """Seconds per HTTP attempt."""
+    retry_backoff: float = 1.0
+    """Seconds before the first retry (doubled each time, jittered; Retry-After wins when longer)."""
+    video_transport: str = "frames"
+    """``frames`` or ``video_url``."""
+    frame_size: str | None = None
+    """``WxH`` every frame is resized to before encoding (None: as sampled)."""
+    jpeg_quality: int = DEFAULT_JPEG_QUALITY
+    """JPEG quality of the frames."""
+    image_detail: str | None = None
+    """OpenAI's image ``detail`` (None: not sent)."""
+    video_url_base: str | None = None
+    """With ``video_url``: URL folder holding ``{scene}.mp4`` (None: a data URL of the file)."""
+    video_fps: float | None = None
+    """``--video_fps`` when given (whole-video sampling at this rate)."""
+    fps: float = 1.0
+    """Sampling rate of the run (passed to the server with ``video_url``)."""
+    max_frames: int = 32
+    """Frame cap of the run (passed to the server with ``video_url``)."""
+    max_new_tokens: int = 2048
+    """Token budget of the reply."""
+    max_tokens_param: str = "max_tokens"
+    """Name of the token-budget parameter."""
+    do_sample: bool | None = None
+    """False (``--greedy``): temperature 0 unless ``--temperature`` is given."""
+    temperature: float | None = None
+    """Sent when set."""
+    top_p: float | None = None
+    """Sent when set."""
+    top_k: int | None = None
+    """Sent in the body when set (vLLM/SGLang; the OpenAI API rejects it)."""
+    send_seed: bool = True
+    """Send the run's ``--seed`` as ``seed``."""
+    extra_body: dict = field(default_factory=dict)
+    """Extra JSON merged into every request body (wins over ours)."""
+    video_dir: str = "./k9bench_videos"
+    """Where ``{scene}.mp4`` lives (for ``video_url``)."""
+    dataset_name: str | None = None
+    """Dataset source (to map question idx -> video for ``video_url``)."""
+    split: str = "test"
+    """Dataset split."""
+    drop_invalid_rows: bool = False
+    """As the run loads the dataset."""
+
+
+def _merge(base: dict, override: dict) -> dict:
+    """``base`` updated by ``override``, recursing into nested dicts."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+class ApiCallError(RuntimeError):
+    """A request that failed after its retries (or got an empty reply); the message says why."""
+
+    def __init__(self, message: str, *, kind: str | None = None, status_code: int | None = None, attempts: int = 0):
+        super().__init__(message)
+        self.kind = kind
+        """``rate_limit``, ``server_error``, ``timeout``, ``connection``, ``bad_response``, ``client_error`` or ``empty_reply``."""
+        self.status_code = status_code
+        """HTTP status of the last failed attempt, when there was one."""
+        self.attempts = attempts
+        """HTTP attempts made."""
+
+
+class BatchPartlyFailed(RuntimeError):
+    """Some requests of a batch failed; the runner reruns the batch question by question."""
+
+    def __init__(self, failures: dict[int, ApiCallError], total: int):
+        self.failures = failures
+        """Question idx -> its error."""
+        first = next(iter(failures.values()))
+        super().__init__(f"{len(failures)} of {total} request(s) failed (first: {first})")
+
+
+# --------------------------------------------------------------------------- the backend
+
+
+class OpenAIBackend:
+    """Chat completions over HTTP (see the module doc)."""
+
+    name = "openai"
+
+    def __init__(self, settings: OpenAISettings, *, warnings: list[str] | None = None, adjustments: dict | None = None):
+        self.settings = settings
+        self.warnings: list[str] = list(warnings or [])
+        self.adjustments = dict(adjustments or {})
+        self.client = None
+        self.api_key_source: str | None = None
+        self._lock = threading.Lock()
+        self._usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
+                       "failed_requests": 0, "retries": 0, "served_models": []}
+        self._info: dict[str, Any] = {}
+        self._media: tuple[Any, list[dict]] | None = None  # (frames or path, parts) of the last video
+        self._carry: dict[int, tuple[str, Any, GenerationOutput | ApiCallError]] = {}
+        self._video_paths: dict[int, Path] | None = None
+
+    # ------------------------------------------------------------------ flags
+
+    @classmethod
+    def add_args(cls, parser: argparse.ArgumentParser) -> None:
+        """The ``--backend openai`` flags (cheap: nothing heavy is imported)."""
+        group = parser.add_argument_group("OpenAI-compatible backend (--backend openai)")
+        group.add_argument("--api_model", default=None, action=_ApiModelAction,
+                           help="model name sent to the server (gpt-4o, the served name of a vLLM model...); "
+                                "also names the run (model_name, default output file), like --model_name_or_path "
+                                "(default: --model_name_or_path)")
+        group.add_argument("--base_url", default=None,
+                           help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
+                                "(default: the OpenAI API). The key comes from OPENAI_API_KEY only")
+        group.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY,
+                           help="requests in flight at most; --batch_size 1 is raised to this")
+        group.add_argument("--max_retries", type=_non_negative_int, default=DEFAULT_MAX_RETRIES,
+                           help="retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)")
+        group.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT, help="seconds per HTTP attempt")
+        group.add_argument("--retry_backoff", type=_positive_float, default=1.0,
+                           help="seconds before the first retry, doubled each time with jitter; a longer Retry-After wins")
+        group.add_argument("--video_transport", choices=TRANSPORTS, default="frames",
+                           help="frames: the sampled frames as base64 JPEG image parts (any vision API); "
+                                "video_url: one video part, sampled by the server (vLLM, SGLang)")
+        group.add_argument("--frame_size", type=parse_frame_size, default=None, metavar="WxH",
+                           help="resize every frame to exactly this size before sending (512x512: the paper's GPT-4o protocol)")
+        group.add_argument("--video_fps", type=_positive_float, default=None, action=_VideoFpsAction,
+                           help=f"whole-video sampling at this many frames per second: sets --fps and raises --max_frames "
+                                f"to {VIDEO_FPS_MAX_FRAMES} (pass --max_frames after it to cap differently)")
+        group.add_argument("--jpeg_quality", type=_jpeg_quality, default=DEFAULT_JPEG_QUALITY, help="JPEG quality of the frames")
+        group.add_argument("--image_detail", choices=IMAGE_DETAILS, default=None,
+                           help="OpenAI's image detail for each frame (default: not sent)")
+        group.add_argument("--video_url_base", default=None,
+                           help="with --video_transport video_url: URL of a folder holding {scene}.mp4 "
+                                "(file:///abs/dir for vllm serve --allowed-local-media-path, or http://...); "
+                                "default: the file itself as a base64 data URL")
+        group.add_argument("--max_tokens_param", choices=MAX_TOKENS_PARAMS, default="max_tokens",
+                           help="request field for --max_new_tokens (newer OpenAI models want max_completion_tokens)")
+        group.add_argument("--extra_body", type=parse_json_object, default=None,
+                           help="JSON object merged into every request body, e.g. "
+                                "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}' for vLLM")
+        group.add_argument("--no_seed_param", action="store_true",
+                           help="do not send --seed as the request's seed (for APIs that reject it)")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> "OpenAIBackend":
+        """Settings from the parsed flags; adjusts ``--batch_size`` and the sampler's ``--max_pixels``."""
+        from k9bench.video import DEFAULT_MAX_PIXELS
+
+        warnings: list[str] = []
+        adjustments: dict[str, Any] = {}
+        api_model = getattr(args, "api_model", None) or args.model_name_or_path
+        if getattr(args, "api_model", None) and args.model_name_or_path != args.api_model:
+            raise BackendError(
+                f"--api_model {args.api_model!r} and --model_name_or_path {args.model_name_or_path!r} disagree; "
+                "with --backend openai give --api_model only (it names the run too)"
+            )
+        concurrency = getattr(args, "concurrency", DEFAULT_CONCURRENCY)
+        if args.batch_size == 1 and concurrency > 1:
+            adjustments["batch_size"] = {"from": 1, "to": concurrency, "why": "a batch's requests are sent concurrently; --batch_size 1 is raised to --concurrency"}
+            log.info("--batch_size raised from 1 to --concurrency %d (the questions of a video are sent together)", concurrency)
+            args.batch_size = concurrency
+        elif args.batch_size < concurrency:
+            warnings.append(f"--batch_size {args.batch_size} < --concurrency {concurrency}: at most {args.batch_size} request(s) are in flight")
+        frame_size = getattr(args, "frame_size", None)
+        if frame_size and args.max_frames > 0:
+            width, height = frame_size_tuple(frame_size)
+            needed = 2 * width * height
+            if args.max_pixels is not None and args.max_pixels < needed:
+                if args.max_pixels == DEFAULT_MAX_PIXELS:
+                    adjustments["max_pixels"] = {"from": args.max_pixels, "to": needed,
+                                                 "why": f"--frame_size {frame_size}: sample at up to 2*W*H pixels, then resize down to exactly {frame_size}"}
+                    log.info("--frame_size %s: the sampler's --max_pixels raised from %d to %d", frame_size, args.max_pixels, needed)
+                    args.max_pixels = needed
+                else:
+                    warnings.append(f"--max_pixels {args.max_pixels} is below {frame_size} ({width * height} pixels): frames are scaled up to {frame_size}")
+        transport = getattr(args, "video_transport", "frames")
+        if transport == "video_url" and frame_size:
+            warnings.append("--frame_size has no effect with --video_transport video_url (the server samples and resizes the video)")
+        if transport != "video_url" and getattr(args, "video_url_base", None):
+            warnings.append("--video_url_base has no effect unless --video_transport video_url")
+        for text in warnings:
+            log.warning("%s", text)
+        settings = OpenAISettings(
+            api_model=api_model,
+            base_url=getattr(args, "base_url", None),
+            concurrency=concurrency,
+            max_retries=getattr(args, "max_retries", DEFAULT_MAX_RETRIES),
+            timeout=getattr(args, "timeout", DEFAULT_TIMEOUT),
+            retry_backoff=getattr(args, "retry_backoff", 1.0),
+            video_transport=transport,
+            frame_size=frame_size,
+            jpeg_quality=getattr(args, "jpeg_quality", DEFAULT_JPEG_QUALITY),
+            image_detail=getattr(args, "image_detail", None),
+            video_url_base=getattr(args, "video_url_base", None),
+            video_fps=getattr(args, "video_fps", None),
+            fps=args.fps,
+            max_frames=args.max_frames,
+            max_new_tokens=args.max_new_tokens,
+            max_tokens_param=getattr(args, "max_tokens_param", "max_tokens"),
+            do_sample=args.do_sample,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            send_seed=not getattr(args, "no_seed_param", False),
+            extra_body=dict(getattr(args, "extra_body", None) or {}),
+            video_dir=args.video_dir,
+            dataset_name=args.dataset_name,
+            split=args.split,
+            drop_invalid_rows=getattr(args, "drop_invalid_rows", False),
+        )
+        return cls(settings, warnings=warnings, adjustments=adjustments)
+
+    # ------------------------------------------------------------------ loading
+
+    def load(self) -> None:
+        from k9bench.openai_api import API_KEY_ENV, PLACEHOLDER_KEY, ChatClient, MissingApiKey, RetryPolicy, resolve_api_key
+
+        s = self.settings
+        try:
+            key = resolve_api_key(s.base_url)
+        except MissingApiKey as exc:
+            raise BackendError(str(exc)) from None
+        self.api_key_source = "none (placeholder sent to --base_url)" if key == PLACEHOLDER_KEY else API_KEY_ENV
+        policy = RetryPolicy(max_retries=s.max_retries, backoff_base=s.retry_backoff, backoff_max=max(60.0, s.retry_backoff))
+        try:
+            self.client = ChatClient(api_key=key, base_url=s.base_url, timeout=s.timeout, retry=policy)
+        except Exception as exc:  # an unusable base_url, a missing openai package...
+            raise BackendError(f"cannot create the OpenAI client for {s.base_url or 'the OpenAI API'}: {type(exc).__name__}: {exc}") from None
+        self._probe()
+        if s.video_transport == "video_url":
+            self._video_paths = self._load_video_paths()
+        self._info = {
+            "name": self.name,
+            "api_model": s.api_model,
+            "base_url": self.client.base_url,
+            "api_key_source": self.api_key_source,
+            "concurrency": s.concurrency,
+            "max_retries": s.max_retries,
+            "timeout": s.timeout,
+            "retry_backoff": s.retry_backoff,
+            "video_transport": s.video_transport,
+            "frame_size": s.frame_size,
+            "jpeg_quality": s.jpeg_quality if s.video_transport == "frames" else None,
+            "image_detail": s.image_detail,
+            "video_url": None if s.video_transport != "video_url" else (
+                f"{s.video_url_base.rstrip('/')}/{{scene}}.mp4" if s.video_url_base else "data:video/mp4;base64 (the file itself)"),
+            "video_fps": s.video_fps,
+            "request_params": self._redacted_params(),
+            "adjusted_flags": dict(self.adjustments),
+            "generation": self.generation_settings(),
+            "attn_implementation": None,
+            "frames_resized_by": self._frames_resized_by(),
+            "usage": self._usage,  # live: filled in as the run goes (this invocation's calls)
+        }
+
+    def _frames_resized_by(self) -> str:
+        s = self.settings
+        if s.video_transport == "video_url":
+            return "the server (video_url: the server samples and resizes the video)"
+        if s.frame_size:
+            return f"k9bench.video (qwen-vl-utils rules), then resized to exactly {s.frame_size}"
+        return "k9bench.video (qwen-vl-utils rules)"
+
+    def _probe(self) -> None:
+        """List the server's models once: an unreachable server or a refused key stops the run here."""
+        import openai
+
+        s = self.settings
+        where = s.base_url or "the OpenAI API"
+        try:
+            page = self.client.client.models.list()
+            served = [getattr(m, "id", None) for m in getattr(page, "data", []) or []]
+        except (openai.APIConnectionError, openai.APITimeoutError) as exc:
+            raise BackendError(f"cannot reach {where} ({type(exc).__name__}: {exc}); is the server up? (--base_url)") from None
+        except openai.AuthenticationError:
+            raise BackendError(f"{where} refused the API key (HTTP 401); check {_env_name()}") from None
+        except Exception as exc:  # listing models is optional for some servers
+            self._warn(f"could not list the models of {where} ({type(exc).__name__}); not checking that {s.api_model!r} is served")
+            return
+        if served and s.api_model not in served:
+            shown = ", ".join(str(m) for m in served[:10]) + (" ..." if len(served) > 10 else "")
+            self._warn(f"{s.api_model!r} is not among the models {where} lists ({shown}); requests may fail")
+
+    def _load_video_paths(self) -> dict[int, Path]:
+        """Question idx -> video file (the runner's requests do not carry the path)."""
+        from k9bench.dataset import DatasetError, load_questions
+
+        s = self.settings
+        try:
+            loaded = load_questions(s.dataset_name, s.split, drop_invalid=s.drop_invalid_rows)
+        except DatasetError as exc:
+            raise BackendError(f"--video_transport video_url: cannot map questions to videos: {exc}") from None
+        return {q.idx: Path(s.video_dir) / q.video for q in loaded.questions}
+
+    def _warn(self, text: str) -> None:
+        log.warning("%s", text)
+        self.warnings.append(text)
+
+    # ------------------------------------------------------------------ settings
+
+    def generation_settings(self) -> dict[str, Any]:
+        """The generation settings as sent (None: not sent, the server's default applies)."""
+        s = self.settings
+        return {
+            "do_sample": s.do_sample,
+            "max_new_tokens": s.max_new_tokens,
+            "max_tokens_param": s.max_tokens_param,
+            "temperature": self._temperature(),
+            "top_p": s.top_p,
+            "top_k": s.top_k,
+            "seed_sent": s.send_seed,
+        }
+
+    def _temperature(self) -> float | None:
+        s = self.settings
+        if s.temperature is not None:
+            return s.temperature
+        return 0.0 if s.do_sample is False else None
+
+    def _body_extras(self) -> dict:
+        s = self.settings
+        body: dict[str, Any] = {}
+        if s.top_k is not None:
+            body["top_k"] = s.top_k
+        if s.video_transport == "video_url":
+            body["mm_processor_kwargs"] = {"fps": s.fps, "do_sample_frames": True}
+            body["media_io_kwargs"] = {"video": {"num_frames": s.max_frames}}
+        return _merge(body, s.extra_body)
+
+    def request_params(self, seed: int | None) -> dict[str, Any]:
+        """Keyword arguments for ``chat.completions.create`` besides model and messages."""
+        s = self.settings
+        params: dict[str, Any] = {s.max_tokens_param: s.max_new_tokens}
+        temperature = self._temperature()
+        if temperature is not None:
+            params["temperature"] = temperature
+        if s.top_p is not None:
+            params["top_p"] = s.top_p
+        if s.send_seed and seed is not None:
+            params["seed"] = seed
+        extras = self._body_extras()
+        if extras:
+            params["extra_body"] = extras
+        return params
+
+    def _redacted_params(self) -> dict:
+        params = self.request_params(0 if self.settings.send_seed else None)
+        if "seed" in params:
+            params["seed"] = "--seed"
+        return params
+
+    def describe(self) -> dict[str, Any]:
+        return {**self._info, "warnings": self.warnings}
+
+    def frame_patch_size(self) -> int | None:
+        return None
+
+    # ------------------------------------------------------------------ messages
+
+    def render_prompt(self, messages: list[dict]) -> str:
+        """The chat as sent, as JSON, with the video standing as ``{"type": "video"}``."""
+        return json.dumps(self._api_messages(messages, None), ensure_ascii=False)
+
+    def _api_messages(self, messages: list[dict], media: list[dict] | None) -> list[dict]:
+        """Runner messages -> OpenAI messages: system text as a string, the video placeholder replaced by ``media``."""
+        out: list[dict] = []
+        for msg in messages:
+            content = msg.get("content")
+            if msg.get("role") == "system" and isinstance(content, list):
+                text = "\n".join(p.get("text", "") for p in content if p.get("type") == "text")
+                out.append({"role": "system", "content": text})
+                continue
+            if not isinstance(content, list):
+                out.append(dict(msg))
+                continue
+            parts: list[dict] = []
+            for part in content:
+                if part.get("type") == "video":
+                    parts.extend(media if media is not None else [{"type": "video"}])
+                else:
+                    parts.append(dict(part))
+            out.append({"role": msg.get("role", "user"), "content": parts})
+        return out
+
+    def _frame_parts(self, frames: "Frames") -> list[dict]:
+        """One ``image_url`` part per frame, in order (cached for the questions of the same video)."""
+        if self._media is not None and self._media[0] is frames:
+            return self._media[1]
+        parts = [{"type": "image_url", "image_url": self._image_url(url)} for url in encode_frames_jpeg(
+            frames.frames, frame_size_tuple(self.settings.frame_size), self.settings.jpeg_quality)]
+        self._media = (frames, parts)
+        return parts
+
+    def _image_url(self, url: str) -> dict:
+        out = {"url": url}
+        if self.settings.image_detail:
+            out["detail"] = self.settings.image_detail
+        return out
+
+    def _video_path(self, request: GenerationRequest) -> Path:
+        path = getattr(request, "video_path", None)
+        if path:
+            return Path(path)
+        if self._video_paths is None or request.key not in self._video_paths:
+            raise ApiCallError(f"idx {request.key}: no video file known for this question", kind="client_error")
+        return self._video_paths[request.key]
+
+    def _video_parts(self, path: Path) -> list[dict]:
+        """The one ``video_url`` part of ``path`` (cached for the questions of the same video)."""
+        if self._media is not None and self._media[0] == path:
+            return self._media[1]
+        base = self.settings.video_url_base
+        if base:
+            url = f"{base.rstrip('/')}/{path.name}"
+        else:
+            try:
+                data = path.read_bytes()
+            except OSError as exc:
+                raise ApiCallError(f"{path}: cannot read the video ({exc})", kind="client_error") from None
+            url = "data:video/mp4;base64," + base64.b64encode(data).decode("ascii")
+        parts = [{"type": "video_url", "video_url": {"url": url}}]
+        self._media = (path, parts)
+        return parts
+
+    def _media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict]:
+        """The media parts of ``request`` and the record fields describing what was sent."""
+        if request.frames is None:
+            return None, {"video_transport": None}
+        if self.settings.video_transport == "video_url":
+            parts = self._video_parts(self._video_path(request))
+            s = self.settings
+            return parts, {
+                "video_transport": "video_url",
+                # the server chose the frames: the local sampler's choice is not what the model saw
+                "frame_indices": None, "num_frames": None, "sample_fps": None, "frame_size": None,
+                "server_sampling": {"fps": s.fps, "max_frames": s.max_frames},
+            }
+        parts = self._frame_parts(request.frames)
+        fields: dict[str, Any] = {"video_transport": "frames", "frames_sent": len(parts)}
+        size = frame_size_tuple(self.settings.frame_size)
+        if size is not None:
+            fields["frame_size"] = [size[1], size[0]]  # [height, width], like the sampler's field
+            fields["sampled_frame_size"] = [request.frames.height, request.frames.width]
+        return parts, fields
+
+    # ------------------------------------------------------------------ generation
+
+    def _signature(self, request: GenerationRequest) -> str:
+        return json.dumps([request.key, request.seed, request.messages], sort_keys=True, ensure_ascii=False)
+
+    def generate(self, batch: list[GenerationRequest]) -> list[GenerationOutput]:
+        from k9bench.openai_api import run_concurrent
+
+        if len(batch) > 1:
+            self._carry.clear()  # a new batch: the previous fallback is over
+        outcomes: dict[int, GenerationOutput | ApiCallError] = {}
+        jobs: list[tuple[int, list[dict], dict, dict]] = []
+        for pos, request in enumerate(batch):
+            carried = self._carry.pop(request.key, None)
+            if carried is not None and carried[0] == self._signature(request) and carried[1] is request.frames:
+                outcomes[pos] = carried[2]
+                continue
+            try:
+                media, fields = self._media_for(request)
+            except ApiCallError as exc:
+                outcomes[pos] = exc
+                continue
+            jobs.append((pos, self._api_messages(request.messages, media), self.request_params(request.seed), fields))
+
+        def call(job: tuple[int, list[dict], dict, dict]) -> GenerationOutput | ApiCallError:
+            pos, messages, params, fields = job
+            return self._call(batch[pos], messages, params, fields)
+
+        for job, outcome in run_concurrent(call, jobs, self.settings.concurrency):
+            outcomes[job[0]] = outcome
+
+        failures = {batch[pos].key: out for pos, out in outcomes.items() if isinstance(out, ApiCallError)}
+        if failures:
+            if len(batch) == 1:
+                raise failures[batch[0].key]
+            for pos, request in enumerate(batch):
+                self._carry[request.key] = (self._signature(request), request.frames, outcomes[pos])
+            raise BatchPartlyFailed(failures, len(batch))
+        return [outcomes[pos] for pos in range(len(batch))]  # type: ignore[misc]
+
+    def _call(self, request: GenerationRequest, messages: list[dict], params: dict, fields: dict) -> GenerationOutput | ApiCallError:
+        """One chat call (with the client's retries); an :class:`ApiCallError` when it still fails."""
+        s = self.settings
+        result = self.client.chat(messages, model=s.api_model, label=f"idx {request.key}", **params)
+        with self._lock:
+            self._usage["retries"] += max(0, result.attempts - 1)
+            if result.ok:
+                self._usage["requests"] += 1
+                self._usage["prompt_tokens"] += result.usage.prompt_tokens
+                self._usage["completion_tokens"] += result.usage.completion_tokens
+                self._usage["total_tokens"] += result.usage.total_tokens
+                if result.model and result.model not in self._usage["served_models"]:
+                    self._usage["served_models"].append(result.model)
+            else:
+                self._usage["failed_requests"] += 1
+        if not result.ok:
+            status = f" (HTTP {result.status_code})" if result.status_code else ""
+            return ApiCallError(f"{result.error_kind}{status} after {result.attempts} attempt(s): {result.error}",
+                                kind=result.error_kind, status_code=result.status_code, attempts=result.attempts)
+        if not (result.text or "").strip():
+            return ApiCallError(f"the server returned an empty reply (finish_reason={result.finish_reason!r})",
+                                kind="empty_reply", attempts=result.attempts)
+        usage = result.usage
+        has_usage = usage.total_tokens > 0 or usage.prompt_tokens > 0
+        extra = {
+            **fields,
+            "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+                      "total_tokens": usage.total_tokens} if has_usage else None,
+            "api_model": s.api_model,
+            "api_served_model": result.model,
+            "api_attempts": result.attempts,
+            "api_elapsed_s": round(result.elapsed_s, 3),
+        }
+        return GenerationOutput(
+            text=result.text or "",
+            prompt=json.dumps(self._api_messages(request.messages, None), ensure_ascii=False),
+            num_input_tokens=usage.prompt_tokens if has_usage else None,
+            num_output_tokens=usage.completion_tokens if has_usage else None,
+            finish_reason=result.finish_reason,
+            extra=extra,
+        )
+
+    # ------------------------------------------------------------------ errors
+
+    def is_out_of_memory(self, exc: BaseException) -> bool:
+        """True for a request too large for the model's context (retried once with half the frames)."""
+        if isinstance(exc, BatchPartlyFailed):
+            return any(self.is_out_of_memory(e) for e in exc.failures.values())
+        return (isinstance(exc, ApiCallError) and exc.kind == "client_error" and exc.status_code in (400, 413, 422)
+                and bool(_CONTEXT_OVERFLOW.search(str(exc))))
+
+    def recover_from_out_of_memory(self) -> None:
+        self._media = None
+
+    def close(self) -> None:
+        self._media = None
+        self._carry.clear()
+        inner = getattr(self.client, "client", None)
+        if inner is not None and hasattr(inner, "close"):
+            try:
+                inner.close()
+            except Exception:  # closing is best effort
+                pass
+        self.client = None
+
+
+def _env_name() -> str:
+    from k9bench.openai_api import API_KEY_ENV
+
+    return API_KEY_ENV
+
+
+def encode_frames_jpeg(frames: Any, size: tuple[int, int] | None = None, quality: int = DEFAULT_JPEG_QUALITY) -> list[str]:
+    """uint8 (T, 3, H, W) frames -> ``data:image/jpeg;base64,...`` URLs, in order.
+
+    ``size`` (width, height) resizes each frame to exactly that size first (bicubic, antialiased,
+    as the sampler resizes).
+    """
+    import io
+
+    from PIL import Image
+
+    from k9bench.video import resize_frames
+
+    if size is not None:
+        frames = resize_frames(frames, size[1], size[0])
+    array = frames.permute(0, 2, 3, 1).contiguous().numpy()
+    urls = []
+    for frame in array:
+        buffer = io.BytesIO()
+        Image.fromarray(frame).save(buffer, format="JPEG", quality=quality)
+        urls.append("data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"))
+    return urls
+
+
+__all__ = [
+    "ApiCallError", "BatchPartlyFailed", "OpenAIBackend", "OpenAISettings", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES",
+    "encode_frames_jpeg", "frame_size_tuple", "parse_frame_size",
+]
