@@ -45,41 +45,40 @@ def build_parser() -> argparse.ArgumentParser:
 
     parser = argparse.ArgumentParser(
         description="Run a video LLM on K9-Bench and write the raw results JSON (resumable, batched).",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
     model = parser.add_argument_group("model (reference flags)")
-    model.add_argument("--model_name_or_path", default=DEFAULT_MODEL, help="Hub model id or local folder")
+    model.add_argument("--model_name_or_path", default=DEFAULT_MODEL, help="Hub model id or local folder (default: %(default)s)")
     model.add_argument("--bf16", nargs="?", const=True, default=None, type=str2bool,
                        help="load bf16 weights (default: bf16 on GPU, float32 on CPU); '--bf16 False' forces float32")
     model.add_argument("--torch_dtype", default=None, choices=DTYPES, help="weight dtype; overrides --bf16")
     model.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
     model.add_argument("--attn_implementation", default=None, choices=ATTN_IMPLEMENTATIONS,
                        help="attention kernel (default: flash_attention_2 on GPU when flash-attn is installed, otherwise sdpa with a warning)")
-    model.add_argument("--device", default="auto", help="cuda, cuda:1, cpu, or auto")
+    model.add_argument("--device", default="auto", help="cuda, cuda:1, cpu, or auto (default: %(default)s)")
     add_backend_args(parser)
 
     data = parser.add_argument_group("data (reference flags)")
     add_dataset_args(data)
-    data.add_argument("--video_dir", default="./k9bench_videos", help="folder of {scene_name}.mp4 files")
+    data.add_argument("--video_dir", default="./k9bench_videos", help="folder of {scene_name}.mp4 files (default: %(default)s)")
     data.add_argument("--auto_download", action="store_true", help="fetch missing videos first (k9bench.download)")
-    data.add_argument("--start_idx", type=int, default=0, help="first question position (0-based, dataset order)")
+    data.add_argument("--start_idx", type=int, default=0, help="first question position (0-based, dataset order; default: 0)")
     data.add_argument("--end_idx", type=int, default=None, help="stop before this position (default: the end)")
-    data.add_argument("--max_samples", type=int, default=-1, help="at most this many questions after the range (-1 = all)")
-    data.add_argument("--num_shards", type=int, default=1, help="split the videos into this many shards (SLURM array)")
-    data.add_argument("--shard_id", type=int, default=0, help="which shard this process runs (0-based)")
+    data.add_argument("--max_samples", type=int, default=-1, help="at most this many questions after the range (default: -1 = all)")
+    data.add_argument("--num_shards", type=int, default=1, help="split the videos into this many shards, e.g. for a SLURM array (default: 1)")
+    data.add_argument("--shard_id", type=int, default=0, help="which shard this process runs (0-based; default: 0)")
 
     frames = parser.add_argument_group("video frames")
-    frames.add_argument("--max_frames", type=int, default=DEFAULT_MAX_FRAMES, help="frame budget per video; 0 = text only (no video)")
-    frames.add_argument("--fps", type=float, default=DEFAULT_FPS, help="sampling rate before the frame budget applies")
-    frames.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS, help="max pixels per resized frame")
+    frames.add_argument("--max_frames", type=int, default=DEFAULT_MAX_FRAMES, help="frame budget per video; 0 = text only, no video (default: %(default)s)")
+    frames.add_argument("--fps", type=float, default=DEFAULT_FPS, help="frames per second sampled before the frame budget applies (default: %(default)s)")
+    frames.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS, help="max pixels per resized frame (default: %(default)s = 360*420)")
     frames.add_argument("--min_pixels", type=int, default=None, help="min pixels per resized frame (default: qwen-vl-utils' video default)")
-    frames.add_argument("--video_decoder", default=DEFAULT_DECODER, choices=DECODERS, help="video decoder (never swapped silently)")
+    frames.add_argument("--video_decoder", default=DEFAULT_DECODER, choices=DECODERS, help="video decoder, never swapped silently (default: %(default)s)")
     frames.add_argument("--frame_cache_dir", default=None, help="store sampled frames here and reuse them across runs")
-    frames.add_argument("--prefetch_videos", type=int, default=2, help="decode this many upcoming videos in the background")
+    frames.add_argument("--prefetch_videos", type=int, default=2, help="decode this many upcoming videos in the background (default: %(default)s)")
 
     gen = parser.add_argument_group("prompt and generation")
     gen.add_argument("--use_system_message", type=str2bool, default=True,
-                     help="True: the prompt is a system message; False: it opens the user turn")
+                     help="True (default): the prompt is a system message; False: it opens the user turn")
     gen.add_argument("--system_prompt_file", default=None, help="use this file's text verbatim as the system prompt")
     gen.add_argument("--thinking_mode", action="store_true", help="Thinking model: default --max_new_tokens 3072")
     gen.add_argument("--max_new_tokens", type=int, default=None, help="default 2048, or 3072 with --thinking_mode")
@@ -89,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--temperature", type=float, default=None, help="override the model's temperature")
     gen.add_argument("--top_p", type=float, default=None, help="override the model's top_p")
     gen.add_argument("--top_k", type=int, default=None, help="override the model's top_k")
-    gen.add_argument("--seed", type=int, default=0, help="torch seed set before each batch")
-    gen.add_argument("--batch_size", type=int, default=1, help="questions of one video per generate call (left-padded)")
+    gen.add_argument("--seed", type=int, default=0, help="torch seed set before each batch (default: %(default)s)")
+    gen.add_argument("--batch_size", type=int, default=1, help="questions of one video per generate call, left-padded (default: %(default)s)")
 
     out = parser.add_argument_group("output")
     out.add_argument("--output_file", default=None,

@@ -51,6 +51,8 @@ class GenerationRequest:
     """The sampled frames of the video (None in text-only mode)."""
     seed: int = 0
     """Seed to set before generating (matters only when sampling)."""
+    video_path: str | None = None
+    """The video file the frames come from (None in text-only mode), for backends that send the file itself."""
 
 
 @dataclass

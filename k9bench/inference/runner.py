@@ -323,13 +323,14 @@ class Runner:
 
     # -- one batch -------------------------------------------------------
 
-    def _requests(self, questions: list, frames: "Frames | None") -> list[GenerationRequest]:
+    def _requests(self, questions: list, frames: "Frames | None", path: Path | None = None) -> list[GenerationRequest]:
         return [
             GenerationRequest(
                 key=q.idx,
                 messages=build_messages(q.question, self.ctx.system_prompt, self.ctx.use_system_message, frames is not None),
                 frames=frames,
                 seed=self.ctx.seed,
+                video_path=str(path) if frames is not None and path is not None else None,
             )
             for q in questions
         ]
@@ -365,7 +366,7 @@ class Runner:
 
     def _run_one(self, group: VideoGroup, question: "Question", frames: "Frames | None") -> QuestionRecord:
         try:
-            out = self._generate(self._requests([question], frames))[0]
+            out = self._generate(self._requests([question], frames, group.path))[0]
             return make_record(question, self.ctx, output=out, frames=frames)
         except Exception as exc:
             if not self.backend.is_out_of_memory(exc):
@@ -386,7 +387,7 @@ class Runner:
         info = {"first_error": first_error, "retried": True, "original_num_frames": frames.num_frames, "retry_num_frames": fewer.num_frames}
         log.warning("idx %s: out of memory with %d frames; retrying once with %d", question.idx, frames.num_frames, fewer.num_frames)
         try:
-            out = self._generate(self._requests([question], fewer))[0]
+            out = self._generate(self._requests([question], fewer, group.path))[0]
             return make_record(question, self.ctx, output=out, frames=fewer, oom_retry=info)
         except Exception as exc:
             if self.backend.is_out_of_memory(exc):
@@ -402,7 +403,7 @@ class Runner:
             self._emit(self._run_one(group, questions[0], frames))
             return
         try:
-            outputs = self._generate(self._requests(questions, frames))
+            outputs = self._generate(self._requests(questions, frames, group.path))
         except Exception as exc:
             if self.backend.is_out_of_memory(exc):
                 self.backend.recover_from_out_of_memory()
