@@ -491,6 +491,11 @@ def _pyplot():
     return plt
 
 
+def _legend_below(ax, entries: int) -> None:
+    """The legend under the axes, so it never hides a bar."""
+    ax.legend(fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=min(max(entries, 1), 3), frameon=False)
+
+
 def _error(score_value: float | None, ci: tuple | None) -> list:
     if score_value is None or ci is None:
         return [0.0, 0.0]
@@ -516,16 +521,16 @@ def plot_categories(runs: list[RunSummary], published: list, path: Path) -> Path
     for i, (label, values, cis) in enumerate(series):
         heights = [v if v is not None else 0.0 for v in values]
         errors = np.array([_error(v, c) for v, c in zip(values, cis)]).T
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, label=label, yerr=errors, capsize=2)
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, heights, width, label=label,
+               yerr=errors if any(c is not None for c in cis) else None, capsize=2)
     ax.axhline(RANDOM_GUESS, color="grey", linestyle="--", linewidth=1, label="random guess (20%)")
     ax.set_xticks(x)
     ax.set_xticklabels([CATEGORY_HEADERS.get(g, "Average") for g in groups])
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
     ax.set_title("K9-Bench accuracy per category (95% intervals)")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _legend_below(ax, len(series) + 1)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -554,11 +559,10 @@ def plot_durations(runs: list[RunSummary], path: Path) -> Path | None:
     ax.set_xticklabels(bins)
     ax.set_xlabel("video duration")
     ax.set_ylabel("accuracy (%)")
-    ax.set_ylim(0, 100)
+    ax.set_ylim(0, 108)  # room for the n= labels over full bars
     ax.set_title("K9-Bench accuracy by video duration")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _legend_below(ax, len(with_durations) + 1)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -598,9 +602,8 @@ def plot_frames(runs: list[RunSummary], path: Path, *, with_published: bool) -> 
     ax.set_ylabel("accuracy (%)")
     ax.set_ylim(0, 100)
     ax.set_title("K9-Bench accuracy against frame budget")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    _legend_below(ax, len(series) + 1)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
     plt.close(fig)
     return path
 
