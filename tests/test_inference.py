@@ -26,6 +26,17 @@ OUR_KEYS = {"frame_indices", "num_frames", "sample_fps", "video_duration", "fram
 PER_INVOCATION = ("provenance", "run_stats")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    """The tiny model runs far faster single-threaded on a shared CPU; restored afterwards."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory) -> Path:
     return build_tiny_qwen3vl(tmp_path_factory.mktemp("tiny") / "qwen3vl", seed=0)
@@ -103,7 +114,7 @@ def test_resume_after_sigkill(reference_run, tiny, demo_video_dir, tmp_path, rep
     out = tmp_path / "raw.json"
     part = checkpoint_path(out)
     args = base_args(tiny, demo_video_dir, out, "--batch_size", "1")
-    env = dict(os.environ, K9BENCH_NO_PROGRESS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+    env = dict(os.environ, K9BENCH_NO_PROGRESS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, str(repo_root / "eval_video_llm.py"), *args], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
