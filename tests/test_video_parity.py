@@ -95,6 +95,18 @@ def test_parity_with_qwen_vl_utils(clip_dir, qwen_decord, name):
     assert mad <= 1.0, f"PyAV frames differ from qwen-vl-utils by {mad:.3f}/255 on average"
 
 
+@pytest.mark.parametrize("name", ["short_ntsc_portrait", pytest.param("hd1080_30fps", marks=pytest.mark.slow)])
+def test_parity_at_qwen3_vl_patch_size(clip_dir, qwen_decord, name):
+    """``image_patch_size=16`` (Qwen3-VL's): multiples of 32 and the 32-based pixel floor, as qwen-vl-utils."""
+    path = _clip(clip_dir, name)
+    ref_video, ref_meta = qwen_decord.fetch_video({"video": str(path), **ITEM}, image_patch_size=16, return_video_metadata=True)
+    ours = sample(path, image_patch_size=16, **ITEM)
+    assert ours.indices == list(ref_meta["frames_indices"])
+    assert (ours.height, ours.width) == tuple(ref_video.shape[-2:])
+    assert ours.height % 32 == 0 and ours.width % 32 == 0
+    assert torch.equal(ours.video_tensor(), ref_video)
+
+
 def test_portrait_and_short_rules_exercised(clip_dir):
     """The fast cases do cover the rules the issue names: portrait, fewer frames than max, even counts."""
     portrait = sample(_clip(clip_dir, "short_ntsc_portrait"))
@@ -134,7 +146,18 @@ def _timestamps(text: str) -> list[float]:
     return [float(x) for x in re.findall(r"<(\d+\.\d) seconds>", text)]
 
 
-def test_metadata_gives_the_processor_correct_timestamps(clip_dir, qwen_decord, processor):
+@pytest.mark.parametrize(
+    "patch, extra, video_of",
+    [
+        # qwen-vl-utils' default patch 14: the processor resizes again (to multiples of 32), so it
+        # must get the float frames the reference hands it
+        (14, {}, lambda f: f.video_tensor()),
+        # Qwen3-VL's patch 16: frames are already multiples of 32, no second resize; uint8 is fine
+        (16, {"do_resize": False}, lambda f: f.frames),
+    ],
+    ids=["patch14_processor_resizes", "patch16_no_resize"],
+)
+def test_metadata_gives_the_processor_correct_timestamps(clip_dir, qwen_decord, processor, patch, extra, video_of):
     """Our frames and metadata render the same prompt, with the right timestamps, as the reference's."""
     from qwen_vl_utils import process_vision_info
 
@@ -143,14 +166,17 @@ def test_metadata_gives_the_processor_correct_timestamps(clip_dir, qwen_decord, 
     text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     # reference: qwen-vl-utils frames + metadata
-    _, videos, video_kwargs = process_vision_info(messages, return_video_kwargs=True, return_video_metadata=True)
+    _, videos, video_kwargs = process_vision_info(
+        messages, return_video_kwargs=True, return_video_metadata=True, image_patch_size=patch
+    )
     ref_frames, ref_meta = videos[0]
-    ref = processor(text=[text], videos=[ref_frames], video_metadata=[ref_meta], return_tensors="pt", **video_kwargs)
+    ref = processor(text=[text], videos=[ref_frames], video_metadata=[ref_meta], return_tensors="pt", **video_kwargs, **extra)
 
     # ours
-    f = sample(path)
+    f = sample(path, image_patch_size=patch)
     ours = processor(
-        text=[text], videos=[f.video_tensor()], video_metadata=[f.processor_metadata()], return_tensors="pt", **PROCESSOR_VIDEO_KWARGS
+        text=[text], videos=[video_of(f)], video_metadata=[f.processor_metadata()], return_tensors="pt",
+        **PROCESSOR_VIDEO_KWARGS, **extra,
     )
     assert torch.equal(ours["input_ids"], ref["input_ids"])
     assert torch.equal(ours["video_grid_thw"], ref["video_grid_thw"])
@@ -164,5 +190,5 @@ def test_metadata_gives_the_processor_correct_timestamps(clip_dir, qwen_decord, 
     assert expected == [0.5, 2.7, 4.9, 7.1, 9.2, 11.4]
 
     # without the metadata the processor guesses 24 fps and frame positions: the prompt would be wrong
-    bare = processor(text=[text], videos=[f.video_tensor()], return_tensors="pt", **PROCESSOR_VIDEO_KWARGS)
+    bare = processor(text=[text], videos=[video_of(f)], return_tensors="pt", **PROCESSOR_VIDEO_KWARGS, **extra)
     assert _timestamps(processor.tokenizer.decode(bare["input_ids"][0])) != expected
