@@ -84,6 +84,8 @@ class CacheStats:
     """Entries written to the disk store."""
     damaged: int = 0
     """Disk entries found damaged or mismatched (and re-decoded)."""
+    disk_write_errors: int = 0
+    """Entries that could not be written (disk full, read-only...): logged, the frames still used."""
     decode_seconds: float = 0.0
     """Total decode time."""
 
@@ -275,7 +277,12 @@ class FrameCache:
         self._count("decodes")
         self._count("decode_seconds", frames.decode_seconds)
         if entry is not None:
-            self._write_entry(entry, self.entry_key(fid), frames)
+            try:
+                self._write_entry(entry, self.entry_key(fid), frames)
+            except OSError as exc:
+                # the frames are good; only the reuse by later runs is lost, so say so and go on
+                self._count("disk_write_errors")
+                log.warning("cannot write frame cache entry %s for %s (%s); continuing without it", entry, path, exc)
         return frames
 
     def _read_entry(self, entry: Path, key: str, path: Path) -> Frames | None:

@@ -363,3 +363,19 @@ def test_video_module_reexports_frame_cache():
     import k9bench.video as video
 
     assert video.FrameCache is FrameCache and video.SamplingSettings is SamplingSettings
+
+
+def test_unwritable_disk_cache_is_logged_not_fatal(monkeypatch, clips, tmp_path, caplog):
+    import numpy as np
+
+    def full_disk(*_a, **_k):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(np, "savez", full_disk)
+    disk = tmp_path / "frames"
+    cache = FrameCache(disk_dir=disk)
+    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+        f = cache.get(clips["short"])
+    assert f.num_frames == 4
+    assert cache.stats.disk_write_errors == 1 and "No space left" in caplog.text
+    assert list(disk.iterdir()) == []  # the temporary file was removed
