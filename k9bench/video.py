@@ -7,8 +7,9 @@ frame count comes from qwen-vl-utils' own ``smart_nframes``, the indices from th
 ``fetch_video`` computes, followed by the same bicubic antialiased resize. The frames stay uint8.
 
 The decoder is chosen explicitly (``decoder=``, default ``DEFAULT_DECODER``) and never swapped: if
-it cannot be imported or cannot read a file, a ``VideoError`` says so. (qwen-vl-utils itself falls
-back to another reader on any error and only logs a warning.) Only the chosen frames are decoded:
+it cannot be imported, ``DecoderUnavailable`` stops the run; if it cannot read a file, a
+``VideoError`` names the file and the reason (missing, zero-length, no video stream, corrupt,
+truncated). qwen-vl-utils itself falls back to another reader on any error and only logs a warning. Only the chosen frames are decoded:
 decord seeks to the key frame before each index; PyAV demuxes once to learn every frame's
 timestamp and then decodes only the groups of pictures that hold a chosen frame.
 
@@ -54,6 +55,7 @@ PROCESSOR_VIDEO_KWARGS: dict[str, Any] = {"do_sample_frames": False}
 """Keyword arguments for the Qwen3-VL processor call alongside ``video_metadata``: the frames are
 already sampled (qwen-vl-utils' ``process_vision_info`` returns the same ``video_kwargs``)."""
 
+# qwen-vl-utils' constants, repeated so that importing this module stays light (a test checks them)
 SPATIAL_MERGE_SIZE = 2
 VIDEO_MIN_TOKEN_NUM = 128
 
