@@ -27,10 +27,11 @@ How the video travels (``--video_transport``):
     unknown fields). ``--extra_body`` can override them. The records' frame fields then say
     ``null`` for what the server chose (the local decode only checks the file).
 
-Concurrency: the runner hands over the questions of one video at a time, in batches of
-``--batch_size`` (raised to ``--concurrency`` when left at 1). A batch's requests go out at
-once over at most ``--concurrency`` connections, so requests about the same video are sent
-next to each other and a server's prefix cache can reuse the video. Each call is retried by
+Concurrency: the runner keeps up to ``--concurrency`` batches in flight
+(:meth:`OpenAIBackend.max_batches_in_flight`), started video by video in dataset order, so the
+requests about one video are sent next to each other and a server's prefix cache can reuse
+the video; the requests of a batch (``--batch_size``, default 1) go out together. At most
+``--concurrency`` HTTP calls are in flight over all batches. Each call is retried by
 :class:`k9bench.openai_api.ChatClient` (429, 5xx, timeouts, broken bodies; Retry-After honoured).
 When some requests of a batch still fail, ``generate`` raises so that the runner reruns the
 batch question by question; the answers already received are handed back then without a
@@ -272,7 +273,9 @@ class OpenAIBackend:
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
                        "failed_requests": 0, "retries": 0, "served_models": []}
         self._info: dict[str, Any] = {}
-        self._media: tuple[Any, list[dict]] | None = None  # (frames or path, parts) of the last video
+        self._media: dict[Any, tuple[Any, list[dict]]] = {}  # id(frames) or path -> (frames or path, parts), recent videos
+        self._media_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(max(1, settings.concurrency))  # HTTP calls in flight, over all batches
         self._carry: dict[int, tuple[str, Any, GenerationOutput | ApiCallError]] = {}
         self._video_paths: dict[int, Path] | None = None
 
@@ -290,7 +293,7 @@ class OpenAIBackend:
                            help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
                                 "(default: the OpenAI API). The key comes from OPENAI_API_KEY only")
         group.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY,
-                           help="requests in flight at most; --batch_size 1 is raised to this")
+                           help="requests in flight at most (questions of one video are sent next to each other)")
         group.add_argument("--max_retries", type=_non_negative_int, default=DEFAULT_MAX_RETRIES,
                            help="retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)")
         group.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT, help="seconds per HTTP attempt")
@@ -321,7 +324,7 @@ class OpenAIBackend:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "OpenAIBackend":
-        """Settings from the parsed flags; adjusts ``--batch_size`` and the sampler's ``--max_pixels``."""
+        """Settings from the parsed flags; with ``--frame_size``, raises the sampler's default ``--max_pixels``."""
         from k9bench.video import DEFAULT_MAX_PIXELS
 
         warnings: list[str] = []
@@ -333,12 +336,6 @@ class OpenAIBackend:
                 "with --backend openai give --api_model only (it names the run too)"
             )
         concurrency = getattr(args, "concurrency", DEFAULT_CONCURRENCY)
-        if args.batch_size == 1 and concurrency > 1:
-            adjustments["batch_size"] = {"from": 1, "to": concurrency, "why": "a batch's requests are sent concurrently; --batch_size 1 is raised to --concurrency"}
-            log.info("--batch_size raised from 1 to --concurrency %d (the questions of a video are sent together)", concurrency)
-            args.batch_size = concurrency
-        elif args.batch_size < concurrency:
-            warnings.append(f"--batch_size {args.batch_size} < --concurrency {concurrency}: at most {args.batch_size} request(s) are in flight")
         frame_size = getattr(args, "frame_size", None)
         if frame_size and args.max_frames > 0:
             width, height = frame_size_tuple(frame_size)
@@ -560,13 +557,26 @@ class OpenAIBackend:
             out.append({"role": msg.get("role", "user"), "content": parts})
         return out
 
+    def _cached_media(self, key: Any, owner: Any) -> list[dict] | None:
+        with self._media_lock:
+            entry = self._media.get(key)
+        if entry is None or not (entry[0] is owner or (isinstance(owner, Path) and entry[0] == owner)):
+            return None
+        return entry[1]
+
+    def _store_media(self, key: Any, owner: Any, parts: list[dict]) -> None:
+        with self._media_lock:
+            self._media[key] = (owner, parts)
+            while len(self._media) > 2 * self.settings.concurrency + 2:  # the videos in flight, plus a few
+                self._media.pop(next(iter(self._media)))
+
     def _frame_parts(self, frames: "Frames") -> list[dict]:
-        """One ``image_url`` part per frame, in order (cached for the questions of the same video)."""
-        if self._media is not None and self._media[0] is frames:
-            return self._media[1]
-        parts = [{"type": "image_url", "image_url": self._image_url(url)} for url in encode_frames_jpeg(
-            frames.frames, frame_size_tuple(self.settings.frame_size), self.settings.jpeg_quality)]
-        self._media = (frames, parts)
+        """One ``image_url`` part per frame, in order (encoded once for the questions of a video)."""
+        parts = self._cached_media(id(frames), frames)
+        if parts is None:
+            parts = [{"type": "image_url", "image_url": self._image_url(url)} for url in encode_frames_jpeg(
+                frames.frames, frame_size_tuple(self.settings.frame_size), self.settings.jpeg_quality)]
+            self._store_media(id(frames), frames, parts)
         return parts
 
     def _image_url(self, url: str) -> dict:
@@ -584,9 +594,10 @@ class OpenAIBackend:
         return self._video_paths[request.key]
 
     def _video_parts(self, path: Path) -> list[dict]:
-        """The one ``video_url`` part of ``path`` (cached for the questions of the same video)."""
-        if self._media is not None and self._media[0] == path:
-            return self._media[1]
+        """The one ``video_url`` part of ``path`` (built once for the questions of a video)."""
+        cached = self._cached_media(str(path), path)
+        if cached is not None:
+            return cached
         base = self.settings.video_url_base
         if base:
             url = f"{base.rstrip('/')}/{path.name}"
@@ -597,7 +608,7 @@ class OpenAIBackend:
                 raise ApiCallError(f"{path}: cannot read the video ({exc})", kind="client_error") from None
             url = "data:video/mp4;base64," + base64.b64encode(data).decode("ascii")
         parts = [{"type": "video_url", "video_url": {"url": url}}]
-        self._media = (path, parts)
+        self._store_media(str(path), path, parts)
         return parts
 
     def _media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict]:
@@ -629,8 +640,6 @@ class OpenAIBackend:
     def generate(self, batch: list[GenerationRequest]) -> list[GenerationOutput]:
         from k9bench.openai_api import run_concurrent
 
-        if len(batch) > 1:
-            self._carry.clear()  # a new batch: the previous fallback is over
         outcomes: dict[int, GenerationOutput | ApiCallError] = {}
         jobs: list[tuple[int, list[dict], dict, dict]] = []
         for pos, request in enumerate(batch):
@@ -649,8 +658,11 @@ class OpenAIBackend:
             pos, messages, params, fields = job
             return self._call(batch[pos], messages, params, fields)
 
-        for job, outcome in run_concurrent(call, jobs, self.settings.concurrency):
-            outcomes[job[0]] = outcome
+        if len(jobs) == 1:
+            outcomes[jobs[0][0]] = call(jobs[0])
+        else:
+            for job, outcome in run_concurrent(call, jobs, self.settings.concurrency):
+                outcomes[job[0]] = outcome
 
         failures = {batch[pos].key: out for pos, out in outcomes.items() if isinstance(out, ApiCallError)}
         if failures:
@@ -664,7 +676,8 @@ class OpenAIBackend:
     def _call(self, request: GenerationRequest, messages: list[dict], params: dict, fields: dict) -> GenerationOutput | ApiCallError:
         """One chat call (with the client's retries); an :class:`ApiCallError` when it still fails."""
         s = self.settings
-        result = self.client.chat(messages, model=s.api_model, label=f"idx {request.key}", **params)
+        with self._slots:
+            result = self.client.chat(messages, model=s.api_model, label=f"idx {request.key}", **params)
         with self._lock:
             self._usage["retries"] += max(0, result.attempts - 1)
             if result.ok:
@@ -713,10 +726,15 @@ class OpenAIBackend:
                 and bool(_CONTEXT_OVERFLOW.search(str(exc))))
 
     def recover_from_out_of_memory(self) -> None:
-        self._media = None
+        pass  # nothing held on this side
+
+    def max_batches_in_flight(self) -> int:
+        """Batches the runner may keep generating at once: ``--concurrency`` (HTTP calls wait, they do not compute)."""
+        return self.settings.concurrency
 
     def close(self) -> None:
-        self._media = None
+        with self._media_lock:
+            self._media.clear()
         self._carry.clear()
         inner = getattr(self.client, "client", None)
         if inner is not None and hasattr(inner, "close"):

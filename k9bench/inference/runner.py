@@ -320,6 +320,8 @@ class Runner:
         self.checkpoint: CheckpointLog | None = None
         self.bar = None
         self._half_cache: dict = {}
+        self._emit_lock = threading.RLock()
+        self._stopped = False
 
     # -- one batch -------------------------------------------------------
 
@@ -416,6 +418,12 @@ class Runner:
             self._emit(make_record(q, self.ctx, output=out, frames=frames))
 
     def _emit(self, record: QuestionRecord) -> None:
+        with self._emit_lock:  # batches may finish on worker threads (see _BatchPipeline)
+            if self._stopped:
+                return  # the run was interrupted: the checkpoint is closed, this answer is dropped
+            self._emit_locked(record)
+
+    def _emit_locked(self, record: QuestionRecord) -> None:
         self.checkpoint.append(record.to_dict())
         self.done[record.idx] = record.to_dict()
         if record.failed:
@@ -444,6 +452,8 @@ class Runner:
         depth = max(0, self.args.prefetch_videos)
         t0 = time.perf_counter()
         self.bar = tqdm(total=total, unit="q", desc="inference", disable=progress_enabled(), dynamic_ncols=True)
+        in_flight = int(getattr(self.backend, "max_batches_in_flight", lambda: 1)() or 1)
+        pipeline = _BatchPipeline(self, prefetch, in_flight) if in_flight > 1 else None
         try:
             for i, (group, questions) in enumerate(pending):
                 frames = None
@@ -457,10 +467,19 @@ class Runner:
                             self._emit(make_record(q, self.ctx, prompt=self._prompt_for(q, True), error=str(exc), error_class=exc.reason_class))
                         prefetch.release(group.path)
                         continue
+                if pipeline is not None:
+                    pipeline.submit(group, chunks(questions, self.args.batch_size), frames)
+                    continue
                 for batch in chunks(questions, self.args.batch_size):
                     self._run_batch(group, batch, frames)
                 if prefetch is not None:
                     prefetch.release(group.path)
+            if pipeline is not None:
+                pipeline.finish()
+        except BaseException:
+            with self._emit_lock:
+                self._stopped = True  # batches still running on worker threads record nothing more
+            raise
         finally:
             self.bar.close()
             self.bar = None
@@ -468,6 +487,72 @@ class Runner:
                 self.stats.frame_wait_seconds = prefetch.wait_seconds
                 prefetch.close()
             self.stats.wall_seconds = time.perf_counter() - t0
+
+
+class _BatchPipeline:
+    """Keeps up to ``in_flight`` batches generating at once, for backends whose ``generate`` mostly
+    waits (an HTTP server: see ``max_batches_in_flight``).
+
+    Batches are started in the loop's order (video by video, so the questions of a video are
+    sent next to each other), each on its own daemon thread (an interrupted run does not wait
+    for them); records are emitted as batches finish. A video's frames are released when its
+    last batch is done. An error raised by a batch (not a failed question, which is a record)
+    stops the run from the main thread.
+    """
+
+    def __init__(self, runner: "Runner", prefetch: "FramePrefetcher | None", in_flight: int):
+        import queue
+
+        self.runner = runner
+        self.prefetch = prefetch
+        self.slots = threading.BoundedSemaphore(in_flight)
+        self.finished: "queue.Queue[tuple[VideoGroup, BaseException | None]]" = queue.Queue()
+        self.remaining: dict[str, int] = {}
+
+    def _work(self, group: VideoGroup, batch: list, frames: "Frames | None") -> None:
+        error: BaseException | None = None
+        try:
+            self.runner._run_batch(group, batch, frames)
+        except BaseException as exc:  # handed to the main thread
+            error = exc
+        finally:
+            self.slots.release()
+            self.finished.put((group, error))
+
+    def _collect(self, block: bool) -> None:
+        import queue
+
+        while self.remaining:
+            try:
+                group, error = self.finished.get(timeout=0.1) if block else self.finished.get_nowait()
+            except queue.Empty:
+                if block:
+                    continue
+                return
+            if error is not None:
+                raise error
+            key = str(group.path)
+            self.remaining[key] -= 1
+            if self.remaining[key] == 0:
+                del self.remaining[key]
+                if self.prefetch is not None:
+                    self.prefetch.release(group.path)
+            block = False  # one finished batch is enough; take the others that are ready
+
+    def submit(self, group: VideoGroup, batches, frames: "Frames | None") -> None:
+        """Start every batch of one video (waiting for free slots; signals stay deliverable)."""
+        batches = list(batches)
+        self.remaining[str(group.path)] = self.remaining.get(str(group.path), 0) + len(batches)
+        for batch in batches:
+            while not self.slots.acquire(timeout=0.1):
+                self._collect(block=False)
+            threading.Thread(target=self._work, args=(group, batch, frames), name="k9bench-batch", daemon=True).start()
+            self._collect(block=False)
+
+    def finish(self) -> None:
+        """Wait for every started batch."""
+        while self.remaining:
+            self._collect(block=True)
 
 
 # --------------------------------------------------------------------------- entry point
