@@ -182,7 +182,12 @@ def test_encode_frames_jpeg_keeps_order_and_size():
 
 
 def test_frames_transport_end_to_end(fake_openai, ramp_dir, ramp_dataset, tmp_path, monkeypatch):
+    import k9bench.inference.openai_backend as backend_module
+
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    encoded = []
+    real_encode = backend_module.encode_frames_jpeg
+    monkeypatch.setattr(backend_module, "encode_frames_jpeg", lambda frames, *a: encoded.append(len(frames)) or real_encode(frames, *a))
     fake_openai.responder = json_reply
     out = tmp_path / "raw.json"
     code = run(out, fake_openai, ramp_dataset, ramp_dir, "--max_frames", "8", "--fps", "2", "--frame_size", "64x48",
@@ -223,6 +228,7 @@ def test_frames_transport_end_to_end(fake_openai, ramp_dir, ramp_dataset, tmp_pa
     assert backend["usage"]["requests"] == 5 and backend["usage"]["failed_requests"] == 0
     assert backend["usage"]["prompt_tokens"] == sum(r["usage"]["prompt_tokens"] for r in records.values())
     assert backend["usage"]["total_tokens"] == sum(r["usage"]["total_tokens"] for r in records.values())
+    assert encoded == [8, 8]  # once per video, although its questions were in flight together
     assert SECRET not in all_file_text(tmp_path)
 
 
@@ -251,9 +257,9 @@ def test_video_url_transport_sends_one_video_part(fake_openai, ramp_dir, ramp_da
 
 
 def test_faults_are_retried(fake_openai, ramp_dir, ramp_dataset, tmp_path):
-    """429 (Retry-After), 500, a timeout and a broken body each cost one retry; nothing fails."""
+    """429 (Retry-After), 500, a timeout, a broken body and a dropped connection each cost one retry; nothing fails."""
     faults = {0: Fault(status=429, retry_after="0"), 1: Fault(status=500), 2: Fault(stall=2.0, then="late"),
-              3: Fault(malformed=True)}
+              3: Fault(malformed=True), 4: Fault(drop=True)}
     seen: dict[int, int] = {}
 
     def responder(req):
@@ -267,9 +273,9 @@ def test_faults_are_retried(fake_openai, ramp_dir, ramp_dataset, tmp_path):
     data = load(out)
     records = {r["idx"]: r for r in data["individual_results"]}
     assert data["failed_count"] == 0
-    assert {i: r["api_attempts"] for i, r in records.items()} == {0: 2, 1: 2, 2: 2, 3: 2, 4: 1}
+    assert {i: r["api_attempts"] for i, r in records.items()} == {0: 2, 1: 2, 2: 2, 3: 2, 4: 2}
     assert all(r["answer"] == f"answer {i}" for i, r in records.items())
-    assert data["inference"]["backend"]["usage"]["retries"] == 4
+    assert data["inference"]["backend"]["usage"]["retries"] == 5
 
 
 def test_failures_become_records_and_are_retried_on_resume(fake_openai, ramp_dir, ramp_dataset, tmp_path, monkeypatch):
@@ -347,3 +353,21 @@ def test_unreachable_server_stops_the_run(tmp_path, demo_video_dir, capfd):
     code = eval_video_llm.main(["--backend", "openai", "--base_url", f"http://127.0.0.1:{port}/v1", "--dataset_name", "demo",
                                 "--video_dir", str(demo_video_dir), "--output_file", str(tmp_path / "raw.json")])
     assert code == EXIT_BACKEND and "is the server up?" in capfd.readouterr().err
+
+
+def test_encoded_frames_are_cached_per_video_and_dropped_with_it():
+    import gc
+
+    import torch
+
+    from k9bench.video import Frames
+
+    backend = OpenAIBackend.from_args(parse("--frame_size", "16x16"))
+    frames = Frames(frames=torch.zeros((2, 3, 28, 28), dtype=torch.uint8), indices=[0, 5], source_fps=10.0, total_frames=10,
+                    sample_fps=2.0, height=28, width=28, duration=1.0, decoder="decord")
+    first = backend._frame_parts(frames)
+    assert backend._frame_parts(frames) is first and len(first) == 2  # encoded once for all questions of the video
+    assert len(backend._media) == 1
+    del frames, first
+    gc.collect()
+    assert backend._media == {}  # released with the video's frames

@@ -140,3 +140,33 @@ def test_sigkill_then_resume_loses_nothing(demo_video_dir, tmp_path, repo_root):
         assert records[old["idx"]] == old  # kept as written before the kill
     assert not ckpt.exists()
     assert all(SECRET not in p.read_text(encoding="utf-8", errors="replace") for p in tmp_path.rglob("*") if p.is_file())
+
+
+@pytest.mark.slow
+def test_sigterm_stops_at_once_with_requests_in_flight(demo_video_dir, tmp_path, repo_root):
+    """SIGTERM (SLURM preemption) exits 75 promptly even while requests wait on a slow server."""
+    from k9bench.inference.runner import EXIT_INTERRUPTED
+
+    out = tmp_path / "raw.json"
+    with FakeOpenAIServer(reply, latency=60.0, model="gpt-test") as stuck:
+        argv = openai_args(stuck, out, demo_video_dir, "--max_frames", "2", "--concurrency", "4", "--timeout", "120")
+        env = {**os.environ, "K9BENCH_NO_PROGRESS": "1"}
+        proc = subprocess.Popen([sys.executable, str(repo_root / "eval_video_llm.py"), *argv], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and len(stuck.chat_requests()) < 4 and proc.poll() is None:
+                time.sleep(0.05)
+            assert len(stuck.chat_requests()) == 4  # --concurrency requests in flight, no more
+            t0 = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(timeout=20)
+            stopped_in = time.monotonic() - t0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+            stderr = proc.stderr.read().decode()
+            proc.stderr.close()
+    assert code == EXIT_INTERRUPTED, stderr
+    assert stopped_in < 10 and "rerun the same command to resume" in stderr
+    assert not out.exists()

@@ -50,6 +50,7 @@ import json
 import logging
 import re
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -211,14 +212,6 @@ class OpenAISettings:
     """Send the run's ``--seed`` as ``seed``."""
     extra_body: dict = field(default_factory=dict)
     """Extra JSON merged into every request body (wins over ours)."""
-    video_dir: str = "./k9bench_videos"
-    """Where ``{scene}.mp4`` lives (for ``video_url``)."""
-    dataset_name: str | None = None
-    """Dataset source (to map question idx -> video for ``video_url``)."""
-    split: str = "test"
-    """Dataset split."""
-    drop_invalid_rows: bool = False
-    """As the run loads the dataset."""
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -274,10 +267,10 @@ class OpenAIBackend:
                        "failed_requests": 0, "retries": 0, "served_models": []}
         self._info: dict[str, Any] = {}
         self._media: dict[Any, tuple[Any, list[dict]]] = {}  # id(frames) or path -> (frames or path, parts), recent videos
+        self._media_gates: dict[Any, threading.Lock] = {}  # one builder per video at a time
         self._media_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max(1, settings.concurrency))  # HTTP calls in flight, over all batches
         self._carry: dict[int, tuple[str, Any, GenerationOutput | ApiCallError]] = {}
-        self._video_paths: dict[int, Path] | None = None
 
     # ------------------------------------------------------------------ flags
 
@@ -378,10 +371,6 @@ class OpenAIBackend:
             top_k=args.top_k,
             send_seed=not getattr(args, "no_seed_param", False),
             extra_body=dict(getattr(args, "extra_body", None) or {}),
-            video_dir=args.video_dir,
-            dataset_name=args.dataset_name,
-            split=args.split,
-            drop_invalid_rows=getattr(args, "drop_invalid_rows", False),
         )
         return cls(settings, warnings=warnings, adjustments=adjustments)
 
@@ -402,8 +391,6 @@ class OpenAIBackend:
         except Exception as exc:  # an unusable base_url, a missing openai package...
             raise BackendError(f"cannot create the OpenAI client for {s.base_url or 'the OpenAI API'}: {type(exc).__name__}: {exc}") from None
         self._probe()
-        if s.video_transport == "video_url":
-            self._video_paths = self._load_video_paths()
         self._info = {
             "name": self.name,
             "api_model": s.api_model,
@@ -455,17 +442,6 @@ class OpenAIBackend:
         if served and s.api_model not in served:
             shown = ", ".join(str(m) for m in served[:10]) + (" ..." if len(served) > 10 else "")
             self._warn(f"{s.api_model!r} is not among the models {where} lists ({shown}); requests may fail")
-
-    def _load_video_paths(self) -> dict[int, Path]:
-        """Question idx -> video file (the runner's requests do not carry the path)."""
-        from k9bench.dataset import DatasetError, load_questions
-
-        s = self.settings
-        try:
-            loaded = load_questions(s.dataset_name, s.split, drop_invalid=s.drop_invalid_rows)
-        except DatasetError as exc:
-            raise BackendError(f"--video_transport video_url: cannot map questions to videos: {exc}") from None
-        return {q.idx: Path(s.video_dir) / q.video for q in loaded.questions}
 
     def _warn(self, text: str) -> None:
         log.warning("%s", text)
@@ -557,26 +533,46 @@ class OpenAIBackend:
             out.append({"role": msg.get("role", "user"), "content": parts})
         return out
 
-    def _cached_media(self, key: Any, owner: Any) -> list[dict] | None:
+    def _media_once(self, key: Any, owner: Any, build) -> list[dict]:
+        """The media parts stored under ``key`` for ``owner``, built by ``build()`` only once even when
+        several batches of the same video ask at the same time (the others wait for it)."""
         with self._media_lock:
-            entry = self._media.get(key)
-        if entry is None or not (entry[0] is owner or (isinstance(owner, Path) and entry[0] == owner)):
-            return None
-        return entry[1]
+            gate = self._media_gates.setdefault(key, threading.Lock())
+        with gate:
+            with self._media_lock:
+                entry = self._media.get(key)
+            if entry is not None:
+                held = entry[0]() if isinstance(entry[0], weakref.ref) else entry[0]
+                if held is owner or (isinstance(owner, Path) and held == owner):
+                    return entry[1]
+            parts = build()
+            with self._media_lock:
+                self._media[key] = (weakref.ref(owner) if not isinstance(owner, Path) else owner, parts)
+                while len(self._media) > self.settings.concurrency + 2:  # the videos in flight, plus a few
+                    self._media.pop(next(iter(self._media)))
+            return parts
 
-    def _store_media(self, key: Any, owner: Any, parts: list[dict]) -> None:
-        with self._media_lock:
-            self._media[key] = (owner, parts)
-            while len(self._media) > 2 * self.settings.concurrency + 2:  # the videos in flight, plus a few
-                self._media.pop(next(iter(self._media)))
+    def _forget_media(self, key: Any) -> None:
+        # called by a weakref finalizer (any thread, maybe one holding _media_lock): single dict ops only
+        self._media.pop(key, None)
+        self._media_gates.pop(key, None)
 
     def _frame_parts(self, frames: "Frames") -> list[dict]:
-        """One ``image_url`` part per frame, in order (encoded once for the questions of a video)."""
-        parts = self._cached_media(id(frames), frames)
-        if parts is None:
-            parts = [{"type": "image_url", "image_url": self._image_url(url)} for url in encode_frames_jpeg(
+        """One ``image_url`` part per frame, in order (encoded once for the questions of a video).
+
+        The cache holds the frames weakly: an entry goes when the runner lets go of its video.
+        """
+        key = id(frames)
+        created = []
+
+        def build() -> list[dict]:
+            created.append(True)
+            return [{"type": "image_url", "image_url": self._image_url(url)} for url in encode_frames_jpeg(
                 frames.frames, frame_size_tuple(self.settings.frame_size), self.settings.jpeg_quality)]
-            self._store_media(id(frames), frames, parts)
+
+        parts = self._media_once(key, frames, build)
+        if created:
+            weakref.finalize(frames, self._forget_media, key)
         return parts
 
     def _image_url(self, url: str) -> dict:
@@ -586,30 +582,27 @@ class OpenAIBackend:
         return out
 
     def _video_path(self, request: GenerationRequest) -> Path:
-        path = getattr(request, "video_path", None)
-        if path:
-            return Path(path)
-        if self._video_paths is None or request.key not in self._video_paths:
-            raise ApiCallError(f"idx {request.key}: no video file known for this question", kind="client_error")
-        return self._video_paths[request.key]
+        if not request.video_path:
+            raise ApiCallError(f"idx {request.key}: the request names no video file (needed by --video_transport video_url)",
+                               kind="client_error")
+        return Path(request.video_path)
 
     def _video_parts(self, path: Path) -> list[dict]:
         """The one ``video_url`` part of ``path`` (built once for the questions of a video)."""
-        cached = self._cached_media(str(path), path)
-        if cached is not None:
-            return cached
-        base = self.settings.video_url_base
-        if base:
-            url = f"{base.rstrip('/')}/{path.name}"
-        else:
-            try:
-                data = path.read_bytes()
-            except OSError as exc:
-                raise ApiCallError(f"{path}: cannot read the video ({exc})", kind="client_error") from None
-            url = "data:video/mp4;base64," + base64.b64encode(data).decode("ascii")
-        parts = [{"type": "video_url", "video_url": {"url": url}}]
-        self._store_media(str(path), path, parts)
-        return parts
+
+        def build() -> list[dict]:
+            base = self.settings.video_url_base
+            if base:
+                url = f"{base.rstrip('/')}/{path.name}"
+            else:
+                try:
+                    data = path.read_bytes()
+                except OSError as exc:
+                    raise ApiCallError(f"{path}: cannot read the video ({exc})", kind="client_error") from None
+                url = "data:video/mp4;base64," + base64.b64encode(data).decode("ascii")
+            return [{"type": "video_url", "video_url": {"url": url}}]
+
+        return self._media_once(str(path), path, build)
 
     def _media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict]:
         """The media parts of ``request`` and the record fields describing what was sent."""
