@@ -255,7 +255,9 @@ class HFBackend:
         if with_frames:
             if len(with_frames) != len(batch):
                 raise ValueError("a batch mixes requests with and without video")
-            kwargs["videos"] = [r.frames.frames for r in batch]
+            # uint8 frames are exact when the processor does not resize them again; when it does,
+            # hand it float frames, which is what qwen-vl-utils' fetch_video returns to the reference.
+            kwargs["videos"] = [r.frames.video_tensor() if self._resize_in_processor else r.frames.frames for r in batch]
             kwargs["video_metadata"] = [r.frames.processor_metadata() for r in batch]
             kwargs["do_sample_frames"] = False
             if not self._resize_in_processor:
