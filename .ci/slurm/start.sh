@@ -19,6 +19,7 @@ CTLD_PORT=${K9_SLURM_CTLD_PORT:-16817}
 SLURMD_PORT=${K9_SLURM_SLURMD_PORT:-16818}
 NODE=$(uname -n)
 NODE=${NODE%%.*}
+EXTRA_LO_ADDR=127.0.1.1/32
 
 die() { echo "slurm-ci: $*" >&2; exit 1; }
 
@@ -30,14 +31,24 @@ if [[ -f "$DIR/pids" ]]; then
     die "$DIR/pids exists: a cluster may be running there; stop it with .ci/slurm/stop.sh $DIR"
 fi
 
-addr=$(getent ahosts "$NODE" | awk '{print $1; exit}' || true)
-case "$addr" in
-    127.*|::1) ;;
-    *) die "host name '$NODE' resolves to '${addr:-nothing}', not a loopback address; add '127.0.1.1 $NODE' to /etc/hosts" ;;
-esac
-
 rm -rf "$DIR"
 mkdir -p "$DIR"/{etc,state,spool,log,run}
+
+# SLURM resolves names with getaddrinfo(AF_INET, AI_ADDRCONFIG), which answers nothing when
+# the only IPv4 address around is 127.0.0.1 (a loopback-only namespace such as `unshare -n`).
+# A second loopback address on lo makes it answer; stop.sh removes it again.
+if ! getent ahostsv4 "$NODE" >/dev/null 2>&1 && command -v ip >/dev/null 2>&1 &&
+    ! ip -4 -o addr show | awk '{print $4}' | grep -qv '^127\.0\.0\.1/'; then
+    if ip addr add "$EXTRA_LO_ADDR" dev lo 2>/dev/null; then
+        echo "$EXTRA_LO_ADDR" >"$DIR/extra_lo_addr"
+        echo "slurm-ci: loopback-only network: added $EXTRA_LO_ADDR to lo so that getaddrinfo resolves '$NODE'"
+    fi
+fi
+addr=$(getent ahostsv4 "$NODE" | awk '{print $1; exit}' || true)
+case "$addr" in
+    127.*) ;;
+    *) die "host name '$NODE' resolves to '${addr:-nothing}' (IPv4), not a loopback address; put '127.0.0.1 $NODE' first in /etc/hosts (.ci/slurm/install.sh does)" ;;
+esac
 mkdir -m 0700 "$DIR/munge-key"
 mkdir -m 0755 "$DIR/munge-run"
 mkdir -m 0700 "$DIR/munge-lib"
@@ -123,13 +134,16 @@ start_daemon slurmctld slurmctld -D -f "$SLURM_CONF"
 start_daemon slurmd slurmd -D -f "$SLURM_CONF" -N "$NODE"
 
 state=""
-for _ in $(seq 150); do
-    state=$(sinfo -h -N -o %t 2>/dev/null | head -n1 || true)
+deadline=$((SECONDS + 30))
+while ((SECONDS < deadline)); do
+    # a daemon that died will not come back: stop waiting at once
+    for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null || { state="a daemon (pid $pid) exited"; break 2; }; done
+    state=$(timeout 5 sinfo -h -N -o %t 2>/dev/null | head -n1 || true)
     [[ "$state" == idle ]] && break
     sleep 0.2
 done
 if [[ "$state" != idle ]]; then
-    echo "slurm-ci: node state '${state:-unknown}' after 30 s; logs:" >&2
+    echo "slurm-ci: node not idle (${state:-no answer}); logs:" >&2
     tail -n 20 "$DIR"/log/*.log "$DIR"/log/*.out >&2 2>/dev/null || true
     bash "$(dirname "$0")/stop.sh" "$DIR" || true
     die "cluster did not come up"

@@ -32,4 +32,8 @@ for _ in $(seq 100); do
 done
 for pid in "${pids[@]}"; do kill -KILL "$pid" 2>/dev/null || true; done
 rm -f "$DIR/pids"
+if [[ -f "$DIR/extra_lo_addr" ]]; then
+    ip addr del "$(cat "$DIR/extra_lo_addr")" dev lo 2>/dev/null || true
+    rm -f "$DIR/extra_lo_addr"
+fi
 echo "slurm-ci: cluster in $DIR stopped"
