@@ -262,3 +262,20 @@ def test_report_mode_is_dispatched(monkeypatch):
     rc = evaluate_results.main(["--mode", "report", "--input_file", "eval_a.json", "eval_b.json", "--report_dir", "r", "-q"])
     assert rc == 0
     assert seen == {"inputs": ["eval_a.json", "eval_b.json"], "report_dir": "r"}
+
+
+@pytest.mark.parametrize("mode, output, sim_file, expected", [
+    ("calculate", None, None, ("sim_m.json", None)),
+    ("evaluate", None, None, (None, "eval_m.json")),
+    ("all", None, None, ("sim_m.json", "eval_m.json")),
+    ("all", "out/eval_x.json", None, ("out/sim_x.json", "out/eval_x.json")),
+    ("all", "out/result.json", None, ("out/result.sim.json", "out/result.json")),
+    ("all", "e.json", "s.json", ("s.json", "e.json")),
+])
+def test_output_paths(tmp_path, monkeypatch, mode, output, sim_file, expected):
+    monkeypatch.chdir(tmp_path)
+    args = evaluate_results.build_parser().parse_args(
+        ["--mode", mode, "--input_file", "raw_m.json"] + (["--output_file", output] if output else [])
+        + (["--sim_file", sim_file] if sim_file else []))
+    got = evaluate_results._outputs(args, evaluate_results.Path("raw_m.json"))
+    assert tuple(None if p is None else str(p) for p in got) == expected
