@@ -181,8 +181,10 @@ def option_letters(options: Any, where: str) -> tuple[list[str], list[str]]:
 
 def _check_ground_truth(record: QuestionRecord, letters: Sequence[str], where: str) -> None:
     gt = record.ground_truth
-    if not isinstance(gt, str) or not gt.strip():
+    if gt is None or (isinstance(gt, str) and not gt.strip()):
         raise ScoringError(f"{where}: 'ground_truth' is missing or empty")
+    if not isinstance(gt, str):
+        raise ScoringError(f"{where}: 'ground_truth' is not an option letter: {gt!r}")
     if gt not in letters:
         raise ScoringError(f"{where}: ground truth {gt!r} is not one of the options ({', '.join(letters)})")
 

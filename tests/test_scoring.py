@@ -192,6 +192,7 @@ def test_evaluate_statistics_all_valid_and_sensitivity():
         (dict(cosine_similarities={"A": 0.9, "B": 0.1}), "similarities cover A, B"),
         (dict(ground_truth="F"), "ground truth 'F' is not one of the options"),
         (dict(ground_truth=""), "'ground_truth' is missing"),
+        (dict(ground_truth=2), "'ground_truth' is not an option letter: 2"),
     ],
 )
 def test_evaluate_rejects_bad_records(bad, message):
