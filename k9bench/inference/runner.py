@@ -377,7 +377,8 @@ class Runner:
             first_error = _error_text(exc)
         # out of memory: free what we can and retry once at half the frames
         self.backend.recover_from_out_of_memory()
-        self.stats.oom_retries += 1
+        with self._emit_lock:  # batches may run on worker threads (see _BatchPipeline)
+            self.stats.oom_retries += 1
         if frames is None:
             log.warning("idx %s: out of memory in text-only mode; not retried", question.idx)
             return make_record(question, self.ctx, prompt=self._prompt_for(question, False), error=first_error, error_class="oom", oom_retry={"first_error": first_error, "retried": False})
@@ -409,7 +410,8 @@ class Runner:
         except Exception as exc:
             if self.backend.is_out_of_memory(exc):
                 self.backend.recover_from_out_of_memory()
-            self.stats.batch_fallbacks += 1
+            with self._emit_lock:
+                self.stats.batch_fallbacks += 1
             log.warning("video %s: batch of %d failed (%s); running its questions one by one", group.scene_name, len(questions), _error_text(exc))
             for q in questions:
                 self._emit(self._run_one(group, q, frames))
@@ -667,6 +669,12 @@ def final_meta(args: argparse.Namespace, argv: list[str] | None, *, records: lis
         "shard_id": args.shard_id,
         "failed_count": sum(failures.values()),
         "failures_by_class": failures,
+        # over every record of the file, resumed ones included (the backend's own usage covers this invocation only)
+        "token_totals": {
+            "input": sum((r.extra.get("num_input_tokens") or 0) for r in records),
+            "output": sum((r.extra.get("num_output_tokens") or 0) for r in records),
+            "records_with_counts": sum(1 for r in records if r.extra.get("num_input_tokens") is not None),
+        },
         "inference": {
             "backend": describe,
             "text_only": text_only,
