@@ -191,6 +191,21 @@ def frame_indices(total_frames: int, source_fps: float, fps: float, max_frames: 
     return torch.linspace(0, total_frames - 1, nframes).round().long().tolist()
 
 
+def check_pixel_bounds(max_pixels: float | None, min_pixels: int | None, image_patch_size: int = DEFAULT_IMAGE_PATCH_SIZE) -> None:
+    """Raise ``ValueError`` when ``max_pixels`` lies below the per-frame minimum (qwen-vl-utils would assert)."""
+    if max_pixels is None:
+        return
+    vp = _qvu()
+    factor = image_patch_size * vp.SPATIAL_MERGE_SIZE
+    lo = vp.VIDEO_MIN_TOKEN_NUM * factor * factor if min_pixels is None else min_pixels
+    if max_pixels < lo:
+        raise ValueError(
+            f"max_pixels={max_pixels} is below min_pixels={lo}"
+            + (" (qwen-vl-utils' video default at this patch size)" if min_pixels is None else "")
+            + "; raise max_pixels or pass a smaller min_pixels"
+        )
+
+
 def resized_size(
     height: int,
     width: int,
@@ -208,6 +223,7 @@ def resized_size(
     factor = image_patch_size * vp.SPATIAL_MERGE_SIZE
     frame_min = vp.VIDEO_MIN_TOKEN_NUM * factor * factor
     frame_max = vp.VIDEO_MAX_TOKEN_NUM * factor * factor
+    check_pixel_bounds(max_pixels, min_pixels, image_patch_size)
     lo = frame_min if min_pixels is None else min_pixels
     total_pixels = vp.MODEL_SEQ_LEN * factor * factor * 0.9
     cap = max(min(frame_max, total_pixels / nframes * vp.FRAME_FACTOR), int(lo * 1.05))
@@ -423,6 +439,7 @@ def sample(
     ``VideoError`` for a missing or unreadable file and ``DecoderUnavailable`` if ``decoder``
     cannot be loaded.
     """
+    check_pixel_bounds(max_pixels, min_pixels, image_patch_size)  # a settings error, not a per-video one
     path = Path(path)
     _check_file(path)
     t0 = time.perf_counter()

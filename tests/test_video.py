@@ -379,3 +379,11 @@ def test_unwritable_disk_cache_is_logged_not_fatal(monkeypatch, clips, tmp_path,
     assert f.num_frames == 4
     assert cache.stats.disk_write_errors == 1 and "No space left" in caplog.text
     assert list(disk.iterdir()) == []  # the temporary file was removed
+
+
+def test_pixel_bounds_below_the_minimum_are_a_clear_settings_error(tmp_path):
+    from k9bench.video import check_pixel_bounds, sample
+
+    with pytest.raises(ValueError, match="max_pixels=16384 is below min_pixels"):
+        sample(tmp_path / "never_opened.mp4", max_pixels=16384)
+    check_pixel_bounds(16384, 4096)  # a smaller explicit min_pixels makes it valid
