@@ -178,6 +178,7 @@ REPORT_DIR="$OUT_DIR/report_${TAG}"
 shard_file() { echo "$OUT_DIR/raw_${TAG}.shard${1}of${NUM_SHARDS}.json"; }
 
 JUDGE_ON=0
+JUDGE_INCOMPLETE=0
 if [[ -n "${OPENAI_API_KEY:-}" || -n "$JUDGE_BASE_URL" ]]; then JUDGE_ON=1; fi
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +360,13 @@ step_judge() {
         cmd+=("${extra[@]}")
     fi
     run_step judge "${cmd[@]}"
+    if ((STEP_RC == 1)); then
+        # some questions could not be judged (listed in the skipped file): report what was judged,
+        # then end with a failure so the run is not mistaken for a complete one
+        JUDGE_INCOMPLETE=1
+        log "step judge: some entries were skipped (see $JUDGE_SKIPPED); the report uses the judged ones; rerun to retry them"
+        return 0
+    fi
     check_step judge
 }
 
@@ -460,6 +468,9 @@ if ((NUM_SHARDS > 1)); then step_merge; fi
 step_scoring
 step_judge
 step_report
+if ((JUDGE_INCOMPLETE)); then
+    die 1 "step judge incomplete: entries in $JUDGE_SKIPPED were not judged; rerun the same command to retry them"
+fi
 log "all steps done: $EVAL"
 if [[ "$DEMO" == 1 ]]; then
     log "DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%)."

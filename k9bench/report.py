@@ -408,11 +408,12 @@ def load_judge(path: str | Path) -> JudgeSummary:
         scored += 1
         for axis, value in zip(JUDGE_AXES, values):
             sums[axis] += float(value)
-    if not scored:
-        raise ReportError(f"{path}: no judge entry with all five scores")
     stem = Path(path).stem
     match = FILE_NAME_RE.match(stem)
     label = match.group("model") if match else re.sub(r"^judge_", "", stem)
+    if not scored:
+        log.warning("%s: no judge entry with all five scores; the judge table leaves it out", path)
+        return JudgeSummary(path=str(path), label=label, scores={}, scored=0, ignored=ignored)
     return JudgeSummary(path=str(path), label=label, scores={a: 10.0 * sums[a] / scored for a in JUDGE_AXES}, scored=scored, ignored=ignored)
 
 
@@ -464,7 +465,7 @@ def leaderboard_markdown(runs: list[RunSummary], published: list) -> str:
 
 def judge_markdown(judges: list[JudgeSummary], published: str = "none") -> str:
     """The Table 3 layout: rank, model, Logical, Factual, Concise, Accuracy, Overall (0-100)."""
-    rows = [(j.scores["Overall"], j.label, "this run", [f"{j.scores[a]:.2f}" for a in JUDGE_AXES], str(j.scored)) for j in judges]
+    rows = [(j.scores["Overall"], j.label, "this run", [f"{j.scores[a]:.2f}" for a in JUDGE_AXES], str(j.scored)) for j in judges if j.scored]
     if published != "none":
         shown = {normalize_model_name(j.label) for j in judges}
         for pub in PUBLISHED_JUDGE:
@@ -699,6 +700,9 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
     if report.judges:
         md += ["## Judge scores (paper's Table 3 layout)", "", "Mean of each axis (1–10) scaled to 0–100.", ""]
         md += [judge_markdown(report.judges, report.published_mode), ""]
+        for judge in report.judges:
+            if judge.ignored or not judge.scored:
+                md += [f"- `{judge.path}`: {judge.scored} entries scored, {judge.ignored} without complete scores (left out).", ""]
     md += ["## Plots", ""]
     for name, path in plots.items():
         if path is not None:

@@ -155,6 +155,27 @@ def test_rerun_skips_finished_stages(demo_run, tiny_model_dir):
 
 
 @pytest.mark.slow
+def test_judge_with_skipped_entries_still_reports_then_fails(demo_run, tiny_model_dir, tmp_path):
+    """Unparsable judge replies: the skipped file lists them, the report is written, the run ends non-zero."""
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    ref_tmp, _, _ = demo_run
+    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
+    (tmp_path / "out").mkdir()
+    for stage in ("raw", "sim", "eval"):  # copy2 keeps the mtimes, so the stages stay fresh
+        shutil.copy2(ref_tmp / "out" / f"{stage}_{TAG}.json", tmp_path / "out" / f"{stage}_{TAG}.json")
+    with FakeOpenAIServer(lambda request: "no scores here") as server:
+        env = demo_env(tmp_path, tiny_model_dir, JUDGE_BASE_URL=server.base_url, JUDGE_ARGS="--max_retries 0")
+        proc = run_launcher(env, tmp_path)
+    assert proc.returncode == 1, proc.stdout[-3000:]
+    assert "step judge: some entries were skipped" in proc.stdout
+    assert "ERROR: step judge incomplete" in proc.stdout
+    assert json.loads((tmp_path / "out" / f"judge_{TAG}_skipped.json").read_text())
+    assert (tmp_path / "out" / f"report_{TAG}" / "report.md").exists()
+    assert "step inference: " in proc.stdout and "exists, skipping" in proc.stdout
+
+
+@pytest.mark.slow
 def test_signal_during_inference_then_rerun_gives_the_same_eval(demo_run, tiny_model_dir, tmp_path):
     ref_tmp, _, _ = demo_run
     shutil.copytree(ref_tmp / "videos", tmp_path / "videos")

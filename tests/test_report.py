@@ -26,6 +26,7 @@ from k9bench.report import (
     load_judge,
     load_run,
     run_report,
+    write_report,
 )
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -237,8 +238,12 @@ def test_bad_judge_file_and_labels(tmp_path):
     with pytest.raises(ReportError, match="judge.json"):
         load_judge(tmp_path / "judge.json")
     empty = make_judge(tmp_path / "judge_empty.json", n=0, bad=2)
-    with pytest.raises(ReportError, match="no judge entry"):
-        load_judge(empty)
+    nothing = load_judge(empty)
+    assert (nothing.scored, nothing.ignored, nothing.label) == (0, 2, "empty")
+    report = build_report([str(good)], [str(empty)])
+    written = write_report(report, tmp_path / "rep")
+    md = Path(written["markdown"]).read_text()
+    assert "0 entries scored, 2 without complete scores" in md
     with pytest.raises(ReportError, match="--labels"):
         build_report([str(good)], labels=["a", "b"])
     report = build_report([str(good)], labels=["mine"])
