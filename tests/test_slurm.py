@@ -97,9 +97,11 @@ def job_env(slurm_env: dict, tmp: Path, videos: Path, model_dir: Path | None = N
     return env
 
 
-def submit(env: dict, cwd: Path, *options: str) -> str:
+def submit(env: dict, cwd: Path, *options: str, submit_dir: Path | None = None) -> str:
+    """sbatch the unmodified script; the job works in ``cwd`` (``--chdir``), sbatch runs in ``submit_dir``."""
     (cwd / "slurm_logs").mkdir(exist_ok=True)
-    proc = subprocess.run(["sbatch", "--parsable", *options, str(SCRIPT)], cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(["sbatch", "--parsable", f"--chdir={cwd}", *options, str(SCRIPT)], cwd=submit_dir or cwd, env=env,
+                          capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return proc.stdout.strip().split(";")[0]
 
@@ -166,7 +168,9 @@ def test_sbatch_demo_survives_two_requeues(single_job):
 def test_sbatch_array_with_merge_job_matches_the_single_job(slurm, single_job, tmp_path, shared_videos):
     single_tmp = single_job[0]
     env = job_env(slurm, tmp_path, shared_videos, single_tmp / "out" / "tiny-qwen3vl")
-    array = submit(env, tmp_path, "--array=0-1")
+    # submitted from the repository root as the README says: the script finds it without K9BENCH_DIR
+    del env["K9BENCH_DIR"]
+    array = submit(env, tmp_path, "--array=0-1", submit_dir=REPO)
     tasks = wait_done(slurm, array)
     logs = {t["JobId"]: read_log(tmp_path, f"k9bench-eval-{t['JobId']}.out") for t in tasks}
     assert all(t["JobState"] == "COMPLETED" for t in tasks), "\n".join(v[-2000:] for v in logs.values())
@@ -182,6 +186,7 @@ def test_sbatch_array_with_merge_job_matches_the_single_job(slurm, single_job, t
     scenes = [{r["scene_name"] for r in s["individual_results"]} for s in shards]
     assert scenes[0] and scenes[1] and not scenes[0] & scenes[1], "shards split by video"
     assert "step demo-model: " in single_job[3]
+    assert all(f"repository       {REPO}" in v for v in logs.values())
     assert "step merge: " in merge_log and "finalize: merge + scoring" in merge_log
     assert "step inference" not in merge_log and "step download" not in merge_log
     assert sum("step submit-finalize" in v for v in logs.values()) == 1
