@@ -162,6 +162,10 @@ for var in MAX_FRAMES MAX_SAMPLES BATCH_SIZE; do
     [[ "${!var}" =~ ^-?[0-9]+$ ]] || die 2 "$var must be an integer, got '${!var}'"
 done
 case "$PUBLISHED" in none | matching | all) ;; *) die 2 "PUBLISHED must be none, matching or all, got '$PUBLISHED'" ;; esac
+for var in DEMO REPORT DOWNLOAD_STRICT K9_FINALIZE; do
+    [[ "${!var}" == 0 || "${!var}" == 1 ]] || die 2 "$var must be 0 or 1, got '${!var}'"
+done
+case "$THINKING_MODE" in auto | 0 | 1) ;; *) die 2 "THINKING_MODE must be auto, 0 or 1, got '$THINKING_MODE'" ;; esac
 if [[ "$THINKING_MODE" == auto ]]; then
     [[ "$MODEL_NAME" == *-Thinking* ]] && THINKING_MODE=1 || THINKING_MODE=0
 fi

@@ -217,6 +217,8 @@ def test_signal_during_inference_then_rerun_gives_the_same_eval(demo_run, tiny_m
         ({"NUM_SHARDS": "0"}, "NUM_SHARDS must be a positive integer"),
         ({"NUM_SHARDS": "2", "SHARD_ID": "2"}, "SHARD_ID must be in 0..1"),
         ({"PUBLISHED": "some"}, "PUBLISHED must be none, matching or all"),
+        ({"DOWNLOAD_STRICT": "yes"}, "DOWNLOAD_STRICT must be 0 or 1"),
+        ({"THINKING_MODE": "maybe"}, "THINKING_MODE must be auto, 0 or 1"),
         ({"VENV": "/nonexistent/venv"}, "VENV=/nonexistent/venv has no bin/python"),
         ({"PYTHON": "/nonexistent/python"}, "Python interpreter '/nonexistent/python' not found"),
         ({"K9BENCH_DIR": "/"}, "cannot find the k9bench scripts in '/'"),
