@@ -287,3 +287,14 @@ def test_report_reads_intervals_written_by_evaluate_results(tmp_path):
     assert run.categories[CATEGORIES[1]].ci == pytest.approx((100 * cat_low, 100 * cat_high))
     assert evaluate_results.main(["--mode", "report", "--input_file", str(eval_path), "--report_dir", str(tmp_path / "rep"), "-q"]) == 0
     assert f"| {100 * 20 / 30:.1f} [{100 * low:.1f}, {100 * high:.1f}] |" in (tmp_path / "rep" / "report.md").read_text()
+
+
+def test_older_threshold_results_layout_loads(tmp_path):
+    """Eval files whose records sit under threshold_results -> <key> (an older reference layout)."""
+    flat = json.loads(make_eval(tmp_path / "flat.json", hits={c: 1 for c in CATEGORIES}).read_text())
+    nested = {"model": "m", "threshold_results": {"0.5": {k: v for k, v in flat.items()}}}
+    path = tmp_path / "eval_old_mf32_n20.json"
+    path.write_text(json.dumps(nested))
+    run = load_run(path)
+    assert (run.overall.correct, run.overall.total) == (5, 20)
+    assert run.categories[CATEGORIES[2]].accuracy == 25.0
