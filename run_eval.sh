@@ -250,6 +250,23 @@ fresh() {
     for input in "$@"; do [[ "$out" -nt "$input" ]] || return 1; done
 }
 
+# same_setting FILE KEY VALUE: the artifact's top-level KEY equals VALUE (numbers compared as numbers),
+# so a finished stage is reused only when it was made with the settings asked for now
+same_setting() {
+    "$PYTHON" - "$@" <<'PY'
+import json, sys
+path, key, want = sys.argv[1:4]
+try:
+    have = json.load(open(path, encoding="utf-8")).get(key)
+except (OSError, ValueError, AttributeError):
+    sys.exit(1)
+try:
+    sys.exit(0 if float(have) == float(want) else 1)
+except (TypeError, ValueError):
+    sys.exit(0 if str(have) == want else 1)
+PY
+}
+
 # ---------------------------------------------------------------------------------------------
 # Steps
 
@@ -326,7 +343,7 @@ step_merge() {
 
 step_scoring() {
     local cmd=()
-    if fresh "$SIM" "$RAW"; then
+    if fresh "$SIM" "$RAW" && same_setting "$SIM" similarity_model "${EMBEDDING_MODEL:-Qwen/Qwen3-Embedding-8B}"; then
         log "step similarity: $SIM exists, skipping"
     else
         cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode calculate --input_file "$RAW" --output_file "$SIM" --device "$DEVICE")
@@ -340,7 +357,7 @@ step_scoring() {
         run_step similarity "${cmd[@]}"
         check_step similarity
     fi
-    if fresh "$EVAL" "$SIM"; then
+    if fresh "$EVAL" "$SIM" && same_setting "$EVAL" threshold "$THRESHOLD"; then
         log "step evaluate: $EVAL exists, skipping"
     else
         run_step evaluate "$PYTHON" "$REPO_DIR/evaluate_results.py" --mode evaluate --input_file "$SIM" --output_file "$EVAL" \

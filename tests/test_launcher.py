@@ -154,6 +154,20 @@ def test_rerun_skips_finished_stages(demo_run, tiny_model_dir):
     assert eval_path.read_bytes() == before
 
 
+def test_changed_threshold_redoes_only_the_verdicts(demo_run, tiny_model_dir, tmp_path):
+    """A finished stage is reused only when it was made with the settings asked for now."""
+    ref_tmp, _, _ = demo_run
+    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
+    (tmp_path / "out").mkdir()
+    for stage in ("raw", "sim", "eval"):  # copy2 keeps the mtimes, so the stages stay fresh
+        shutil.copy2(ref_tmp / "out" / f"{stage}_{TAG}.json", tmp_path / "out" / f"{stage}_{TAG}.json")
+    proc = run_launcher(demo_env(tmp_path, tiny_model_dir, THRESHOLD="0.25", REPORT="0"), tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert re.search(r"step similarity: \S+ exists, skipping", proc.stdout)
+    assert not re.search(r"step evaluate: \S+ exists, skipping", proc.stdout)
+    assert json.loads((tmp_path / "out" / f"eval_{TAG}.json").read_text())["threshold"] == 0.25
+
+
 @pytest.mark.slow
 def test_judge_with_skipped_entries_still_reports_then_fails(demo_run, tiny_model_dir, tmp_path):
     """Unparsable judge replies: the skipped file lists them, the report is written, the run ends non-zero."""
