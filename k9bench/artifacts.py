@@ -104,6 +104,10 @@ class QuestionRecord:
     """eval stage: always ``fine``."""
     extra: dict = field(default_factory=dict)
     """Any further keys (ours or unknown), written back as top-level keys of the record."""
+    absent: frozenset = field(default=frozenset(), repr=False, compare=False)
+    """Reference fields missing from the record this was read from (e.g. a reference failed sample
+    holds only ``idx, question_category, video, ground_truth, error``); left out again on write while
+    they keep their empty defaults, so a file round-trips field for field."""
 
     _OPTIONAL = ("max_frames", "error", "error_class", "cosine_similarities", "is_correct", "evaluation_explanation", "eval_mode")
 
@@ -115,10 +119,12 @@ class QuestionRecord:
     def to_dict(self) -> dict:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):
-            if f.name == "extra":
+            if f.name in ("extra", "absent"):
                 continue
             value = getattr(self, f.name)
             if f.name in self._OPTIONAL and value is None:
+                continue
+            if f.name in self.absent and value in ("", [], None):
                 continue
             out[f.name] = value
         for key, value in self.extra.items():
@@ -131,15 +137,16 @@ class QuestionRecord:
             raise ArtifactError(f"{where}: expected an object, got {type(data).__name__}")
         if "idx" not in data:
             raise ArtifactError(f"{where}: record has no 'idx'")
-        known = {f.name for f in dataclasses.fields(cls)} - {"extra"}
+        known = {f.name for f in dataclasses.fields(cls)} - {"extra", "absent"}
         kwargs = {k: v for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}
+        absent = frozenset(k for k in known if k not in data)
         if kwargs.get("error") is not None and not isinstance(kwargs["error"], str):
             kwargs["error"] = str(kwargs["error"])
         for text_field in ("response", "answer"):
             if kwargs.get(text_field) is None:
                 kwargs[text_field] = ""
-        return cls(**kwargs, extra=extra)
+        return cls(**kwargs, extra=extra, absent=absent)
 
 
 @dataclass
