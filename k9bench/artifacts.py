@@ -30,6 +30,7 @@ import json
 import logging
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -506,7 +507,14 @@ def git_commit(repo: str | os.PathLike | None = None) -> str | None:
         return None
 
 
-_SECRET_HINTS = ("key", "token", "secret", "password")
+_SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"})
+"""Words that mark a flag or argument name as secret (``--api_key``, ``--hf_token``); whole words only, so
+``--max_tokens`` or ``--tokenizer`` keep their values."""
+
+
+def _is_secret_name(name: str) -> bool:
+    """True when a flag/argument name holds a secret word (split on ``-`` and ``_``)."""
+    return any(part in _SECRET_WORDS for part in re.split(r"[-_]+", name.lower().lstrip("-")))
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -517,8 +525,8 @@ def redact_argv(argv: list[str]) -> list[str]:
             out.append("***")
             hide_next = False
             continue
-        flag = arg.split("=", 1)[0].lower()
-        if arg.startswith("--") and any(h in flag for h in _SECRET_HINTS):
+        flag = arg.split("=", 1)[0]
+        if arg.startswith("--") and _is_secret_name(flag):
             if "=" in arg:
                 out.append(arg.split("=", 1)[0] + "=***")
             else:
@@ -545,7 +553,7 @@ def provenance(script: str, argv: list[str] | None, args: Any = None) -> dict:
     if args is not None:
         values = vars(args) if hasattr(args, "__dict__") else dict(args)
         info["args"] = {
-            k: ("***" if any(h in k.lower() for h in _SECRET_HINTS) else v)
+            k: ("***" if _is_secret_name(k) else v)
             for k, v in values.items()
             if isinstance(v, (str, int, float, bool, type(None), list))
         }
