@@ -49,10 +49,13 @@ def parse_youtube_id(url: str) -> str:
     text = url.strip()
     if "://" not in text:
         text = "https://" + text
-    parts = urlsplit(text)
+    try:
+        parts = urlsplit(text)
+        host = (parts.hostname or "").lower()
+    except ValueError as exc:  # e.g. an unbalanced IPv6 bracket
+        raise InvalidYouTubeURL(f"not a valid URL ({exc}): {url!r}") from None
     if parts.scheme not in ("http", "https"):
         raise InvalidYouTubeURL(f"unsupported scheme in {url!r}")
-    host = (parts.hostname or "").lower()
     segments = [s for s in parts.path.split("/") if s]
     candidate = None
     if host in _SHORT_HOSTS:

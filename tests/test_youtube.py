@@ -53,6 +53,7 @@ def test_accepts_every_url_form(url):
         "https://youtu.be/",
         "https://www.youtube.com/shorts/",
         "https://www.youtube.com/embed/abc$defghij",
+        f"https://[::1/watch?v={ID}",  # urlsplit's own ValueError must become InvalidYouTubeURL
     ],
 )
 def test_rejects_non_youtube_and_unsafe(url):
