@@ -158,11 +158,21 @@ def normalize_options(value: Any) -> dict[str, str]:
         for item in value:
             if not isinstance(item, str) or len(item) < 2 or item[1] not in ".):":
                 raise ValueError(f"list item {item!r} is not of the form 'A. text'")
-            mapping[item[0]] = item[2:].strip()
+            letter = item[0].upper()
+            if letter in mapping:
+                raise ValueError(f"letter {letter} appears twice in the list")
+            mapping[letter] = item[2:].strip()
         value = mapping
     if not isinstance(value, dict):
         raise ValueError(f"expected a mapping of letters A-E, got {type(value).__name__}")
-    present = {str(k).strip().upper(): v for k, v in value.items() if v is not None}
+    present: dict[str, Any] = {}
+    for k, v in value.items():
+        if v is None:
+            continue
+        letter = str(k).strip().upper()
+        if letter in present:
+            raise ValueError(f"letter {letter} is given twice (keys {sorted(map(str, value))})")
+        present[letter] = v
     if sorted(present) != list(LETTERS):
         raise ValueError(f"keys are {sorted(present)}, expected exactly A-E")
     out = {}
