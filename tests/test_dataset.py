@@ -149,3 +149,25 @@ def test_unreachable_hub_gives_guidance_not_traceback(monkeypatch):
         load_questions("ogmen/K9Bench")
     msg = str(exc.value)
     assert "hf auth login" in msg and "accept its terms" in msg and "--dataset_name" in msg
+
+
+@pytest.mark.parametrize("error, reason", [
+    ("Dataset 'ogmen/K9Bench' is a gated dataset on the Hub. You must be authenticated to access it.", "access denied"),
+    ("401 Client Error: Unauthorized for url", "access denied"),
+    ("Couldn't reach 'ogmen/K9Bench' on the Hub (ConnectionError)", "not reachable"),
+    ("Unknown split \"test\". Should be one of ['train'].", "no split 'test'"),
+    ("Dataset 'ogmen/K9Bnech' doesn't exist on the Hub", "not found"),
+])
+def test_hub_failures_are_classified_with_guidance(monkeypatch, error, reason):
+    import datasets
+
+    def fail(*args, **kwargs):
+        raise RuntimeError(error)
+
+    monkeypatch.setattr(datasets, "load_dataset", fail)
+    with pytest.raises(DatasetError) as exc:
+        load_questions("ogmen/K9Bench")
+    msg = str(exc.value)
+    assert reason in msg, msg
+    assert "accept its terms" in msg and "hf auth login" in msg and "--dataset_name" in msg
+    assert exc.value.__cause__ is None and exc.value.__suppress_context__  # no chained traceback
