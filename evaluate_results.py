@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 from pathlib import Path
 
 from k9bench.cli import add_logging_args, setup_logging
@@ -163,6 +164,11 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--mode {args.mode} takes exactly one --input_file (got {len(args.input_file)})")
     if args.batch_size < 1:
         parser.error(f"--batch_size must be at least 1 (got {args.batch_size})")
+    # checked before any work: in --mode all a bad threshold would otherwise surface only after the whole
+    # embedding pass, and that pass would be lost
+    bad = [t for t in [args.threshold, *args.sensitivity_thresholds] if not math.isfinite(t)]
+    if bad:
+        parser.error(f"--threshold and --sensitivity_thresholds must be finite numbers (got {', '.join(map(str, bad))})")
     if args.bootstrap_resamples < 0:
         parser.error(f"--bootstrap_resamples must be 0 (off) or more (got {args.bootstrap_resamples})")
 

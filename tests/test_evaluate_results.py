@@ -279,3 +279,13 @@ def test_output_paths(tmp_path, monkeypatch, mode, output, sim_file, expected):
         + (["--sim_file", sim_file] if sim_file else []))
     got = evaluate_results._outputs(args, evaluate_results.Path("raw_m.json"))
     assert tuple(None if p is None else str(p) for p in got) == expected
+
+
+@pytest.mark.parametrize("flags", [["--threshold", "nan"], ["--threshold", "inf"], ["--sensitivity_thresholds", "0.3", "nan"]])
+def test_non_finite_threshold_is_refused_before_any_work(tmp_path, raw_file, capsys, flags):
+    # an unknown model id: the threshold check must come first, not after a (possibly hours long) embedding pass
+    with pytest.raises(SystemExit) as exc:
+        evaluate_results.main(["--mode", "all", "--input_file", str(raw_file), "--embedding_model", "no-such/model", *flags])
+    assert exc.value.code == 2
+    assert "must be finite numbers" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [raw_file.name]
