@@ -11,9 +11,20 @@ Usage::
 
 Refused (non-zero exit, message naming the file): a missing or unfinished shard, a
 file that is not a raw/sim file, the same question in two shards with different
-content, shards of different models or frame budgets. Records are written in idx
-order; the output is written atomically and carries the merge's provenance plus,
-under ``merged_from``, each shard's path, record count and top-level keys.
+content, shards of different models or frame budgets, an incomplete or repeated
+shard set (read from the shards' own ``num_shards``/``shard_id``), shards run with
+different inference settings (``inference`` apart from the backend description).
+Records are written in idx order; the output is written atomically and carries the
+merge's provenance plus, under ``merged_from``, each shard's path, record count and
+top-level keys.
+
+Top-level keys that describe one shard are not copied from the first one:
+``failed_count``, ``failures_by_class`` and ``token_totals`` are recomputed over the
+merged records; ``run_stats`` sums the counters, spans the earliest start to the
+latest finish and lists every shard's own block under ``per_shard`` (wall times add
+up as ``wall_seconds_sum``: the shards ran side by side); ``num_shards``/``shard_id``
+are dropped; a backend description that differs between shards is listed per shard
+under ``inference.backend_by_shard``.
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from pathlib import Path
 from k9bench.artifacts import (
     ArtifactError,
     QuestionRecord,
+    is_finite_number,
     RecordsArtifact,
     checkpoint_path,
     load_records_artifact,
@@ -72,6 +84,87 @@ def _load_shard(path: Path) -> RecordsArtifact:
     return art
 
 
+_PER_SHARD_KEYS = ("provenance", "total_count", "num_shards", "shard_id", "failed_count", "failures_by_class",
+                   "token_totals", "run_stats", "inference", "merged_from")
+"""Top-level keys never copied from the first shard (recomputed, merged or dropped)."""
+
+_SUMMED_STATS = ("resumed", "generated", "failed", "oom_retries", "batch_fallbacks", "generate_seconds", "frame_wait_seconds")
+"""``run_stats`` counters that add up over shards."""
+
+
+def _check_shard_set(shards: list) -> None:
+    """The shards' own ``num_shards``/``shard_id`` (when they carry them) form one complete set."""
+    ids: dict = {}
+    counts: dict = {}
+    for path, art in shards:
+        n, sid = art.meta.get("num_shards"), art.meta.get("shard_id")
+        if n is None and sid is None:
+            continue
+        counts.setdefault(n, path)
+        if sid in ids:
+            raise MergeError(f"{path}: is shard_id {sid}, like {ids[sid]}; each shard must be given once")
+        ids[sid] = path
+    if not counts:
+        return
+    if len(counts) > 1:
+        listing = ", ".join(f"{n!r} in {p}" for n, p in counts.items())
+        raise MergeError(f"shards disagree on num_shards: {listing}")
+    (n,) = counts
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise MergeError(f"{counts[n]}: num_shards {n!r} is not a positive integer")
+    if len(ids) != len(shards):
+        unmarked = [str(p) for p, art in shards if art.meta.get("shard_id") is None]
+        raise MergeError(f"{', '.join(unmarked)}: no shard_id, while the other shards have one")
+    missing = [i for i in range(n) if i not in ids]
+    if missing:
+        raise MergeError(f"shard {', '.join(map(str, missing))} of {n} missing (given: {', '.join(str(p) for p in ids.values())}); "
+                         "every shard of the run is needed")
+    extra = sorted(set(ids) - set(range(n)), key=str)
+    if extra:
+        raise MergeError(f"{ids[extra[0]]}: shard_id {extra[0]!r} is outside 0..{n - 1}")
+
+
+def _merged_inference(shards: list) -> dict | None:
+    """The shards' common ``inference`` block; refuse shards run with different settings."""
+    blocks = [(path, art.meta.get("inference")) for path, art in shards]
+    present = [(p, b) for p, b in blocks if isinstance(b, dict)]
+    if not present:
+        return None
+    first_path, first = present[0]
+    for path, block in present[1:]:
+        for key in sorted(set(first) | set(block)):
+            if key != "backend" and first.get(key) != block.get(key):
+                raise MergeError(f"{path}: inference.{key} differs from {first_path} ({block.get(key)!r} vs {first.get(key)!r}); "
+                                 "the shards were run with different settings")
+    merged = dict(first)
+    backends = [b.get("backend") for _, b in present]
+    if any(b != backends[0] for b in backends[1:]):
+        merged["backend_by_shard"] = [{"path": str(p), **(b.get("backend") or {})} for p, b in present]
+        log.info("the shards' backend descriptions differ (warnings, devices...): listed per shard under inference.backend_by_shard")
+    return merged
+
+
+def _merged_run_stats(shards: list) -> dict | None:
+    """Summed counters, the overall time span, and each shard's own block."""
+    per_shard = [(path, art.meta.get("shard_id"), art.meta.get("run_stats")) for path, art in shards]
+    per_shard = [(p, sid, s) for p, sid, s in per_shard if isinstance(s, dict)]
+    if not per_shard:
+        return None
+    merged: dict = {}
+    for key in _SUMMED_STATS:
+        values = [s.get(key) for _, _, s in per_shard if is_finite_number(s.get(key))]
+        if values:
+            merged[key] = sum(values)
+    starts = [s["started_at"] for _, _, s in per_shard if isinstance(s.get("started_at"), str)]
+    ends = [s["finished_at"] for _, _, s in per_shard if isinstance(s.get("finished_at"), str)]
+    merged["started_at"] = min(starts) if starts else None
+    merged["finished_at"] = max(ends) if ends else None
+    walls = [s.get("wall_seconds") for _, _, s in per_shard if is_finite_number(s.get("wall_seconds"))]
+    merged["wall_seconds_sum"] = sum(walls) if walls else None
+    merged["per_shard"] = [{"path": str(p), "shard_id": sid, **s} for p, sid, s in per_shard]
+    return merged
+
+
 def _comparable(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in _VOLATILE_RECORD_KEYS}
 
@@ -113,10 +206,31 @@ def merge_shards(paths: list[str | Path]) -> MergeResult:
     if duplicates:
         log.warning("%d question(s) appear identically in more than one shard; kept once", duplicates)
 
+    _check_shard_set(shards)
+    inference = _merged_inference(shards)
+
     first_meta = dict(shards[0][1].meta)
-    meta = {k: v for k, v in first_meta.items() if k not in ("provenance", "total_count", "num_shards", "shard_id")}
+    meta = {k: v for k, v in first_meta.items() if k not in _PER_SHARD_KEYS}
     records = [by_idx[k] for k in sorted(by_idx, key=lambda i: (not isinstance(i, int), i if isinstance(i, int) else str(i)))]
     meta["total_count"] = len(records)
+    if inference is not None:
+        meta["inference"] = inference
+    failures: dict[str, int] = {}
+    for rec in records:
+        if rec.get("error") is not None:
+            cls = rec.get("error_class") or "error"
+            failures[cls] = failures.get(cls, 0) + 1
+    meta["failed_count"] = sum(failures.values())
+    meta["failures_by_class"] = failures
+    if any("token_totals" in art.meta for _, art in shards):
+        meta["token_totals"] = {
+            "input": sum(r.get("num_input_tokens") or 0 for r in records),
+            "output": sum(r.get("num_output_tokens") or 0 for r in records),
+            "records_with_counts": sum(1 for r in records if r.get("num_input_tokens") is not None),
+        }
+    run_stats = _merged_run_stats(shards)
+    if run_stats is not None:
+        meta["run_stats"] = run_stats
     meta["merged_from"] = [
         {"path": str(path), "records": len(art.records), "meta": dict(art.meta)} for path, art in shards
     ]

@@ -102,3 +102,86 @@ def test_expect_shards_count(tmp_path, capsys):
     a = write_shard(tmp_path / "a.json", [0])
     assert main(["--output_file", str(tmp_path / "o.json"), "--expect_shards", "3", str(a)]) == 2
     assert "3 expected" in capsys.readouterr().err
+
+
+def shard_meta(shard_id: int, num_shards: int, *, failures: dict, tokens: tuple, generated: int, wall: float,
+               started: str, finished: str, **inference) -> dict:
+    """Top-level keys of a raw shard, as eval_video_llm.py writes them (the per-shard ones included)."""
+    return {
+        "model_name": "tiny", "model_name_or_path": "/m/tiny", "num_shards": num_shards, "shard_id": shard_id,
+        "failed_count": sum(failures.values()), "failures_by_class": failures,
+        "token_totals": {"input": tokens[0], "output": tokens[1], "records_with_counts": tokens[2]},
+        "inference": {"backend": {"name": "hf", "warnings": [f"w{shard_id}"]}, "batch_size": 1, "seed": 0,
+                      "prompt": {"system_prompt_sha256": "abc"}, **inference},
+        "run_stats": {"started_at": started, "finished_at": finished, "resumed": 1, "generated": generated, "failed": 0,
+                      "oom_retries": shard_id, "batch_fallbacks": 0, "generate_seconds": 2.0, "frame_wait_seconds": 0.5,
+                      "wall_seconds": wall, "questions_per_second": generated / wall, "frame_cache": None, "auto_download": None},
+    }
+
+
+def write_full_shard(path: Path, idxs, meta: dict, errors: dict | None = None) -> Path:
+    records = []
+    for i in idxs:
+        rec = raw_record(i)
+        rec.update(num_input_tokens=100 + i, num_output_tokens=10)
+        if errors and i in errors:
+            rec.update(error="e", error_class=errors[i], response="", answer="")
+            rec.pop("num_input_tokens")
+            rec.pop("num_output_tokens")
+        records.append(rec)
+    write_json_atomic(path, {"individual_results": records, "total_count": len(records), **meta})
+    return path
+
+
+def test_per_shard_counters_are_recomputed_or_listed_not_copied_from_shard0(tmp_path):
+    """failed_count, failures_by_class, token_totals and run_stats describe one shard each: the merged
+    file recomputes them over every record, or lists them per shard, never shows shard 0's as the run's."""
+    s0 = write_full_shard(tmp_path / "raw.shard0of2.json", [0, 1, 2],
+                          shard_meta(0, 2, failures={}, tokens=(303, 30, 3), generated=2, wall=4.0,
+                                     started="2026-01-01T00:00:05", finished="2026-01-01T00:01:00"))
+    s1 = write_full_shard(tmp_path / "raw.shard1of2.json", [3, 4, 5],
+                          shard_meta(1, 2, failures={"decode_error": 1, "missing_video": 1}, tokens=(103, 10, 1),
+                                     generated=3, wall=6.0, started="2026-01-01T00:00:01", finished="2026-01-01T00:02:00"),
+                          errors={4: "decode_error", 5: "missing_video"})
+    out = tmp_path / "raw.json"
+    assert main(["--output_file", str(out), "--expect_shards", "2", str(s0), str(s1)]) == 0
+    data = json.loads(out.read_text())
+    assert data["failed_count"] == 2
+    assert data["failures_by_class"] == {"decode_error": 1, "missing_video": 1}
+    assert data["token_totals"] == {"input": 100 * 4 + 0 + 1 + 2 + 3, "output": 40, "records_with_counts": 4}
+    stats = data["run_stats"]
+    assert [s["shard_id"] for s in stats["per_shard"]] == [0, 1]
+    assert [s["generated"] for s in stats["per_shard"]] == [2, 3]
+    assert (stats["generated"], stats["resumed"], stats["oom_retries"]) == (5, 2, 1)
+    assert stats["wall_seconds_sum"] == 10.0 and stats["generate_seconds"] == 4.0
+    assert (stats["started_at"], stats["finished_at"]) == ("2026-01-01T00:00:01", "2026-01-01T00:02:00")
+    assert "num_shards" not in data and "shard_id" not in data
+    # settings shared by every shard are kept; the backend description differs (warnings): listed per shard
+    assert data["inference"]["batch_size"] == 1 and data["model_name_or_path"] == "/m/tiny"
+    assert [b["warnings"] for b in data["inference"]["backend_by_shard"]] == [["w0"], ["w1"]]
+
+
+def test_shard_set_must_be_complete_and_consistent(tmp_path, capsys):
+    """Without --expect_shards, the shards' own num_shards/shard_id still catch a missing or repeated shard."""
+    def meta(sid: int, n: int = 3, **inference) -> dict:
+        return shard_meta(sid, n, failures={}, tokens=(0, 0, 0), generated=1, wall=1.0, started="a", finished="b", **inference)
+
+    s0 = write_full_shard(tmp_path / "s0.json", [0], meta(0))
+    s1 = write_full_shard(tmp_path / "s1.json", [1], meta(1))
+    out = tmp_path / "out.json"
+    assert main(["--output_file", str(out), str(s0), str(s1)]) == 1
+    assert "shard 2 of 3 missing" in capsys.readouterr().err
+    copy = write_full_shard(tmp_path / "s1copy.json", [2], meta(1))
+    assert main(["--output_file", str(out), str(s0), str(s1), str(copy)]) == 1
+    err = capsys.readouterr().err
+    assert "shard_id 1" in err and "s1copy.json" in err
+    other_n = write_full_shard(tmp_path / "s2.json", [2], meta(2, n=4))
+    assert main(["--output_file", str(out), str(s0), str(s1), str(other_n)]) == 1
+    assert "num_shards" in capsys.readouterr().err
+    other_prompt = write_full_shard(tmp_path / "s2p.json", [2], meta(2, prompt={"system_prompt_sha256": "zzz"}))
+    assert main(["--output_file", str(out), str(s0), str(s1), str(other_prompt)]) == 1
+    err = capsys.readouterr().err
+    assert "inference.prompt" in err and "s2p.json" in err
+    assert not out.exists()
+    good = write_full_shard(tmp_path / "s2ok.json", [2], meta(2))
+    assert main(["--output_file", str(out), str(s0), str(s1), str(good)]) == 0
