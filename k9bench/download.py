@@ -375,6 +375,17 @@ _UNAVAILABLE_HINTS = (
     "this video has been removed", "age-restricted", "confirm your age", "premieres in", "is not available",
 )
 _BOT_HINTS = ("not a bot", "sign in to confirm you", "use --cookies", "--cookies-from-browser")
+_NO_FORMAT_HINTS = (
+    # yt-dlp could not get a downloadable stream: the video may well exist (an outdated yt-dlp, a
+    # missing JavaScript runtime for YouTube's challenges, a blocked client), so never "unavailable".
+    "requested format is not available", "no video formats found", "only images are available",
+    "not available on this app",
+)
+NO_FORMAT_HINT = (
+    "yt-dlp found no downloadable format; the video may still exist: update yt-dlp (pip install -U yt-dlp), "
+    "install a JavaScript runtime (deno) for YouTube, pass cookies, and see this entry's yt-dlp warnings"
+)
+"""Added to the message of a failure where yt-dlp found no usable format (class ``error``)."""
 _TIMEOUT_HINTS = ("timed out", "timeout")
 _NETWORK_HINTS = (
     "connection refused", "connection reset", "connection aborted", "remote end closed", "name or service not known",
@@ -416,6 +427,8 @@ def classify_error(exc: BaseException) -> tuple[str, int | None, str]:
     text = " | ".join(f"{type(e).__name__}: {e}" for e in chain).lower()
     if any(h in text for h in _BOT_HINTS):
         return "sign_in_required", None, message
+    if any(h in text for h in _NO_FORMAT_HINTS):
+        return "error", None, f"{message} ({NO_FORMAT_HINT})"
     if any(h in text for h in _UNAVAILABLE_HINTS):
         return "unavailable", None, message
     status = None

@@ -478,6 +478,21 @@ def test_classify_error(exc, expected):
     assert message and not message.startswith("ERROR:")
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ERROR: [youtube] x: Requested format is not available. Use --list-formats for a list of available formats",
+        "ERROR: [youtube] x: No video formats found!",
+        "ERROR: [youtube] x: The following content is not available on this app. Watch on the latest version of YouTube.",
+    ],
+)
+def test_no_downloadable_format_is_not_called_unavailable(text):
+    """yt-dlp finding no usable stream (outdated yt-dlp, no JS runtime, blocked client) is not a removed video."""
+    error_class, status, message = classify_error(_download_error(text))
+    assert (error_class, status) == ("error", None)
+    assert "pip install -U yt-dlp" in message and "the video may still exist" in message
+
+
 # ---------------------------------------------------------------------------
 # The script
 
