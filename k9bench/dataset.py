@@ -3,8 +3,10 @@
 One loader serves every script. ``source`` may be
 
 * a Hugging Face Hub dataset id (default ``ogmen/K9Bench``, split ``test``);
-* a local ``.parquet``, ``.json`` or ``.jsonl`` file, or a ``save_to_disk`` folder,
-  with the Hub schema (SPEC section 1);
+* a local ``.parquet``, ``.json`` or ``.jsonl`` file, a ``save_to_disk`` folder, or a
+  folder of such files (a Hub snapshot from ``hf download``: the files whose name starts
+  with the split name, e.g. ``data/test-00000-of-00001.parquet``), with the Hub schema
+  (SPEC section 1);
 * ``demo``: the bundled synthetic demo set (see :mod:`k9bench.demo`).
 
 Rows are validated as a whole: every problem (missing field, options not A-E,
@@ -317,7 +319,10 @@ def _rows_from_hub(name: str, split: str) -> list[dict]:
 
 
 def _rows_from_json(path: Path) -> list[dict]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DatasetError(f"{path}: cannot read as UTF-8 text: {exc}") from None
     if path.suffix == ".jsonl":
         rows = []
         for lineno, line in enumerate(text.splitlines(), 1):
@@ -352,7 +357,34 @@ def _rows_from_parquet(path: Path) -> list[dict]:
         raise DatasetError(f"{path}: not a readable parquet file: {exc}") from None
 
 
+_DATA_SUFFIXES = (".parquet", ".jsonl", ".json")
+
+
+def _rows_from_data_folder(path: Path, split: str) -> list[dict] | None:
+    """Rows of a folder of data files (a Hub snapshot from ``hf download``: ``data/test-00000-of-00001.parquet``).
+
+    The split's files are those whose name starts with the split name; None when the folder holds no data file.
+    """
+    files = sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in _DATA_SUFFIXES
+                   and not any(part.startswith(".") for part in p.relative_to(path).parts))
+    if not files:
+        return None
+    chosen = [p for p in files if p.name.lower().startswith(split.lower())]
+    if not chosen:
+        names = ", ".join(str(p.relative_to(path)) for p in files[:10])
+        raise DatasetError(f"{path}: no data file for split {split!r} (files named {split}*.parquet/.jsonl/.json); found: {names}")
+    log.info("%s: reading split %r from %s", path, split, ", ".join(str(p.relative_to(path)) for p in chosen))
+    rows: list[dict] = []
+    for file in chosen:
+        rows.extend(_rows_from_parquet(file) if file.suffix.lower() == ".parquet" else _rows_from_json(file))
+    return rows
+
+
 def _rows_from_disk(path: Path, split: str) -> list[dict]:
+    if not any((path / marker).is_file() for marker in ("dataset_dict.json", "state.json", "dataset_info.json")):
+        rows = _rows_from_data_folder(path, split)
+        if rows is not None:
+            return rows
     import datasets
 
     try:

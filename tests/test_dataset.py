@@ -171,3 +171,28 @@ def test_hub_failures_are_classified_with_guidance(monkeypatch, error, reason):
     assert reason in msg, msg
     assert "accept its terms" in msg and "hf auth login" in msg and "--dataset_name" in msg
     assert exc.value.__cause__ is None and exc.value.__suppress_context__  # no chained traceback
+
+
+def test_hub_snapshot_folder_of_parquet_files(tmp_path):
+    # the layout `hf download <id> --repo-type dataset --local-dir x` gives: data/<split>-NNNNN-of-NNNNN.parquet
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    rows = demo_rows()
+    snap = tmp_path / "snapshot"
+    (snap / "data").mkdir(parents=True)
+    (snap / "README.md").write_text("---\nconfigs: ...\n---\n")
+    pq.write_table(pa.Table.from_pylist(rows[:5]), snap / "data" / "test-00000-of-00002.parquet")
+    pq.write_table(pa.Table.from_pylist(rows[5:]), snap / "data" / "test-00001-of-00002.parquet")
+    pq.write_table(pa.Table.from_pylist([dict(rows[0], idx=999)]), snap / "data" / "train-00000-of-00001.parquet")
+    assert load_questions(str(snap)).questions == load_questions("demo").questions
+    assert [q.idx for q in load_questions(str(snap), "train").questions] == [999]
+    with pytest.raises(DatasetError, match=r"no data file for split 'validation'.*data/test-00000-of-00002\.parquet"):
+        load_questions(str(snap), "validation")
+
+
+def test_undecodable_json_is_a_dataset_error(tmp_path):
+    path = tmp_path / "rows.json"
+    path.write_bytes(b"\xff\xfe\x00garbage")
+    with pytest.raises(DatasetError, match="rows.json: cannot read as UTF-8"):
+        load_questions(str(path))
