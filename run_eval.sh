@@ -411,10 +411,13 @@ submit_finalize() {
         log "finalize job already submitted: $(cat "$marker")"
         return 0
     fi
-    # the array task's own SLURM_ARRAY_* and restart variables must not leak into the new job
+    # the array task's own SLURM_ARRAY_* and restart variables must not leak into the new job;
+    # --kill-on-invalid-dep=yes: if a task fails, SLURM cancels the merge job instead of leaving it
+    # pending forever (DependencyNeverSatisfied), whatever the cluster's DependencyParameters say
     jid=$(env -u SLURM_ARRAY_JOB_ID -u SLURM_ARRAY_TASK_ID -u SLURM_ARRAY_TASK_COUNT -u SLURM_ARRAY_TASK_MIN \
         -u SLURM_ARRAY_TASK_MAX -u SLURM_ARRAY_TASK_STEP -u SLURM_RESTART_COUNT \
         sbatch --parsable --job-name="${SLURM_JOB_NAME:-k9bench-eval}-merge" --dependency="afterok:${SLURM_ARRAY_JOB_ID}" \
+        --kill-on-invalid-dep=yes \
         --export="ALL,K9_FINALIZE=1,NUM_SHARDS=$NUM_SHARDS,SHARD_ID=,K9BENCH_DIR=$REPO_DIR" "$0") ||
         die 1 "step submit-finalize failed: could not submit the merge job"
     echo "$jid" >"$marker"

@@ -280,3 +280,32 @@ def test_sbatch_header_matches_the_spec():
                 "--output=slurm_logs/%x-%j.out"):
         assert opt in options, opt
     assert "--signal=USR1@100" not in options  # never reaches the batch shell
+
+
+def test_array_task0_submits_one_merge_job_cancelled_if_a_task_fails(tmp_path):
+    """Array task 0 submits the merge job once, afterok on the whole array and with
+    --kill-on-invalid-dep=yes (a failed task cancels it on any cluster, whatever its
+    DependencyParameters); a requeued task 0 does not submit another. A stand-in sbatch
+    records its arguments; the run then stops at the download step (no dataset)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    calls = tmp_path / "sbatch_calls"
+    fake = bindir / "sbatch"
+    fake.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" "--" "K9_FINALIZE_ENV=${{SLURM_ARRAY_TASK_ID:-unset}}" >> {calls}\necho 4242\n')
+    fake.chmod(0o755)
+    env = clean_env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "missing.jsonl"),
+                    PATH=f"{bindir}:{os.environ['PATH']}", SLURM_JOB_ID="101", SLURM_ARRAY_JOB_ID="100", SLURM_ARRAY_TASK_ID="0",
+                    SLURM_ARRAY_TASK_COUNT="2", SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_MAX="1", SLURM_ARRAY_TASK_STEP="1",
+                    SLURM_SUBMIT_DIR=str(REPO))
+    proc = run_launcher(env, tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "step submit-finalize: job 4242 merges the 2 shards after array 100 succeeds" in proc.stdout
+    args = calls.read_text().splitlines()
+    assert "--dependency=afterok:100" in args and "--kill-on-invalid-dep=yes" in args
+    assert any(a.startswith("--export=ALL,K9_FINALIZE=1,NUM_SHARDS=2,") for a in args)
+    assert "K9_FINALIZE_ENV=unset" in args  # the task's own array variables do not leak into the merge job
+    assert (tmp_path / "out" / ".finalize_100.jobid").read_text().strip() == "4242"
+    # the requeued task 0 finds the marker and submits nothing
+    again = run_launcher(dict(env, SLURM_RESTART_COUNT="1"), tmp_path, timeout=120)
+    assert "finalize job already submitted: 4242" in again.stdout
+    assert calls.read_text().splitlines() == args
