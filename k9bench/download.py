@@ -162,6 +162,8 @@ class VideoResult:
     """What yt-dlp fetched: format_id, ext, width, height, vcodec, acodec."""
     video: dict | None = None
     """What verification found: codec, width, height, duration, header_frames, packets, has_audio."""
+    warnings: list[str] | None = None
+    """yt-dlp's warnings for this video (e.g. formats skipped, no JavaScript runtime), None when there were none."""
     replaced_invalid: str | None = None
     """Why a pre-existing ``{scene}.mp4`` was rejected and deleted, if one was."""
     mtime_ns: int | None = None
@@ -471,10 +473,17 @@ class _Failure(Exception):
 
 
 class _YdlLogger:
-    """Routes yt-dlp's output to our logger (DEBUG), so the terminal stays for the bar and summaries."""
+    """Routes yt-dlp's output to our logger (DEBUG), so the terminal stays for the bar and summaries.
 
-    def __init__(self, scene: str):
+    yt-dlp's warnings (formats skipped, a JavaScript runtime missing, a format fallback...) are
+    kept in ``sink`` for the video's manifest entry, and each distinct one (the video id masked)
+    is logged once per run at WARNING through ``seen``.
+    """
+
+    def __init__(self, scene: str, sink: list[str] | None = None, seen: "_SeenWarnings | None" = None):
         self.scene = scene
+        self.sink = sink
+        self.seen = seen
 
     def debug(self, msg: str) -> None:
         log.debug("[%s] %s", self.scene, msg)
@@ -483,10 +492,32 @@ class _YdlLogger:
         log.debug("[%s] %s", self.scene, msg)
 
     def warning(self, msg: str) -> None:
-        log.debug("[%s] yt-dlp warning: %s", self.scene, msg)
+        text = _clean_message(msg)
+        if self.sink is not None and text not in self.sink and len(self.sink) < 20:
+            self.sink.append(text)
+        if self.seen is not None and self.seen.first(text.replace(self.scene, "<id>")):
+            log.warning("[%s] yt-dlp warning: %s (further videos with this warning: see their manifest entries)", self.scene, text)
+        else:
+            log.debug("[%s] yt-dlp warning: %s", self.scene, msg)
 
     def error(self, msg: str) -> None:
         log.debug("[%s] yt-dlp error: %s", self.scene, msg)
+
+
+class _SeenWarnings:
+    """Thread-safe set of warning texts already logged in this run."""
+
+    def __init__(self) -> None:
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def first(self, key: str) -> bool:
+        """True the first time ``key`` is seen."""
+        with self._lock:
+            if key in self._seen:
+                return False
+            self._seen.add(key)
+            return True
 
 
 def _backoff(n: int) -> float:
@@ -505,6 +536,7 @@ def ydl_params(
     config: DownloadConfig,
     ffmpeg: str,
     cookie_file: Path | None,
+    logger: _YdlLogger | None = None,
 ) -> dict:
     """The yt-dlp parameters for one video."""
     params: dict[str, Any] = {
@@ -531,7 +563,7 @@ def ydl_params(
         "no_warnings": False,
         "noprogress": True,
         "color": {"stdout": "no_color", "stderr": "no_color"},
-        "logger": _YdlLogger(scene),
+        "logger": logger if logger is not None else _YdlLogger(scene),
         "writeinfojson": False,
         "writethumbnail": False,
         "writesubtitles": False,
@@ -585,6 +617,7 @@ class _Context:
     cookie_source: Path | None
     stop: threading.Event = field(default_factory=threading.Event)
     previous: dict = field(default_factory=dict)
+    seen_warnings: _SeenWarnings = field(default_factory=_SeenWarnings)
 
 
 def _verified_earlier(final: Path, entry: dict | None) -> dict | None:
@@ -635,8 +668,11 @@ def _format_info(info: dict | None) -> dict | None:
     return {k: info.get(k) for k in keys}
 
 
-def _fetch(scene: str, url: str, work: Path, ctx: _Context) -> dict:
-    """Run yt-dlp for one video; raise :class:`_Failure` on any classified failure."""
+def _fetch(scene: str, url: str, work: Path, ctx: _Context, warnings: list[str] | None = None) -> dict:
+    """Run yt-dlp for one video; raise :class:`_Failure` on any classified failure.
+
+    yt-dlp's warnings are appended to ``warnings``.
+    """
     import yt_dlp
 
     cookie_file = None
@@ -644,7 +680,8 @@ def _fetch(scene: str, url: str, work: Path, ctx: _Context) -> dict:
         cookie_file = work / "cookies.txt"
         shutil.copyfile(ctx.cookie_source, cookie_file)
         os.chmod(cookie_file, 0o600)
-    params = ydl_params(scene, work, ctx.cache_dir, ctx.config, ctx.ffmpeg, cookie_file)
+    params = ydl_params(scene, work, ctx.cache_dir, ctx.config, ctx.ffmpeg, cookie_file,
+                        logger=_YdlLogger(scene, warnings, ctx.seen_warnings))
 
     def stop_hook(_status: dict) -> None:
         if ctx.stop.is_set():
@@ -703,6 +740,7 @@ def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
         result.status = status
         for key, value in kw.items():
             setattr(result, key, value)
+        result.warnings = list(result.warnings) if result.warnings else None
         result.seconds = round(time.monotonic() - started, 3)
         result.timestamp = now_iso()
         return result
@@ -734,7 +772,9 @@ def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
             shutil.rmtree(stale, ignore_errors=True)
     work.mkdir(parents=True, exist_ok=True)
     try:
-        info = _fetch(scene, url, work, ctx)
+        warnings: list[str] = []
+        result.warnings = warnings
+        info = _fetch(scene, url, work, ctx, warnings)
         result.format = _format_info(info)
         height = (result.format or {}).get("height")
         if isinstance(height, int) and height > ctx.config.max_height:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -227,6 +228,28 @@ def test_every_failure_lands_in_its_class(server, sources, overrides, tmp_path):
     assert manifest["summary"]["failed_by_class"] == report.failed_by_class
     entry = next(e for e in manifest["videos"] if e["scene_name"] == vid(20))
     assert entry["error_class"] == "http_error" and entry["http_status"] == 404 and "404" in entry["message"]
+
+
+def test_ytdlp_warnings_reach_the_manifest_and_the_log_once(server, sources, overrides, tmp_path, caplog):
+    """yt-dlp's warnings (formats skipped, no JS runtime...) explain a lower quality or a failure: never hidden."""
+    text = "Some web client https formats have been skipped as they are missing a url"
+    server.add(vid(35), [Fmt("m", sources["mp4"])], warning=text)
+    server.add(vid(36), [Fmt("m", sources["mp4"])], warning=text)
+    server.add(vid(37), [Fmt("m", sources["mp4"], mode="http404")], warning="n challenge solving failed")
+    server.add(vid(38), [Fmt("m", sources["mp4"])])
+    videos = {s: f"https://youtu.be/{s}" for s in (vid(35), vid(36), vid(37), vid(38))}
+    with caplog.at_level(logging.WARNING, logger="k9bench.download"):
+        report = download_videos(videos, tmp_path, config(overrides, workers=1))
+    manifest = {e["scene_name"]: e for e in json.loads((tmp_path / "download_manifest.json").read_text())["videos"]}
+    for scene in (vid(35), vid(36)):
+        assert manifest[scene]["status"] == "ok"
+        assert [w for w in manifest[scene]["warnings"] if text in w], manifest[scene]["warnings"]
+    assert any("n challenge solving failed" in w for w in manifest[vid(37)]["warnings"])
+    assert report.by_scene[vid(37)].status == "failed"
+    assert manifest[vid(38)]["warnings"] is None
+    logged = [r.getMessage() for r in caplog.records if "yt-dlp warning" in r.getMessage()]
+    assert sum(text in m for m in logged) == 1  # the same warning for another video is not repeated
+    assert sum("n challenge solving failed" in m for m in logged) == 1
 
 
 def test_server_errors_are_retried_before_failing(server, sources, overrides, tmp_path):

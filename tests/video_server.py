@@ -14,7 +14,8 @@ Modes for a format: ``ok`` (full body, Range honoured), ``http404``, ``http500``
 ``truncate`` (Content-Length promises the whole file, half is sent), ``stall``
 (half the body, then silence for ``stall_s``), ``refused`` (the URL points at a
 closed port). Video-level errors (``unavailable``, ``private``, ``bot``) make the
-plugin raise yt-dlp's usual messages. ``latency`` delays every response.
+plugin raise yt-dlp's usual messages; a video-level ``warning`` is reported by the plugin
+as a yt-dlp warning. ``latency`` delays every response.
 
 :func:`install_test_extractor` loads the plugin into yt-dlp and returns the
 DownloadConfig overrides that restrict yt-dlp to it.
@@ -54,6 +55,7 @@ class Fmt:
 class _Video:
     formats: list = field(default_factory=list)
     error: str | None = None
+    warning: str | None = None
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -87,8 +89,9 @@ class VideoServer:
         self._refused_port = closed_port()
 
     # -- set-up
-    def add(self, video_id: str, formats: list[Fmt] | None = None, error: str | None = None) -> None:
-        self.videos[video_id] = _Video(formats=list(formats or []), error=error)
+    def add(self, video_id: str, formats: list[Fmt] | None = None, error: str | None = None, warning: str | None = None) -> None:
+        """``warning``: a text the plugin reports through yt-dlp's warning channel while extracting."""
+        self.videos[video_id] = _Video(formats=list(formats or []), error=error, warning=warning)
 
     @property
     def base_url(self) -> str:
@@ -158,7 +161,10 @@ class VideoServer:
             if f.acodec is not None:
                 entry["acodec"] = f.acodec
             formats.append(entry)
-        return {"id": video_id, "title": f"test video {video_id}", "formats": formats}
+        meta = {"id": video_id, "title": f"test video {video_id}", "formats": formats}
+        if video.warning:
+            meta["warning"] = video.warning
+        return meta
 
     def _handle(self, req: BaseHTTPRequestHandler) -> None:
         parts = [p for p in req.path.split("?")[0].split("/") if p]

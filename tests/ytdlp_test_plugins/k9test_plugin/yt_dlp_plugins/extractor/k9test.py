@@ -37,6 +37,8 @@ class K9TestIE(InfoExtractor):
         error = meta.get("error")
         if error:
             raise ExtractorError(_ERRORS.get(error, error), expected=True, video_id=video_id)
+        if meta.get("warning"):
+            self.report_warning(meta["warning"], video_id)
         return {
             "id": video_id,
             "title": meta.get("title") or video_id,
