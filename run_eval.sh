@@ -267,6 +267,31 @@ except (TypeError, ValueError):
 PY
 }
 
+# raw_mismatch RAW: an existing raw (or shard) file made for another model, dataset or split than
+# asked for now (it shares the file name: same model short name, MAX_FRAMES and MAX_SAMPLES);
+# prints what differs. Keys a file lacks (e.g. the reference script's raw files) are not compared.
+raw_mismatch() {
+    "$PYTHON" - "$1" "$MODEL_NAME" "$DATASET_NAME" "$SPLIT" <<'PY'
+import json, sys
+path, model, dataset, split = sys.argv[1:5]
+try:
+    data = json.load(open(path, encoding="utf-8"))
+except (OSError, ValueError) as exc:
+    print(f"cannot be read ({exc})")
+    sys.exit(0)
+if not isinstance(data, dict):
+    sys.exit(1)
+ds = (data.get("inference") or {}).get("dataset") or {}
+diffs = [f"{name}={have!r} there, {want!r} now" for name, have, want in (
+    ("MODEL_NAME", data.get("model_name_or_path"), model), ("DATASET_NAME", ds.get("source"), dataset),
+    ("SPLIT", ds.get("split"), split)) if have is not None and have != want]
+if diffs:
+    print("; ".join(diffs))
+    sys.exit(0)
+sys.exit(1)
+PY
+}
+
 # ---------------------------------------------------------------------------------------------
 # Steps
 
@@ -321,6 +346,10 @@ step_inference() { # OUTPUT [SHARD]
     local out=$1 shard=${2:-} name=inference cmd=()
     [[ -z "$shard" ]] || name="inference-shard$shard"
     if [[ -s "$out" ]]; then
+        local why
+        if why=$(raw_mismatch "$out"); then
+            die 2 "step $name: $out exists but was made with other settings ($why); set another OUT_DIR, or move it away to redo inference"
+        fi
         log "step $name: $out exists, skipping"
         return 0
     fi

@@ -309,3 +309,23 @@ def test_array_task0_submits_one_merge_job_cancelled_if_a_task_fails(tmp_path):
     again = run_launcher(dict(env, SLURM_RESTART_COUNT="1"), tmp_path, timeout=120)
     assert "finalize job already submitted: 4242" in again.stdout
     assert calls.read_text().splitlines() == args
+
+
+def test_existing_raw_of_another_model_or_dataset_is_not_reused(tmp_path, tiny_model_dir):
+    """The raw file name holds only the model's short name, MAX_FRAMES and MAX_SAMPLES: a raw file
+    made from another model folder or dataset under that name stops the run instead of being scored."""
+    out = tmp_path / "out"
+    out.mkdir()
+    raw = out / f"raw_{TAG}.json"
+    raw.write_text(json.dumps({"individual_results": [], "total_count": 0, "model_name_or_path": "/elsewhere/tiny-qwen3vl",
+                               "inference": {"dataset": {"source": "demo", "split": "test"}}}))
+    env = demo_env(tmp_path, tiny_model_dir, REPORT="0")
+    proc = run_launcher(env, tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert f"step inference: {raw} exists but was made with other settings (MODEL_NAME='/elsewhere/tiny-qwen3vl' there" in proc.stdout
+    assert "step similarity" not in proc.stdout
+    # the same model folder from another dataset is refused too
+    raw.write_text(json.dumps({"individual_results": [], "total_count": 0, "model_name_or_path": str(tiny_model_dir),
+                               "inference": {"dataset": {"source": "other.jsonl", "split": "test"}}}))
+    proc = run_launcher(env, tmp_path, timeout=300)
+    assert "DATASET_NAME='other.jsonl' there, 'demo' now" in proc.stdout
