@@ -67,7 +67,7 @@ class FakeBackend:
                                          num_input_tokens=10, num_output_tokens=5, finish_reason="stop"))
         self.answered += len(outs)
         if self.signal_after is not None and self.answered >= self.signal_after:
-            os.kill(os.getpid(), signal.SIGUSR1)
+            os.kill(os.getpid(), getattr(self, "signal_number", signal.SIGUSR1))
         return outs
 
     def describe(self):
@@ -328,3 +328,44 @@ def test_rerun_of_a_finished_run_changes_nothing_and_checkpoint_only_is_finalise
     assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "3")) == EXIT_OK
     assert backend.answered == 0 and not part.exists()
     assert [r["response"] for r in json.loads(out.read_text())["individual_results"]] == [r["response"] for r in json.loads(first)["individual_results"]]
+
+
+@pytest.mark.parametrize(
+    "changed, named",
+    [(["--seed", "1"], "seed"), (["--fps", "2"], "run_settings.frames"), (["--use_system_message", "False"], "use_system_message"),
+     (["--video_decoder", "pyav"], "run_settings.frames"), (["--system_prompt_file", "PROMPT"], "system_prompt_sha256")],
+)
+def test_resume_refuses_records_made_with_other_settings(use_backend, demo_video_dir, tmp_path, capfd, changed, named):
+    out = tmp_path / "raw.json"
+    use_backend(FakeBackend(signal_after=2))
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4")) == EXIT_INTERRUPTED
+    part = checkpoint_path(out)
+    before = part.read_bytes()
+    assert before.count(b"\n") == 1
+    rec = json.loads(before)
+    assert rec["run_settings"]["frames"]["fps"] == 1.0 and rec["run_settings"]["backend"] == "fake"
+    prompt = tmp_path / "p.txt"
+    prompt.write_text("Another prompt.\n")
+    changed = [str(prompt) if a == "PROMPT" else a for a in changed]
+    backend = use_backend(FakeBackend())
+    capfd.readouterr()
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4", *changed)) == EXIT_USAGE
+    err = capfd.readouterr().err
+    assert named in err and "idx 0" in err and str(part) in err
+    assert backend.answered == 0 and part.read_bytes() == before and not out.exists()
+    # the same flags resume, and a finished file refuses a rerun with other settings before any work
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4")) == EXIT_OK
+    assert backend.answered == 3 and sorted(records(out)) == [0, 1, 2, 3]
+    finished = out.read_bytes()
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4", "--seed", "7")) == EXIT_USAGE
+    assert out.read_bytes() == finished
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])
+def test_sigterm_and_sigusr1_exit_75_with_records_kept(use_backend, demo_video_dir, tmp_path, sig):
+    out = tmp_path / "raw.json"
+    backend = use_backend(FakeBackend(signal_after=3))
+    backend.signal_number = getattr(signal, sig)
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--batch_size", "1")) == EXIT_INTERRUPTED
+    assert not out.exists() and checkpoint_path(out).read_text().count("\n") == 2
+    assert signal.getsignal(getattr(signal, sig)) is signal.SIG_DFL

@@ -204,6 +204,67 @@ class RunContext:
     generation: dict
     attn_implementation: str | None
     text_only: bool
+    settings: dict = field(default_factory=dict)
+    """Other settings that shape the answers (see :func:`run_settings`), kept in each record as
+    ``run_settings`` so that a resume cannot mix records made with different ones."""
+
+
+RESUME_CHECKED_KEYS = ("generation", "seed", "attn_implementation", "text_only", "run_settings")
+"""Record keys that must equal this run's values for a finished record to be reused on resume."""
+
+BACKEND_SETTING_KEYS = ("dtype", "video_transport", "frame_size", "jpeg_quality", "image_detail")
+"""Keys of a backend's ``describe()`` copied into ``run_settings`` when the backend has them."""
+
+
+def run_settings(args: argparse.Namespace, describe: dict, system_prompt: str, text_only: bool, image_patch_size: int | None) -> dict:
+    """The settings besides model, frame budget, generation, seed and attention kernel that change
+    what the model sees or how it computes: backend, weight dtype, system prompt, frame sampling."""
+    from k9bench.prompts import sha256
+
+    out: dict[str, Any] = {"backend": describe.get("name")}
+    out.update({k: describe[k] for k in BACKEND_SETTING_KEYS if k in describe})
+    out["system_prompt_sha256"] = sha256(system_prompt)
+    out["use_system_message"] = args.use_system_message
+    out["frames"] = None if text_only else {
+        "fps": args.fps, "max_pixels": args.max_pixels, "min_pixels": args.min_pixels,
+        "image_patch_size": image_patch_size, "decoder": args.video_decoder,
+    }
+    return out
+
+
+def _json_normal(value: Any) -> Any:
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+def settings_mismatch(done: dict, expected: dict) -> str | None:
+    """Why a finished record cannot be reused by this run (it was made with other settings), or None.
+
+    ``expected`` maps record keys (:data:`RESUME_CHECKED_KEYS`) to this run's values; for a dict
+    value only its keys are compared. Keys a record lacks are not compared (records written
+    before a key existed are not refused).
+    """
+    expected = _json_normal(expected)
+    for idx in sorted(done):
+        rec = done[idx]
+        for key, want in expected.items():
+            if key not in rec:
+                continue
+            have = rec[key]
+            if isinstance(want, dict) and isinstance(have, dict):
+                diffs = [f"{key}.{k}: {have.get(k)!r} there, {want[k]!r} now" for k in sorted(want) if have.get(k) != want[k]]
+                if diffs:
+                    return f"idx {idx} was produced with other settings ({'; '.join(diffs)})"
+            elif have != want:
+                return f"idx {idx} was produced with {key}={have!r}, this run has {key}={want!r}"
+    return None
+
+
+def _resume_refused(where: Path, mismatch: str) -> int:
+    log.error("%s: %s; rerun with the flags that produced it (its records keep generation, seed, attn_implementation "
+              "and run_settings), or use another --output_file", where, mismatch)
+    return EXIT_USAGE
 
 
 def _error_text(exc: BaseException) -> str:
@@ -254,6 +315,7 @@ def make_record(
     extra["seed"] = ctx.seed
     extra["attn_implementation"] = ctx.attn_implementation
     extra["prompt_sha256"] = sha256(prompt) if prompt else None
+    extra["run_settings"] = dict(ctx.settings)
     if output is not None:
         extra["num_input_tokens"] = output.num_input_tokens
         extra["num_output_tokens"] = output.num_output_tokens
@@ -749,6 +811,13 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     except UsageError as exc:
         log.error("%s", exc)
         return EXIT_USAGE
+    # The settings known before the model loads (the rest are checked once it is loaded).
+    mismatch = settings_mismatch(done, {
+        "seed": args.seed, "text_only": text_only,
+        "run_settings": {"system_prompt_sha256": sha256(system_prompt), "use_system_message": args.use_system_message},
+    })
+    if mismatch:
+        return _resume_refused(checkpoint.path if checkpoint.path.exists() else output, mismatch)
     pending_groups = [g for g in groups if any(q.idx not in done for q in g.questions)]
 
     download_summary = None
@@ -806,7 +875,14 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
             generation=describe.get("generation") or {},
             attn_implementation=describe.get("attn_implementation"),
             text_only=text_only,
+            settings=run_settings(args, describe, system_prompt, text_only, patch),
         )
+        mismatch = settings_mismatch(done, {
+            "generation": ctx.generation, "seed": ctx.seed, "attn_implementation": ctx.attn_implementation,
+            "text_only": ctx.text_only, "run_settings": ctx.settings,
+        })
+        if mismatch:
+            return _resume_refused(checkpoint.path if checkpoint.path.exists() else output, mismatch)
         runner_obj = Runner(args, backend, ctx, sampling, args.frame_cache_dir)
         runner_obj.stats.resumed = len(done)
         runner_obj.done = done
