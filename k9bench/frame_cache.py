@@ -127,8 +127,20 @@ class FrameCache:
         self.settings = settings if settings is not None else SamplingSettings(**kwargs)
         check_decoder(self.settings.decoder)
         self.disk_dir = Path(disk_dir) if disk_dir is not None else None
+        self._requested_disk_dir = self.disk_dir
+        self.disk_error: str | None = None
+        """Why the requested ``disk_dir`` cannot be used this run (then frames are kept in memory only)."""
         if self.disk_dir is not None:
-            self.disk_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                self.disk_dir.mkdir(parents=True, exist_ok=True)
+                if not os.access(self.disk_dir, os.W_OK | os.X_OK):
+                    raise PermissionError(f"{self.disk_dir} is not writable")
+            except OSError as exc:
+                # only an optimisation is lost (frames are identical), so say so loudly and go on
+                self.disk_error = f"{type(exc).__name__}: {exc}"
+                log.warning("frame cache dir %s cannot be used (%s): frames will NOT be stored on disk this run",
+                            self.disk_dir, self.disk_error)
+                self.disk_dir = None
         self.stats = CacheStats()
         self._slots: dict[tuple[str, int, int], _Slot] = {}
         self._pending: dict[tuple[str, int, int], Future] = {}
@@ -230,7 +242,8 @@ class FrameCache:
             stats = asdict(self.stats)
         return {
             "settings": asdict(self.settings),
-            "frame_cache_dir": str(self.disk_dir) if self.disk_dir is not None else None,
+            "frame_cache_dir": str(self._requested_disk_dir) if self._requested_disk_dir is not None else None,
+            "frame_cache_dir_error": self.disk_error,
             "stats": stats,
         }
 

@@ -381,6 +381,21 @@ def test_unwritable_disk_cache_is_logged_not_fatal(monkeypatch, clips, tmp_path,
     assert list(disk.iterdir()) == []  # the temporary file was removed
 
 
+def test_unusable_disk_cache_dir_is_logged_recorded_and_not_fatal(monkeypatch, clips, tmp_path, caplog):
+    """A --frame_cache_dir that is a file (or cannot be created) loses only the reuse: warned, recorded, frames still given."""
+    calls = _count_samples(monkeypatch)
+    blocker = tmp_path / "not_a_dir"
+    blocker.write_text("x")
+    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+        cache = FrameCache(disk_dir=blocker)
+    assert "cannot be used" in caplog.text and "not_a_dir" in caplog.text
+    assert cache.get(clips["short"]).num_frames == 4 and calls == [str(clips["short"])]
+    summary = cache.summary()
+    assert summary["frame_cache_dir"] == str(blocker) and "FileExistsError" in summary["frame_cache_dir_error"]
+    assert cache.stats.disk_writes == 0 and blocker.read_text() == "x"
+    assert FrameCache(disk_dir=tmp_path / "ok").summary()["frame_cache_dir_error"] is None
+
+
 def test_pixel_bounds_below_the_minimum_are_a_clear_settings_error(tmp_path):
     from k9bench.video import check_pixel_bounds, sample
 
