@@ -44,6 +44,7 @@ class FakeBackend:
         self.signal_after = signal_after
         self.calls: list[list[int]] = []
         self.recovered = 0
+        self.recovered_inside_except = 0
         self.answered = 0
 
     def load(self) -> None:
@@ -80,7 +81,12 @@ class FakeBackend:
         return isinstance(exc, FakeOOM)
 
     def recover_from_out_of_memory(self):
+        import sys
+
         self.recovered += 1
+        # called while an exception is being handled, its traceback would still hold the failed
+        # generate's tensors, and emptying the CUDA cache could not free them
+        self.recovered_inside_except += sys.exc_info()[0] is not None
 
     def close(self):
         pass
@@ -122,16 +128,18 @@ def test_oom_retried_once_at_half_frames(use_backend, demo_video_dir, tmp_path):
         assert r["num_frames"] == retry["retry_num_frames"] == len(r["frame_indices"])
         assert r["answer"] == f"{r['idx']}:{r['num_frames']}" and r["answer_extraction"] == "json"
     assert backend.recovered >= len(retried) == 8
+    assert backend.recovered_inside_except == 0
     assert json.loads(out.read_text())["run_stats"]["oom_retries"] == 8
 
 
 def test_oom_twice_is_a_failed_record(use_backend, demo_video_dir, tmp_path):
-    use_backend(FakeBackend(oom_above=0))
+    backend = use_backend(FakeBackend(oom_above=0))
     out = tmp_path / "raw.json"
     assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "2")) == EXIT_OK
     for r in records(out).values():
         assert r["error_class"] == "oom" and "out of memory" in r["error"]
         assert r["oom_retry"]["retried"] is True and r["response"] == ""
+    assert backend.recovered == 4 and backend.recovered_inside_except == 0
 
 
 def test_failed_batch_is_rerun_question_by_question(use_backend, demo_video_dir, tmp_path):

@@ -455,26 +455,31 @@ class Runner:
             out = self._generate(self._requests([question], fewer, group.path))[0]
             return make_record(question, self.ctx, output=out, frames=fewer, oom_retry=info)
         except Exception as exc:
-            if self.backend.is_out_of_memory(exc):
-                self.backend.recover_from_out_of_memory()
-                error_class = "oom"
-            else:
-                error_class = "generation_error"
-            log.warning("idx %s: failed again with %d frames: %s", question.idx, fewer.num_frames, _error_text(exc))
-            return make_record(question, self.ctx, prompt=self._prompt_for(question, True), frames=fewer, error=exc, error_class=error_class, oom_retry=info)
+            error_text = _error_text(exc)
+            error_class = "oom" if self.backend.is_out_of_memory(exc) else "generation_error"
+        if error_class == "oom":
+            self.backend.recover_from_out_of_memory()  # out of the except block, as above
+        log.warning("idx %s: failed again with %d frames: %s", question.idx, fewer.num_frames, error_text)
+        return make_record(question, self.ctx, prompt=self._prompt_for(question, True), frames=fewer, error=error_text, error_class=error_class, oom_retry=info)
 
     def _run_batch(self, group: VideoGroup, questions: list, frames: "Frames | None") -> None:
         if len(questions) == 1:
             self._emit(self._run_one(group, questions[0], frames))
             return
+        failure = None
         try:
             outputs = self._generate(self._requests(questions, frames, group.path))
         except Exception as exc:
-            if self.backend.is_out_of_memory(exc):
+            failure = (_error_text(exc), self.backend.is_out_of_memory(exc))
+        if failure is not None:
+            # Out of the except block: the failed batch's traceback (and the tensors its frames hold)
+            # is gone before the cache is emptied and the questions are rerun one by one.
+            error_text, out_of_memory = failure
+            if out_of_memory:
                 self.backend.recover_from_out_of_memory()
             with self._emit_lock:
                 self.stats.batch_fallbacks += 1
-            log.warning("video %s: batch of %d failed (%s); running its questions one by one", group.scene_name, len(questions), _error_text(exc))
+            log.warning("video %s: batch of %d failed (%s); running its questions one by one", group.scene_name, len(questions), error_text)
             for q in questions:
                 self._emit(self._run_one(group, q, frames))
             return
