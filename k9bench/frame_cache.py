@@ -163,17 +163,40 @@ class FrameCache:
         """
         p = Path(path)
         fid = _file_id(p)
+        owner = False
         with self._lock:
             slot = self._slots.get(fid)
-            pending = None if slot is not None else self._pending.pop(fid, None)
+            pending = None
             if slot is not None:
                 self.stats.memory_hits += 1
+            else:
+                pending = self._pending.get(fid)
+                if pending is None:
+                    # this call decodes; a concurrent get (or prefetch) of the same video waits for it
+                    pending = Future()
+                    pending.set_running_or_notify_cancel()
+                    self._pending[fid] = pending
+                    owner = True
         if slot is None:
-            slot = pending.result() if pending is not None else self._build(p, fid)
+            if owner:
+                try:
+                    slot = self._build(p, fid)
+                except BaseException as exc:
+                    with self._lock:
+                        if self._pending.get(fid) is pending:
+                            del self._pending[fid]
+                    pending.set_exception(exc)
+                    raise
+                pending.set_result(slot)
+            else:
+                slot = pending.result()
             with self._lock:
+                if self._pending.get(fid) is pending:
+                    del self._pending[fid]
                 self._slots[fid] = slot
                 self._by_path[str(p)] = fid
-        slot.gets += 1
+        with self._lock:
+            slot.gets += 1
         if slot.error is not None:
             raise slot.error
         return slot.frames  # type: ignore[return-value]

@@ -229,6 +229,57 @@ def test_cache_decodes_each_video_once(monkeypatch, clips):
     assert len(calls) == 3
 
 
+def test_concurrent_gets_of_one_video_decode_it_once(monkeypatch, clips):
+    """Two threads asking for the same video at once (or a get racing a prefetch) share one decode."""
+    import threading
+    import time
+
+    import k9bench.frame_cache as fc
+
+    calls: list[str] = []
+    real = fc.sample
+
+    def slow(path, **kw):
+        calls.append(str(path))
+        time.sleep(0.4)  # long enough for the other threads to arrive mid-decode
+        return real(path, **kw)
+
+    monkeypatch.setattr(fc, "sample", slow)
+    cache = FrameCache(max_frames=4)
+    barrier = threading.Barrier(3)
+    got: list = []
+
+    def worker():
+        barrier.wait()
+        got.append(cache.get(clips["short"]))
+
+    threads = [threading.Thread(target=worker) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert calls == [str(clips["short"])]
+    assert len(got) == 3 and got[0] is got[1] is got[2]
+    assert cache.stats.decodes == 1
+    cache.prefetch(clips["short"])  # already in memory: nothing to do
+    assert calls == [str(clips["short"])]
+    # a failing decode is shared the same way, and the next get raises without a new attempt
+    errors: list = []
+
+    def bad():
+        try:
+            cache.get(clips["garbage"])
+        except VideoError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=bad) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(errors) == 2 and calls.count(str(clips["garbage"])) == 1 and cache.stats.failures == 1
+
+
 def test_prefetch_loads_in_background(monkeypatch, clips):
     calls = _count_samples(monkeypatch)
     with FrameCache() as cache:
