@@ -218,6 +218,10 @@ def find_records(data: Any, *, where: str) -> tuple[list, dict]:
         meta = {k: v for k, v in data.items() if k != "individual_results"}
         return data["individual_results"], meta
     if isinstance(data, dict) and isinstance(data.get("threshold_results"), dict):
+        usable = [k for k, b in data["threshold_results"].items() if isinstance(b, dict) and isinstance(b.get("individual_results"), list)]
+        if len(usable) > 1:
+            log.warning("%s: 'threshold_results' holds %d record lists (%s); using the first, %r", where, len(usable),
+                        ", ".join(map(str, usable)), usable[0])
         for key, block in data["threshold_results"].items():
             if isinstance(block, dict) and isinstance(block.get("individual_results"), list):
                 meta = {k: v for k, v in data.items() if k != "threshold_results"}

@@ -78,6 +78,16 @@ def test_older_threshold_results_layout_loads(tmp_path):
     assert [r.idx for r in art.records] == [3]
 
 
+def test_older_layout_with_several_thresholds_says_which_it_used(tmp_path, caplog):
+    old = {"threshold_results": {"0.3": {"individual_results": [REF_RAW_RECORD]},
+                                 "0.5": {"individual_results": [dict(REF_RAW_RECORD, idx=9)]}}}
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    with caplog.at_level("WARNING", logger="k9bench.artifacts"):
+        art = load_records_artifact(tmp_path / "old.json")
+    assert [r.idx for r in art.records] == [3] and art.meta["threshold_key"] == "0.3"
+    assert "holds 2 record lists (0.3, 0.5); using the first, '0.3'" in caplog.text
+
+
 def test_judge_entry_and_skipped_round_trip():
     entry = {"idx": 1, "video_url": "https://youtu.be/abcdefghijk", "scene_name": "abcdefghijk",
              "question_category": "posture analysis", "question": "q", "correct_answer": "sits",
