@@ -318,28 +318,39 @@ def _rows_from_hub(name: str, split: str) -> list[dict]:
     return [dict(r) for r in ds]
 
 
+def _json_lines(path: Path, text: str) -> list[dict]:
+    rows = []
+    for lineno, line in enumerate(text.splitlines(), 1):
+        if line.strip():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{path}: line {lineno} is not valid JSON: {exc}") from None
+    return rows
+
+
 def _rows_from_json(path: Path) -> list[dict]:
+    """Rows of a ``.jsonl`` file, or of a ``.json`` file holding a list of rows, an object with a
+    ``rows``/``data``/``test`` list, or JSON lines (what ``datasets``' ``to_json`` writes by default)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: cannot read as UTF-8 text: {exc}") from None
-    if path.suffix == ".jsonl":
-        rows = []
-        for lineno, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DatasetError(f"{path}: line {lineno} is not valid JSON: {exc}") from None
-        return rows
+    if path.suffix.lower() == ".jsonl":
+        return _json_lines(path, text)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
+        if exc.msg == "Extra data" and text.lstrip().startswith("{"):
+            log.info("%s: read as JSON lines (one row per line, as datasets' to_json writes them)", path)
+            return _json_lines(path, text)
         raise DatasetError(f"{path}: not valid JSON: {exc}") from None
     if isinstance(data, dict):
         for key in ("rows", "data", DEFAULT_SPLIT):
             if isinstance(data.get(key), list):
                 return data[key]
+        if "idx" in data:  # a single row (a one-line JSON lines file)
+            return [data]
         raise DatasetError(f"{path}: expected a list of rows (or an object with a 'rows' list)")
     if not isinstance(data, list):
         raise DatasetError(f"{path}: expected a list of rows")

@@ -196,3 +196,19 @@ def test_undecodable_json_is_a_dataset_error(tmp_path):
     path.write_bytes(b"\xff\xfe\x00garbage")
     with pytest.raises(DatasetError, match="rows.json: cannot read as UTF-8"):
         load_questions(str(path))
+
+
+def test_json_file_written_by_datasets_to_json_loads(tmp_path):
+    # datasets' Dataset.to_json writes JSON lines by default, whatever the suffix
+    import datasets
+
+    rows = demo_rows()
+    datasets.Dataset.from_list(rows).to_json(str(tmp_path / "k9.json"))
+    assert load_questions(str(tmp_path / "k9.json")).questions == load_questions("demo").questions
+    datasets.Dataset.from_list(rows[:1]).to_json(str(tmp_path / "one.json"))  # one line: a single object
+    assert [q.idx for q in load_questions(str(tmp_path / "one.json")).questions] == [rows[0]["idx"]]
+    (tmp_path / "upper.JSONL").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert len(load_questions(str(tmp_path / "upper.JSONL"))) == len(rows)
+    (tmp_path / "broken.json").write_text('[{"idx": 1},\n')
+    with pytest.raises(DatasetError, match="broken.json: not valid JSON"):
+        load_questions(str(tmp_path / "broken.json"))
