@@ -72,7 +72,7 @@ class FakeBackend:
         return outs
 
     def describe(self):
-        return {"name": "fake", "generation": {"do_sample": False, "max_new_tokens": 5}, "attn_implementation": "none", "warnings": []}
+        return {"name": "fake", "generation": {"do_sample": False, "max_new_tokens": 2048}, "attn_implementation": "none", "warnings": []}
 
     def frame_patch_size(self):
         return 16
@@ -365,8 +365,9 @@ def test_resume_refuses_records_made_with_other_settings(use_backend, demo_video
     assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4")) == EXIT_OK
     assert backend.answered == 3 and sorted(records(out)) == [0, 1, 2, 3]
     finished = out.read_bytes()
-    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4", "--seed", "7")) == EXIT_USAGE
-    assert out.read_bytes() == finished
+    for other in (["--seed", "7"], ["--max_new_tokens", "64"], ["--temperature", "0.5"], ["--fps", "2"]):
+        assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4", *other)) == EXIT_USAGE, other
+    assert out.read_bytes() == finished and backend.answered == 3
 
 
 @pytest.mark.parametrize("sig", ["SIGTERM", "SIGUSR1"])

@@ -322,6 +322,31 @@ def test_failures_become_records_and_are_retried_on_resume(fake_openai, ramp_dir
     assert SECRET not in all_file_text(tmp_path)
 
 
+def test_resume_refuses_other_request_settings(fake_openai, ramp_dir, ramp_dataset, tmp_path, capfd):
+    """Records sent with other frames or request parameters are not mixed into the file."""
+
+    def responder(req):
+        if question_of(req) == 0:
+            return Fault(status=400, body=json.dumps({"error": {"message": "rejected"}}))  # a failed record, retried later
+        return json_reply(req)
+
+    fake_openai.responder = responder
+    out = tmp_path / "raw.json"
+    assert run(out, fake_openai, ramp_dataset, ramp_dir, "--max_frames", "2", "--max_samples", "3") == EXIT_OK
+    assert load(out)["failed_count"] == 1
+    assert load(out)["individual_results"][1]["run_settings"]["video_transport"] == "frames"
+    fake_openai.responder = json_reply
+    for other, named in ((["--jpeg_quality", "50"], "jpeg_quality"), (["--extra_body", '{"top_k": 5}'], "request_params"),
+                         (["--frame_size", "64x48"], "frame_size"), (["--video_transport", "video_url"], "video_transport")):
+        fake_openai.clear()
+        capfd.readouterr()
+        assert run(out, fake_openai, ramp_dataset, ramp_dir, "--max_frames", "2", "--max_samples", "3", *other) == 2, other
+        assert named in capfd.readouterr().err and not fake_openai.chat_requests()
+    fake_openai.clear()
+    assert run(out, fake_openai, ramp_dataset, ramp_dir, "--max_frames", "2", "--max_samples", "3") == EXIT_OK
+    assert [question_of(r) for r in fake_openai.chat_requests()] == [0] and load(out)["failed_count"] == 0
+
+
 def test_context_overflow_is_retried_with_half_the_frames(fake_openai, ramp_dir, ramp_dataset, tmp_path):
     def responder(req):
         if len(req.image_parts) > 4:

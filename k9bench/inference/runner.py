@@ -212,7 +212,7 @@ class RunContext:
 RESUME_CHECKED_KEYS = ("generation", "seed", "attn_implementation", "text_only", "run_settings")
 """Record keys that must equal this run's values for a finished record to be reused on resume."""
 
-BACKEND_SETTING_KEYS = ("dtype", "video_transport", "frame_size", "jpeg_quality", "image_detail")
+BACKEND_SETTING_KEYS = ("dtype", "video_transport", "frame_size", "jpeg_quality", "image_detail", "request_params")
 """Keys of a backend's ``describe()`` copied into ``run_settings`` when the backend has them."""
 
 
@@ -238,27 +238,43 @@ def _json_normal(value: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def _setting_diffs(have: Any, want: Any, path: str) -> list[str]:
+    if isinstance(want, dict) and isinstance(have, dict):
+        return [d for k in sorted(want) for d in _setting_diffs(have.get(k), want[k], f"{path}.{k}")]
+    return [] if have == want else [f"{path}: {have!r} there, {want!r} now"]
+
+
 def settings_mismatch(done: dict, expected: dict) -> str | None:
     """Why a finished record cannot be reused by this run (it was made with other settings), or None.
 
     ``expected`` maps record keys (:data:`RESUME_CHECKED_KEYS`) to this run's values; for a dict
-    value only its keys are compared. Keys a record lacks are not compared (records written
-    before a key existed are not refused).
+    value only its keys are compared (recursively), so a partial dict checks part of the settings.
+    Keys a record lacks are not compared (records written before a key existed are not refused).
     """
     expected = _json_normal(expected)
     for idx in sorted(done):
         rec = done[idx]
-        for key, want in expected.items():
-            if key not in rec:
-                continue
-            have = rec[key]
-            if isinstance(want, dict) and isinstance(have, dict):
-                diffs = [f"{key}.{k}: {have.get(k)!r} there, {want[k]!r} now" for k in sorted(want) if have.get(k) != want[k]]
-                if diffs:
-                    return f"idx {idx} was produced with other settings ({'; '.join(diffs)})"
-            elif have != want:
-                return f"idx {idx} was produced with {key}={have!r}, this run has {key}={want!r}"
+        diffs = [d for key, want in expected.items() if key in rec for d in _setting_diffs(rec[key], want, key)]
+        if diffs:
+            return f"idx {idx} was produced with other settings ({'; '.join(diffs)})"
     return None
+
+
+def settings_known_before_load(args: argparse.Namespace, system_prompt: str, text_only: bool) -> dict:
+    """The part of the resume check that needs no backend (a finished file is checked before any load).
+
+    ``max_pixels`` and the patch size are left to the full check: a backend may adjust them.
+    """
+    from k9bench.prompts import sha256
+
+    generation: dict[str, Any] = {"max_new_tokens": args.max_new_tokens}
+    for key in ("do_sample", "temperature", "top_p", "top_k"):
+        if getattr(args, key, None) is not None:
+            generation[key] = getattr(args, key)
+    settings: dict[str, Any] = {"system_prompt_sha256": sha256(system_prompt), "use_system_message": args.use_system_message}
+    if not text_only:
+        settings["frames"] = {"fps": args.fps, "min_pixels": args.min_pixels, "decoder": args.video_decoder}
+    return {"generation": generation, "seed": args.seed, "text_only": text_only, "run_settings": settings}
 
 
 def _resume_refused(where: Path, mismatch: str) -> int:
@@ -817,10 +833,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
         log.error("%s", exc)
         return EXIT_USAGE
     # The settings known before the model loads (the rest are checked once it is loaded).
-    mismatch = settings_mismatch(done, {
-        "seed": args.seed, "text_only": text_only,
-        "run_settings": {"system_prompt_sha256": sha256(system_prompt), "use_system_message": args.use_system_message},
-    })
+    mismatch = settings_mismatch(done, settings_known_before_load(args, system_prompt, text_only))
     if mismatch:
         return _resume_refused(checkpoint.path if checkpoint.path.exists() else output, mismatch)
     pending_groups = [g for g in groups if any(q.idx not in done for q in g.questions)]
