@@ -116,13 +116,18 @@ def _outputs(args: argparse.Namespace, input_path: Path) -> tuple[Path | None, P
 def run_scoring(args: argparse.Namespace, argv: list[str] | None) -> int:
     """calculate / evaluate / all for one input file."""
     from k9bench.artifacts import provenance, write_json_atomic
-    from k9bench.scoring import calculate, evaluate, format_table, load_embedding_model, load_for_scoring, plan_calculation
+    from k9bench.scoring import (
+        ScoringError, calculate, evaluate, format_table, load_embedding_model, load_for_scoring, plan_calculation,
+    )
 
     input_path = Path(args.input_file[0])
     sim_out, eval_out = _outputs(args, input_path)
     prov = provenance(SCRIPT, argv, args)
     artifact, rows = load_for_scoring(input_path)
     log.info("%s: %d records (%s file)", input_path, len(artifact.records), artifact.stage)
+    if not artifact.records:
+        # an accuracy of 0/0 would be reported as 0%; an empty file means an earlier stage wrote nothing
+        raise ScoringError(f"{input_path}: no records in 'individual_results'; nothing to score")
 
     sim_artifact = None
     if args.mode in ("calculate", "all"):

@@ -289,3 +289,12 @@ def test_non_finite_threshold_is_refused_before_any_work(tmp_path, raw_file, cap
     assert exc.value.code == 2
     assert "must be finite numbers" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [raw_file.name]
+
+
+@pytest.mark.parametrize("mode", ["calculate", "evaluate", "all"])
+def test_empty_input_is_an_error_not_a_zero_accuracy(tmp_path, capsys, mode):
+    path = write_raw(tmp_path / "raw_empty.json", [])
+    rc = evaluate_results.main(["--mode", mode, "--input_file", str(path), "--embedding_model", "no-such/model"])
+    assert rc == 1
+    assert f"{path}: no records in 'individual_results'; nothing to score" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
