@@ -192,4 +192,10 @@ def test_sbatch_array_with_merge_job_matches_the_single_job(slurm, single_job, t
     assert sum("step submit-finalize" in v for v in logs.values()) == 1
     merged = json.loads((out / f"raw_{TAG}.json").read_text())
     assert [r["idx"] for r in merged["individual_results"]] == list(range(12))
+    # per-shard counters are the whole run's (or listed per shard), not shard 0's
+    assert merged["failed_count"] == sum("error" in r for r in merged["individual_results"])
+    assert merged["token_totals"]["output"] == sum(s["token_totals"]["output"] for s in shards)
+    assert [s["shard_id"] for s in merged["run_stats"]["per_shard"]] == [0, 1]
+    assert merged["run_stats"]["generated"] == sum(s["run_stats"]["generated"] for s in shards)
+    assert "shard_id" not in merged and "num_shards" not in merged
     assert comparable_eval(out / f"eval_{TAG}.json") == comparable_eval(single_tmp / "out" / f"eval_{TAG}.json")
