@@ -274,6 +274,8 @@ def build_tasks(path: str | Path) -> TaskSet:
         artifact = load_records_artifact(path)
     except ArtifactError as exc:
         raise JudgeInputError(str(exc)) from None
+    if not artifact.records:
+        raise JudgeInputError(f"{path}: no records in 'individual_results'; nothing to judge")
     tasks: list[JudgeTask] = []
     failed: list[dict] = []
     problems: list[str] = []

@@ -403,6 +403,9 @@ def test_bad_inputs_exit_2_with_a_clear_message(tmp_path, server, capsys):
     assert "nope.json: no such file" in capsys.readouterr().err
     assert run(tmp_path, server, "--prompt_file", str(bad_prompt)) == 2
     assert "lacks the placeholder(s) {correct_answer}, {model_output}" in capsys.readouterr().err
+    write_eval(tmp_path / "empty.json", [])
+    assert run(tmp_path, server, evaluations=tmp_path / "empty.json") == 2
+    assert "empty.json: no records in 'individual_results'; nothing to judge" in capsys.readouterr().err
     assert server.chat_requests() == []
     assert not (tmp_path / "judge.json").exists()
 
