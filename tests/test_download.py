@@ -187,6 +187,21 @@ def test_720p_cap_uses_format_heights(server, sources, overrides, tmp_path, heig
     assert [p for p in server.requests if p.startswith("/media/")] == [f"/media/{vid(10)}/{expected}"]
 
 
+def test_h264_mp4_preferred_at_the_chosen_height(server, sources, overrides, tmp_path):
+    """At the capped height an h264 mp4 wins over vp9/webm (YouTube offers both), and a larger mp4 is not taken."""
+    server.add(vid(11), [
+        Fmt("webm720", sources["webm"], ext="webm", height=720, width=1280, vcodec="vp9", acodec="opus"),
+        Fmt("mp4720", sources["mp4"], height=720, width=1280, vcodec="avc1.4d401f", acodec="mp4a.40.2"),
+        Fmt("mp41080", sources["mp4"], height=1080, width=1920, vcodec="avc1.640028", acodec="mp4a.40.2"),
+        Fmt("webm480", sources["webm"], ext="webm", height=480, width=854, vcodec="vp9", acodec="opus"),
+    ])
+    report = download_videos({vid(11): f"https://youtu.be/{vid(11)}"}, tmp_path, config(overrides))
+    result = report.by_scene[vid(11)]
+    assert result.status == "ok", result.message
+    assert (result.format["format_id"], result.format["ext"], result.format["height"]) == ("mp4720", "mp4", 720)
+    assert [p for p in server.requests if p.startswith("/media/")] == [f"/media/{vid(11)}/mp4720"]
+
+
 # ---------------------------------------------------------------------------
 # Failures: each in its class, nothing invalid left behind
 
