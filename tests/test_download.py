@@ -588,6 +588,45 @@ def test_cli_downloads_unique_videos_and_exits_1_on_failure(server, sources, ove
     assert server.media_requests(vid(60)) == 1
 
 
+def test_cli_flags_reach_the_download_config(tmp_path, monkeypatch):
+    """Every download flag of the script lands in DownloadConfig (yt-dlp parameters are checked below)."""
+    import download_videos
+    import k9bench.download as kd
+
+    seen = {}
+
+    def fake_download(videos, output_dir, config, provenance=None):
+        seen.update(videos=dict(videos), output_dir=output_dir, config=config)
+        return kd.DownloadReport(output_dir=str(output_dir))
+
+    monkeypatch.setattr(kd, "download_videos", fake_download)
+    cookies = tmp_path / "c.txt"
+    data = _write_rows(tmp_path / "rows.jsonl", [f"https://youtu.be/{vid(70)}", f"https://youtu.be/{vid(71)}"])
+    argv = ["--dataset_name", str(data), "--output_dir", str(tmp_path / "v"), "--max_samples", "1", "--workers", "7",
+            "--retries", "5", "--timeout", "12.5", "--cookies", str(cookies), "--cookies_from_browser", "chrome:Profile 1",
+            "--sleep_interval", "2", "--manifest", str(tmp_path / "m.json"), "--reverify", "-q"]
+    assert download_videos.main(argv) == 0
+    cfg = seen["config"]
+    assert seen["videos"] == {vid(70): f"https://youtu.be/{vid(70)}"}
+    assert (cfg.workers, cfg.retries, cfg.timeout, cfg.sleep_interval) == (7, 5, 12.5, 2.0)
+    assert (cfg.cookies, cfg.cookies_from_browser, cfg.manifest_path, cfg.reverify) == (
+        str(cookies), "chrome:Profile 1", str(tmp_path / "m.json"), True)
+
+
+def test_ydl_params_carry_the_settings(tmp_path):
+    cfg = DownloadConfig(retries=5, timeout=12.5, sleep_interval=2.0, max_height=480)
+    params = ydl_params(vid(72), tmp_path / "work", tmp_path / "cache", cfg, "/opt/ffmpeg", tmp_path / "cookies.txt")
+    assert params["noplaylist"] is True
+    assert params["outtmpl"] == {"default": f"{vid(72)}.%(ext)s"}
+    assert params["paths"] == {"home": str(tmp_path / "work"), "temp": str(tmp_path / "work")}
+    assert params["format_sort"][0] == "res:480"
+    assert (params["retries"], params["fragment_retries"], params["extractor_retries"]) == (5, 5, 5)
+    assert (params["socket_timeout"], params["sleep_interval"]) == (12.5, 2.0)
+    assert (params["ffmpeg_location"], params["cookiefile"], params["cachedir"]) == (
+        "/opt/ffmpeg", str(tmp_path / "cookies.txt"), str(tmp_path / "cache"))
+    assert "allowed_extractors" not in params  # yt-dlp's own extractors in real use
+
+
 def test_cli_bad_url_in_dataset_exits_2(tmp_path):
     import download_videos
 
