@@ -110,6 +110,9 @@ def _outputs(args: argparse.Namespace, input_path: Path) -> tuple[Path | None, P
             raise ScoringError(f"{out}: the output would overwrite the input file; pass another --output_file")
     if sim_out is not None and eval_out is not None and _same_file(sim_out, eval_out):
         raise ScoringError(f"{sim_out}: the sim and eval outputs are the same file; pass --sim_file")
+    for out in (sim_out, eval_out):
+        if out is not None and out.is_dir():  # found now, not after the embedding pass
+            raise ScoringError(f"{out}: the output is a folder; pass a file name")
     return sim_out, eval_out
 
 

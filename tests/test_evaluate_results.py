@@ -298,3 +298,12 @@ def test_empty_input_is_an_error_not_a_zero_accuracy(tmp_path, capsys, mode):
     assert rc == 1
     assert f"{path}: no records in 'individual_results'; nothing to score" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_output_that_is_a_folder_is_refused_before_any_work(tmp_path, raw_file, capsys):
+    (tmp_path / "outdir").mkdir()
+    rc = evaluate_results.main(["--mode", "all", "--input_file", str(raw_file), "--output_file", str(tmp_path / "outdir"),
+                                "--sim_file", str(tmp_path / "s.json"), "--embedding_model", "no-such/model"])
+    assert rc == 1
+    assert f"{tmp_path / 'outdir'}: the output is a folder" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([raw_file.name, "outdir"])
