@@ -128,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     if paths.output.resolve() == paths.skipped.resolve():
         log.error("--output and --skipped are the same file (%s)", output)
         return 2
+    for flag, path in (("--output", paths.output), ("--skipped", paths.skipped)):
+        if path.is_dir():  # found now, not after every request was paid for
+            log.error("%s %s is a folder; give a file name", flag, path)
+            return 2
 
     try:
         template, prompt_source = load_prompt("judge_prompt", args.prompt_file)

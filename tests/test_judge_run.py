@@ -403,6 +403,10 @@ def test_bad_inputs_exit_2_with_a_clear_message(tmp_path, server, capsys):
     assert "nope.json: no such file" in capsys.readouterr().err
     assert run(tmp_path, server, "--prompt_file", str(bad_prompt)) == 2
     assert "lacks the placeholder(s) {correct_answer}, {model_output}" in capsys.readouterr().err
+    (tmp_path / "a_folder").mkdir()
+    assert subjective_evals.main(["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "a_folder"),
+                                  "--base_url", server.base_url]) == 2
+    assert "--output" in (err := capsys.readouterr().err) and "a_folder is a folder" in err
     write_eval(tmp_path / "empty.json", [])
     assert run(tmp_path, server, evaluations=tmp_path / "empty.json") == 2
     assert "empty.json: no records in 'individual_results'; nothing to judge" in capsys.readouterr().err
