@@ -45,6 +45,16 @@ class Extraction:
     """One of :data:`METHODS`."""
     thinking: str | None = None
     """The removed thinking text, if the reply had any."""
+    thinking_unfinished: bool = False
+    """The reply ended inside a ``<think>`` block (generation cut in the reasoning): the answer,
+    if any, comes from unfinished reasoning."""
+
+
+def prompt_opens_thinking(prompt: str | None) -> bool:
+    """True when a rendered prompt leaves a ``<think>`` block open (a Thinking model's template
+    may end the generation prompt with ``<think>``), so the reply starts inside the reasoning."""
+    prompt = prompt or ""
+    return prompt.rfind(THINK_OPEN) > prompt.rfind(THINK_CLOSE)
 
 
 def strip_thinking(text: str) -> tuple[str, str | None]:
@@ -138,9 +148,23 @@ def _loads(text: str) -> object:
         return None
 
 
-def extract_answer(response: str) -> Extraction:
-    """Extract the answer from a full model reply (see the module doc for the rules)."""
+def extract_answer(response: str, *, thinking_opened: bool = False) -> Extraction:
+    """Extract the answer from a full model reply (see the module doc for the rules).
+
+    ``thinking_opened``: the prompt opened a ``<think>`` block (:func:`prompt_opens_thinking`),
+    so the reply starts inside it. The answer is the same either way (a ``</think>`` without its
+    opening tag already drops what precedes it); what changes is that a reply cut before its
+    ``</think>`` is flagged :attr:`Extraction.thinking_unfinished`.
+    """
     response = response or ""
+    if thinking_opened and not response.lstrip().startswith(THINK_OPEN):
+        response = THINK_OPEN + response
+    unfinished = response.rfind(THINK_OPEN) > response.rfind(THINK_CLOSE)
+    found = _extract(response)
+    return Extraction(found.answer, found.method, found.thinking, unfinished)
+
+
+def _extract(response: str) -> Extraction:
     text, thinking = strip_thinking(response)
     text = strip_code_fences(text).strip()
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from k9bench.answers import extract_answer, iter_brace_blocks, strip_code_fences, strip_thinking
+from k9bench.answers import extract_answer, iter_brace_blocks, prompt_opens_thinking, strip_code_fences, strip_thinking
 
 CASES = [
     # (id, response, expected answer, expected method)
@@ -73,3 +73,35 @@ def test_code_fence_without_json_left_alone():
 
 def test_brace_blocks_in_order():
     assert list(iter_brace_blocks('a {"x": {"y": 1}} b {} {')) == ['{"x": {"y": 1}}', '{"y": 1}', "{}"]
+
+
+OPENED_CASES = [
+    # (id, reply after a prompt ending in "<think>\n", answer, method, thinking, unfinished)
+    ("closed", 'The dog sits.\n</think>\n\n{"reasoning": "r", "answer": "Sits."}', "Sits.", "json", "The dog sits.", False),
+    ("cut_in_reasoning", "The dog seems to sit, then", "The dog seems to sit, then", "raw", None, True),
+    ("cut_with_draft", 'maybe {"answer": "draft"} and', "draft", "json_block", None, True),
+    ("model_repeats_open_tag", '<think>hm</think>{"answer": "x"}', "x", "json", "hm", False),
+    ("empty", "", "", "raw", None, True),
+]
+
+
+@pytest.mark.parametrize("reply, answer, method, thinking, unfinished", [c[1:] for c in OPENED_CASES], ids=[c[0] for c in OPENED_CASES])
+def test_prompt_opened_thinking(reply, answer, method, thinking, unfinished):
+    got = extract_answer(reply, thinking_opened=True)
+    assert (got.answer, got.method, got.thinking, got.thinking_unfinished) == (answer, method, thinking, unfinished)
+    # the answer never depends on knowing the prompt; only the flag does
+    assert extract_answer(reply).answer == answer
+
+
+@pytest.mark.parametrize(
+    "prompt, opened",
+    [("<|im_start|>assistant\n<think>\n", True), ("<|im_start|>assistant\n<think>\n\n</think>\n\n", False),
+     ("<|im_start|>assistant\n", False), ("", False), (None, False)],
+)
+def test_prompt_opens_thinking(prompt, opened):
+    assert prompt_opens_thinking(prompt) is opened
+
+
+def test_unclosed_think_in_reply_is_flagged():
+    assert extract_answer('<think>still {"answer": "guess"}').thinking_unfinished is True
+    assert extract_answer('{"answer": "done"}').thinking_unfinished is False

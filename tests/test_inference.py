@@ -94,7 +94,8 @@ def test_end_to_end_layout(reference_run, tiny):
     assert inference["frames"]["image_patch_size"] == 16
     assert inference["prompt"]["system_prompt_source"] == "builtin:system_prompt"
     assert data["provenance"]["script"] == "eval_video_llm.py"
-    assert data["failed_count"] == 0
+    assert data["failed_count"] == 0 and data["thinking_unfinished_count"] == 0
+    assert all(r["thinking_unfinished"] is False for r in records)
 
 
 def test_batched_equals_batch_size_one_under_greedy(reference_run, tiny, demo_video_dir, tmp_path):
@@ -184,6 +185,24 @@ def test_text_only_mode(tiny, tmp_path):
         assert r["text_only"] is True and r["num_frames"] == 0 and r["frame_indices"] is None
         assert r["max_frames"] == 0 and "<|video_pad|>" not in r["prompt"] and r["response"]
     assert data["inference"]["frames"] is None and data["inference"]["text_only"] is True
+
+
+def test_thinking_template_reply_cut_in_reasoning_is_flagged(tiny, demo_video_dir, tmp_path):
+    """A Thinking-style template opens <think> in the prompt; the tiny model never closes it."""
+    model = tmp_path / "thinking"
+    shutil.copytree(tiny, model)
+    template = model / "chat_template.jinja"
+    text = template.read_text(encoding="utf-8")
+    assert "enable_thinking is defined and enable_thinking is true" in text
+    template.write_text(text.replace("enable_thinking is defined and enable_thinking is true", "true"), encoding="utf-8")
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(base_args(model, demo_video_dir, out, "--max_samples", "2", "--thinking_mode")) == EXIT_OK
+    data = load(out)
+    assert data["thinking_unfinished_count"] == 2
+    for r in data["individual_results"]:
+        assert r["prompt"].endswith("<|im_start|>assistant\n<think>\n") and "</think>" not in r["response"]
+        assert r["thinking_unfinished"] is True and r["finish_reason"] == "length"
+    assert load(out)["inference"]["thinking_mode"] is True
 
 
 def test_qwen2_5_vl_needs_no_model_specific_code(demo_video_dir, tmp_path):

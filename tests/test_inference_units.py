@@ -378,3 +378,16 @@ def test_sigterm_and_sigusr1_exit_75_with_records_kept(use_backend, demo_video_d
     assert eval_video_llm.main(args_for(demo_video_dir, out, "--batch_size", "1")) == EXIT_INTERRUPTED
     assert not out.exists() and checkpoint_path(out).read_text().count("\n") == 2
     assert signal.getsignal(getattr(signal, sig)) is signal.SIG_DFL
+
+
+def test_reply_cut_inside_opened_thinking_is_flagged():
+    """A Thinking template opens <think> in the prompt; a reply cut before </think> is flagged, and counted."""
+    q = load_questions("demo").questions[0]
+    ctx = runner.RunContext("m", 0, "SYS", True, 0, {}, None, True)
+    prompt = "<|im_start|>assistant\n<think>\n"
+    cut = runner.make_record(q, ctx, output=GenerationOutput(text="The dog", prompt=prompt, finish_reason="length"))
+    done = runner.make_record(q, ctx, output=GenerationOutput(text='r</think>{"answer": "Sits."}', prompt=prompt))
+    plain = runner.make_record(q, ctx, output=GenerationOutput(text="The dog", prompt="<|im_start|>assistant\n"))
+    assert (cut.answer, cut.extra["thinking_unfinished"]) == ("The dog", True)
+    assert (done.answer, done.extra["thinking_unfinished"]) == ("Sits.", False)
+    assert plain.extra["thinking_unfinished"] is False

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from k9bench.answers import extract_answer
+from k9bench.answers import extract_answer, prompt_opens_thinking
 from k9bench.artifacts import CheckpointLog, QuestionRecord, RecordsArtifact, checkpoint_path, load_records_artifact, now_iso, provenance, write_json_atomic
 from k9bench.cli import progress_enabled, short_model_name
 from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest, create_backend
@@ -320,9 +320,10 @@ def make_record(
         prompt = output.prompt
     extra: dict[str, Any] = {}
     if output is not None:
-        extraction = extract_answer(output.text)
+        extraction = extract_answer(output.text, thinking_opened=prompt_opens_thinking(output.prompt))
         response, answer = output.text, extraction.answer
         extra["answer_extraction"] = extraction.method
+        extra["thinking_unfinished"] = extraction.thinking_unfinished
     else:
         response, answer = "", ""
     extra.update(frame_fields(frames))
@@ -752,6 +753,8 @@ def final_meta(args: argparse.Namespace, argv: list[str] | None, *, records: lis
         "shard_id": args.shard_id,
         "failed_count": sum(failures.values()),
         "failures_by_class": failures,
+        # answers taken from a reply cut inside its <think> block (raise --max_new_tokens for these)
+        "thinking_unfinished_count": sum(1 for r in records if r.extra.get("thinking_unfinished")),
         # over every record of the file, resumed ones included (the backend's own usage covers this invocation only)
         "token_totals": {
             "input": sum((r.extra.get("num_input_tokens") or 0) for r in records),
