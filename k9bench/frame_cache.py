@@ -28,6 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from k9bench.artifacts import _current_umask
 from k9bench.video import (
     DEFAULT_DECODER,
     DEFAULT_FPS,
@@ -375,6 +376,8 @@ class FrameCache:
         meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
         fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=entry.parent)
         try:
+            # mkstemp makes 0600; a shared cache must be readable by the group's other runs (umask decides)
+            os.fchmod(fd, 0o666 & ~_current_umask())
             with os.fdopen(fd, "wb") as fh:
                 np.savez(fh, frames=pixels, meta=meta_arr)
                 fh.flush()

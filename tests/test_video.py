@@ -357,6 +357,17 @@ def test_disk_cache_round_trip(monkeypatch, clips, tmp_path):
     assert len(list(disk.glob("*.npz"))) == 3 and len(calls) == 3
 
 
+def test_disk_entries_get_the_umask_mode_not_0600(clips, tmp_path):
+    """A cache shared by a group's runs: entries are created like plain files (0666 minus umask), not private."""
+    from k9bench.artifacts import _current_umask
+
+    disk = tmp_path / "frames"
+    cache = FrameCache(disk_dir=disk)
+    cache.get(clips["short"])
+    mode = cache.entry_path(clips["short"]).stat().st_mode & 0o777
+    assert mode == 0o666 & ~_current_umask()
+
+
 def _flip_byte(path: Path, offset_from_end: int) -> None:
     data = bytearray(path.read_bytes())
     data[-offset_from_end] ^= 0xFF
