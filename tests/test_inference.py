@@ -91,6 +91,8 @@ def test_end_to_end_layout(reference_run, tiny):
     inference = data["inference"]
     assert inference["backend"]["attn_implementation"] == "sdpa"
     assert any("sdpa" in w for w in inference["backend"]["warnings"])  # the fallback is recorded
+    assert inference["backend"]["dtype"] == "float32"
+    assert any("float32" in w and "bfloat16" in w for w in inference["backend"]["warnings"])  # so is the CPU dtype
     assert inference["frames"]["image_patch_size"] == 16
     assert inference["prompt"]["system_prompt_source"] == "builtin:system_prompt"
     assert data["provenance"]["script"] == "eval_video_llm.py"

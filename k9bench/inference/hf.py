@@ -171,6 +171,8 @@ class HFBackend:
         attn, attn_warning = resolve_attention(self.requested["attn_implementation"], self.device)
         if attn_warning:
             self._warn(attn_warning)
+        if dtype_name != "bfloat16" and self.requested["torch_dtype"] is None and self.requested["bf16"] is None:
+            self._warn(f"weights in {dtype_name} ({dtype_reason}), not the reference's bfloat16; pass --bf16 to use bfloat16 here")
         log.info("loading %s (dtype %s: %s; attention %s; device %s)", self.model_name_or_path, dtype_name, dtype_reason, attn, self.device)
         try:
             self.processor = AutoProcessor.from_pretrained(self.model_name_or_path, trust_remote_code=self.trust_remote_code)
