@@ -52,6 +52,9 @@ def sources(tmp_path_factory) -> dict[str, Path]:
         "m4a": folder / "audio.m4a",
     }
     run_ffmpeg(["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000", "-t", "1", "-c:a", "aac", str(out["m4a"])])
+    # a real video in a codec the mp4 container cannot hold: the stream-copy remux must fail
+    out["huffyuv"] = folder / "lossless.mkv"
+    run_ffmpeg(["-f", "lavfi", "-i", "testsrc2=size=96x64:rate=10", "-t", "1", "-c:v", "huffyuv", str(out["huffyuv"])])
     return out
 
 
@@ -218,6 +221,7 @@ def test_every_failure_lands_in_its_class(server, sources, overrides, tmp_path):
         vid(27): ([Fmt("m", sources["mp4"], mode="refused")], "network", None),
         vid(28): ([Fmt("m", data=os.urandom(20000))], "invalid_file", None),
         vid(29): ([Fmt("m", data=b"\x00\x00\x00\x18ftypisom" + os.urandom(5000))], "invalid_file", None),
+        vid(31): ([Fmt("m", sources["huffyuv"], ext="mkv")], "ffmpeg_error", None),
     }
     for scene, (spec, _, _) in cases.items():
         if isinstance(spec, str):
@@ -235,7 +239,10 @@ def test_every_failure_lands_in_its_class(server, sources, overrides, tmp_path):
         assert res.message and res.file is None
     assert report.by_scene[vid(30)].status == "ok"
     assert report.exit_code == 1
-    assert report.failed_by_class == {"http_error": 2, "invalid_file": 2, "network": 2, "sign_in_required": 1, "timeout": 1, "unavailable": 2}
+    assert report.failed_by_class == {
+        "ffmpeg_error": 1, "http_error": 2, "invalid_file": 2, "network": 2, "sign_in_required": 1, "timeout": 1, "unavailable": 2,
+    }
+    assert "ffmpeg remux failed" in report.by_scene[vid(31)].message and "huffyuv" in report.by_scene[vid(31)].message
     # Nothing invalid left: only the good video and the manifest (no work folder, no .part).
     assert folder_names(out) == {f"{vid(30)}.mp4", "download_manifest.json"}
     manifest = json.loads((out / "download_manifest.json").read_text())
