@@ -23,7 +23,8 @@ Examples::
     python subjective_evals.py --evaluations eval.json --dataset_name ogmen/K9Bench
 
 Exit status: 0 all selected questions scored; 1 some were skipped (files are written; rerun
-to retry them); 2 bad input, prompt or missing key; 130 interrupted (rerun to finish).
+to retry them); 2 bad input, prompt or missing key, or an endpoint that refuses every connection
+(the run stops after that many failures in a row, checkpoint kept); 130 interrupted (rerun to finish).
 """
 
 from __future__ import annotations
@@ -204,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if result.interrupted:
         return 130
+    if result.unreachable:
+        return 2
     print(format_summary(result.summary))
     log.info("wrote %s (%d scored), %s (%d skipped), %s", paths.output, len(result.entries), paths.skipped, len(result.skipped), paths.summary)
     if result.skipped:

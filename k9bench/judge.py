@@ -620,6 +620,15 @@ class RunResult:
     """Requests resolved this run (scored + skipped)."""
     interrupted: bool = False
     """True when stopped by Ctrl-C (files hold what was done)."""
+    unreachable: str | None = None
+    """Set (the reason) when the run stopped because the endpoint refused every connection (see
+    :func:`unreachable_after`); the checkpoint holds what was done, no final file is written."""
+
+
+def unreachable_after(concurrency: int) -> int:
+    """Consecutive results that failed to connect (after their retries) that stop a run: the endpoint is down
+    or ``--base_url`` is wrong, and going on would spend hours in retry backoff for nothing."""
+    return max(10, 3 * concurrency)
 
 
 def run_judge(
@@ -666,14 +675,18 @@ def run_judge(
     usage = Usage()
     served: dict[str, int] = {}
     interrupted = False
+    unreachable: str | None = None
+    refused_streak = 0
+    stop_after = unreachable_after(concurrency)
     scored_now = skipped_now = 0
     client = None
     if todo:
         client = make_client()
         ckpt = CheckpointLog(paths.checkpoint)
         bar = tqdm(total=len(todo), unit="entry", desc="judging", disable=progress_disable, dynamic_ncols=True)
+        results = run_concurrent(lambda t: judge_task(t, client, settings), todo, concurrency)
         try:
-            for task, outcome in run_concurrent(lambda t: judge_task(t, client, settings), todo, concurrency):
+            for task, outcome in results:
                 record = {"idx": task.idx, "judge_model": settings.model, "prompt_sha256": settings.prompt_sha256}
                 if outcome.entry is not None:
                     data = outcome.entry.to_dict()
@@ -692,10 +705,23 @@ def run_judge(
                     usage = usage + Usage.from_dict(data.get("judge_usage"))
                 bar.update(1)
                 bar.set_postfix(scored=scored_now, skipped=skipped_now, refresh=False)
+                if outcome.skipped is not None and outcome.skipped.extra.get("error_kind") == "connection":
+                    refused_streak += 1
+                else:
+                    refused_streak = 0
+                if refused_streak >= stop_after:
+                    unreachable = (
+                        f"the judge endpoint {getattr(client, 'base_url', '?')} could not be reached for {refused_streak} "
+                        f"entries in a row (each after its retries): check --base_url and that the server is up"
+                    )
+                    log.error("%s; stopping. %d result(s) of this run are checkpointed in %s; rerun the same command "
+                              "to finish", unreachable, scored_now + skipped_now, paths.checkpoint)
+                    break
         except KeyboardInterrupt:
             interrupted = True
             log.warning("interrupted: %d result(s) of this run are checkpointed in %s; rerun the same command to finish", scored_now + skipped_now, paths.checkpoint)
         finally:
+            results.close()  # no new request starts; calls in flight are abandoned (daemon threads)
             bar.close()
             ckpt.close()
     final_entries = [entries[i] for i in sorted(entries)]
@@ -711,11 +737,13 @@ def run_judge(
         "targets": len(targets),
         "records": taskset.total_records,
         "interrupted": interrupted,
+        "unreachable": unreachable,
     }
     summary = summarize(final_entries, final_skipped, taskset.failed, usage_this_run=usage.to_dict(), extra=run_info)
-    if interrupted:
+    if interrupted or unreachable:
         # The checkpoint holds everything; leave the final files to the rerun.
-        return RunResult(final_entries, final_skipped, summary, scored_now + skipped_now, interrupted=True)
+        return RunResult(final_entries, final_skipped, summary, scored_now + skipped_now, interrupted=interrupted,
+                         unreachable=unreachable)
     write_json_atomic(paths.output, final_entries)
     write_json_atomic(paths.skipped, final_skipped)
     meta_out = dict(meta or {})
@@ -785,6 +813,7 @@ __all__ = [
     "format_summary",
     "load_prior",
     "run_judge",
+    "unreachable_after",
     "default_output",
     "default_skipped",
     "sidecar_path",

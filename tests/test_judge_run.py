@@ -468,3 +468,28 @@ def test_a_corrupt_earlier_output_is_refused_not_trusted(tmp_path, server, capsy
     capsys.readouterr()
     assert run(tmp_path, server) == 2
     assert "idx 1: score 'Overall' is 11, outside 1-10" in capsys.readouterr().err
+
+
+def test_an_unreachable_endpoint_stops_the_run_instead_of_retrying_every_entry(tmp_path, server, capsys):
+    from k9bench.judge import unreachable_after
+
+    write_eval(tmp_path / "eval.json", make_records(40))
+    down = FakeOpenAIServer(good)
+    down.start()
+    dead_url = down.base_url
+    down.stop()  # nothing listens on that port any more: every connection is refused
+    argv = ["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "judge.json"), "--skipped",
+            str(tmp_path / "skipped.json"), "--base_url", dead_url, "--concurrency", "2", "--max_retries", "1", *FAST]
+    assert subjective_evals.main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"could not be reached for {unreachable_after(2)} entries in a row" in err and "check --base_url" in err
+    ckpt = checkpoint_path(tmp_path / "judge.json")
+    lines = [json.loads(line) for line in ckpt.read_text().splitlines()]
+    assert len(lines) == unreachable_after(2) < 40  # stopped early, each failure checkpointed
+    assert all(r["status"] == "skipped" for r in lines)
+    assert not (tmp_path / "judge.json").exists()  # like an interruption: no final file, the rerun finishes
+    # the same command against a live server finishes the whole file
+    argv[argv.index(dead_url)] = server.base_url
+    assert subjective_evals.main(argv) == 0
+    assert [e["idx"] for e in load(tmp_path / "judge.json")] == list(range(40))
+    assert load(tmp_path / "skipped.json") == [] and not ckpt.exists()
