@@ -194,8 +194,16 @@ GOT_SIGNAL=""
 
 on_signal() {
     GOT_SIGNAL=$1
-    log "received SIG$1 during step '${CURRENT_STEP:-none}'; forwarding it to the step"
-    if [[ -n "$CHILD" ]]; then kill -s "$1" "$CHILD" 2>/dev/null || true; fi
+    # A step runs in the background, and bash starts background commands with SIGINT ignored
+    # (Python then never raises KeyboardInterrupt): Ctrl-C reaches the step as TERM, which every
+    # stage handles (inference checkpoints; the others write atomically).
+    local sig=$1 how=""
+    if [[ "$sig" == INT ]]; then
+        sig=TERM
+        how=" as SIGTERM"
+    fi
+    log "received SIG$1 during step '${CURRENT_STEP:-none}'; forwarding it to the step$how"
+    if [[ -n "$CHILD" ]]; then kill -s "$sig" "$CHILD" 2>/dev/null || true; fi
 }
 trap 'on_signal USR1' USR1
 trap 'on_signal TERM' TERM

