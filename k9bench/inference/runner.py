@@ -379,7 +379,8 @@ class RunStats:
     batch_fallbacks: int = 0
     """Batches that failed and were rerun question by question."""
     generate_seconds: float = 0.0
-    """Time inside the backend's generate."""
+    """Time inside the backend's generate, summed over batches (batches in flight together, as with
+    ``--backend openai``, each count in full, so this can exceed ``wall_seconds``)."""
     frame_wait_seconds: float = 0.0
     """Time the loop waited for frames (decoding not hidden by prefetch)."""
     wall_seconds: float = 0.0
@@ -427,7 +428,8 @@ class Runner:
         try:
             outputs = self.backend.generate(requests)
         finally:
-            self.stats.generate_seconds += time.perf_counter() - t0
+            with self._emit_lock:  # batches may run on worker threads (see _BatchPipeline)
+                self.stats.generate_seconds += time.perf_counter() - t0
         if len(outputs) != len(requests):
             raise RuntimeError(f"backend returned {len(outputs)} outputs for {len(requests)} requests")
         return outputs
