@@ -356,6 +356,41 @@ def check_writable_target(path: Path, what: str) -> str | None:
     return None
 
 
+@contextlib.contextmanager
+def folder_lock(folder: Path):
+    """Hold an exclusive ``flock`` on ``folder`` (the directory itself: nothing is created or deleted).
+
+    A second run into the same folder (another shell, another job's ``--auto_download``) waits
+    here, saying so, instead of writing the same partial files; it then skips what the first
+    run verified. Where the file system has no ``flock`` (some network file systems), the
+    run goes on unlocked (logged at DEBUG).
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX
+        yield
+        return
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError as exc:
+        log.debug("cannot open %s for locking (%s); going on without a lock", folder, exc)
+        yield
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            log.warning("another download is running into %s; waiting for it to finish "
+                        "(the videos it verifies are then skipped here)", folder)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            log.info("the other download into %s has finished; going on", folder)
+        except OSError as exc:
+            log.debug("cannot lock %s (%s); going on without a lock", folder, exc)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def prepare_output_dir(output_dir: Path) -> None:
     """Create the output folder and prove it writable with a throwaway file."""
     try:
@@ -874,38 +909,40 @@ def download_videos(
         browser_jar = load_browser_cookies(config.cookies_from_browser)
 
     prepare_output_dir(output_dir)
-    report = DownloadReport(
-        output_dir=str(output_dir),
-        manifest_path=str(manifest_path) if manifest_path else None,
-        started_at=now_iso(),
-        config=config.public_dict(),
-        provenance=provenance if provenance is not None else make_provenance("k9bench.download", [], None),
-    )
-    work_root = output_dir / WORK_DIRNAME
-    work_root.mkdir(exist_ok=True)
-    _purge_cookie_copies(work_root)
-    cookie_source = Path(os.path.expanduser(config.cookies)).absolute() if config.cookies else None
-    if browser_jar is not None:
-        # One private Netscape copy for every worker (each gets its own copy of it per video).
-        cookie_source = work_root / "browser-cookies.txt"
-        os.close(os.open(cookie_source, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
-        browser_jar.save(str(cookie_source))
-    ctx = _Context(
-        output_dir=output_dir,
-        work_root=work_root,
-        cache_dir=work_root / "yt-dlp-cache",
-        config=config,
-        ffmpeg=ffmpeg,
-        cookie_source=cookie_source,
-        previous={} if config.reverify else load_previous_manifest(manifest_path),
-    )
-    log.info("%d video(s) into %s with %d worker(s)", len(videos), output_dir, config.workers)
-    try:
-        _run_pool(videos, ctx, report, manifest_path, on_result)
-    finally:
+    # One run at a time per folder: two runs fetching the same video would write the same .part.
+    with folder_lock(output_dir):
+        report = DownloadReport(
+            output_dir=str(output_dir),
+            manifest_path=str(manifest_path) if manifest_path else None,
+            started_at=now_iso(),
+            config=config.public_dict(),
+            provenance=provenance if provenance is not None else make_provenance("k9bench.download", [], None),
+        )
+        work_root = output_dir / WORK_DIRNAME
+        work_root.mkdir(exist_ok=True)
         _purge_cookie_copies(work_root)
-    _cleanup_work_root(work_root)
-    return report
+        cookie_source = Path(os.path.expanduser(config.cookies)).absolute() if config.cookies else None
+        if browser_jar is not None:
+            # One private Netscape copy for every worker (each gets its own copy of it per video).
+            cookie_source = work_root / "browser-cookies.txt"
+            os.close(os.open(cookie_source, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600))
+            browser_jar.save(str(cookie_source))
+        ctx = _Context(
+            output_dir=output_dir,
+            work_root=work_root,
+            cache_dir=work_root / "yt-dlp-cache",
+            config=config,
+            ffmpeg=ffmpeg,
+            cookie_source=cookie_source,
+            previous={} if config.reverify else load_previous_manifest(manifest_path),
+        )
+        log.info("%d video(s) into %s with %d worker(s)", len(videos), output_dir, config.workers)
+        try:
+            _run_pool(videos, ctx, report, manifest_path, on_result)
+        finally:
+            _purge_cookie_copies(work_root)
+        _cleanup_work_root(work_root)
+        return report
 
 
 def _run_pool(

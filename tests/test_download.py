@@ -343,6 +343,31 @@ def test_interrupt_writes_a_manifest_of_finished_videos(server, sources, overrid
     assert_faststart_mp4(tmp_path / manifest["videos"][0]["file"])
 
 
+def test_a_second_run_into_the_same_folder_waits_for_the_first(server, sources, overrides, tmp_path, caplog):
+    """Two runs into one folder (another shell, another job's --auto_download) never write the same .part."""
+    import fcntl
+    import threading
+
+    out = tmp_path / "videos"
+    out.mkdir()
+    server.add(vid(54), [Fmt("m", sources["mp4"])])
+    videos = {vid(54): f"https://youtu.be/{vid(54)}"}
+    holder = os.open(out, os.O_RDONLY)  # stands in for the first run
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    reports = []
+    with caplog.at_level(logging.INFO, logger="k9bench.download"):
+        second = threading.Thread(target=lambda: reports.append(download_videos(videos, out, config(overrides))))
+        second.start()
+        time.sleep(1.0)
+        assert second.is_alive() and server.media_requests(vid(54)) == 0  # waiting, nothing fetched
+        assert "another download is running into" in caplog.text
+        os.close(holder)  # the first run ends
+        second.join(timeout=30)
+    assert not second.is_alive() and reports[0].counts["ok"] == 1
+    assert_faststart_mp4(out / f"{vid(54)}.mp4")
+    assert folder_names(out) == {f"{vid(54)}.mp4", "download_manifest.json"}  # the lock leaves no file behind
+
+
 COOKIE_LINE = "127.0.0.1\tFALSE\t/\tFALSE\t0\tK9SID\tsecret-value\n"
 
 
