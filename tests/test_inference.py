@@ -15,7 +15,7 @@ import pytest
 
 import eval_video_llm
 from k9bench.artifacts import checkpoint_path
-from k9bench.inference.runner import EXIT_OK
+from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK
 from k9bench.prompts import sha256
 from k9bench.tiny_model import build_tiny_qwen3vl
 
@@ -205,6 +205,19 @@ def test_thinking_template_reply_cut_in_reasoning_is_flagged(tiny, demo_video_di
         assert r["prompt"].endswith("<|im_start|>assistant\n<think>\n") and "</think>" not in r["response"]
         assert r["thinking_unfinished"] is True and r["finish_reason"] == "length"
     assert load(out)["inference"]["thinking_mode"] is True
+
+
+def test_sampling_config_that_cannot_generate_stops_at_load(tiny, demo_video_dir, tmp_path, capfd):
+    """A model whose config samples (as Qwen's do): --temperature 0 without --greedy would fail every question."""
+    model = tmp_path / "sampling"
+    shutil.copytree(tiny, model)
+    config = json.loads((model / "generation_config.json").read_text())
+    (model / "generation_config.json").write_text(json.dumps({**config, "do_sample": True, "temperature": 0.7}))
+    out = tmp_path / "raw.json"
+    args = [a for a in base_args(model, demo_video_dir, out, "--max_samples", "1", "--temperature", "0") if a != "--greedy"]
+    capfd.readouterr()
+    assert eval_video_llm.main(args) == EXIT_BACKEND
+    assert "--greedy" in capfd.readouterr().err and not out.exists() and not checkpoint_path(out).exists()
 
 
 def test_qwen2_5_vl_needs_no_model_specific_code(demo_video_dir, tmp_path):

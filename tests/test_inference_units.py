@@ -243,7 +243,8 @@ def test_auto_download_fetches_only_missing_videos(use_backend, demo_video_dir, 
 @pytest.mark.parametrize(
     "extra",
     [["--batch_size", "0"], ["--num_shards", "2", "--shard_id", "2"], ["--max_frames", "-1"], ["--max_pixels", "100"],
-     ["--system_prompt_file", "/nonexistent/prompt.txt"], ["--start_idx", "500"]],
+     ["--system_prompt_file", "/nonexistent/prompt.txt"], ["--start_idx", "500"], ["--temperature", "-1"],
+     ["--do_sample", "--temperature", "0"], ["--top_p", "0"], ["--top_p", "1.5"], ["--top_k", "-1"]],
 )
 def test_bad_input_exit_2(use_backend, demo_video_dir, tmp_path, extra):
     use_backend(FakeBackend())

@@ -214,6 +214,10 @@ class HFBackend:
 
         gen = copy.deepcopy(self.model.generation_config)
         gen.update(**self.overrides)
+        if gen.do_sample and gen.temperature is not None and gen.temperature <= 0:
+            # transformers would reject it at every generate call, turning each question into a failed record
+            raise BackendError(f"the model samples (do_sample from {'--do_sample' if 'do_sample' in self.overrides else 'its generation config'}) "
+                               f"but temperature is {gen.temperature}; pass --greedy, or a temperature > 0")
         if gen.pad_token_id is None:
             gen.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         self.generation_config = gen

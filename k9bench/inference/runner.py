@@ -685,6 +685,10 @@ def validate_args(args: argparse.Namespace) -> None:
         (args.max_pixels is None or args.max_pixels > 0, f"--max_pixels must be > 0 (got {args.max_pixels})"),
         (args.min_pixels is None or args.min_pixels > 0, f"--min_pixels must be > 0 (got {args.min_pixels})"),
         (args.prefetch_videos >= 0, f"--prefetch_videos must be >= 0 (got {args.prefetch_videos})"),
+        (args.temperature is None or args.temperature >= 0, f"--temperature must be >= 0 (got {args.temperature})"),
+        (not (args.do_sample is True and args.temperature == 0), "--do_sample with --temperature 0 cannot sample; use --greedy"),
+        (args.top_p is None or 0 < args.top_p <= 1, f"--top_p must be in (0, 1] (got {args.top_p})"),
+        (args.top_k is None or args.top_k >= 0, f"--top_k must be >= 0 (got {args.top_k})"),
     ]
     for ok, message in checks:
         if not ok:
