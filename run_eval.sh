@@ -483,6 +483,8 @@ print_config() {
     log "  EMBEDDING_MODEL  ${EMBEDDING_MODEL:-evaluate_results.py default (Qwen/Qwen3-Embedding-8B)}"
     log "  DEVICE           $DEVICE"
     log "  THRESHOLD        $THRESHOLD"
+    log "  DOWNLOAD_STRICT  $DOWNLOAD_STRICT ($([[ "$DOWNLOAD_STRICT" == 1 ]] && echo "a failed download stops the run" || echo "failed downloads become failed records, counted as wrong"))"
+    log "  REPORT           $REPORT$([[ "$REPORT" == 1 ]] && echo " (paper numbers: PUBLISHED=$PUBLISHED)")"
     log "  shards           $NUM_SHARDS${SHARD_ID:+ (this run: shard $SHARD_ID)}$([[ "$K9_FINALIZE" == 1 ]] && echo " (finalize: merge + scoring)")"
     if ((JUDGE_ON)); then
         local key_state="not set"

@@ -96,7 +96,7 @@ def test_demo_end_to_end_artifacts(demo_run):
     out = tmp / "out"
     # configuration printed, demo warning, every step named
     for name in ("MODEL_NAME", "MAX_FRAMES", "MAX_SAMPLES", "DATASET_NAME", "VIDEO_DIR", "OUT_DIR", "BATCH_SIZE",
-                 "EMBEDDING_MODEL", "THRESHOLD", "judge"):
+                 "EMBEDDING_MODEL", "THRESHOLD", "DOWNLOAD_STRICT", "REPORT", "judge"):
         assert re.search(rf"\]   {name} +\S", log), name
     assert "MEANINGLESS" in log
     for step in ("demo-model", "download", "inference", "similarity", "evaluate", "judge", "report"):
@@ -254,6 +254,8 @@ def test_failing_step_is_named_and_stops_the_run(tmp_path):
     # the configuration was printed first, without any secret
     assert "MODEL_NAME       Qwen/Qwen3-VL-4B-Instruct" in proc.stdout
     assert "judge            off (no OPENAI_API_KEY or JUDGE_BASE_URL)" in proc.stdout
+    assert "DOWNLOAD_STRICT  0 (failed downloads become failed records, counted as wrong)" in proc.stdout
+    assert "REPORT           1 (paper numbers: PUBLISHED=matching)" in proc.stdout
 
 
 def test_api_key_is_never_printed(tmp_path):
