@@ -154,6 +154,7 @@ def test_rerun_skips_finished_stages(demo_run, tiny_model_dir):
     assert eval_path.read_bytes() == before
 
 
+@pytest.mark.slow
 def test_changed_threshold_redoes_only_the_verdicts(demo_run, tiny_model_dir, tmp_path):
     """A finished stage is reused only when it was made with the settings asked for now."""
     ref_tmp, _, _ = demo_run
@@ -313,6 +314,7 @@ def test_array_task0_submits_one_merge_job_cancelled_if_a_task_fails(tmp_path):
     assert calls.read_text().splitlines() == args
 
 
+@pytest.mark.slow
 def test_existing_raw_of_another_model_or_dataset_is_not_reused(tmp_path, tiny_model_dir):
     """The raw file name holds only the model's short name, MAX_FRAMES and MAX_SAMPLES: a raw file
     made from another model folder or dataset under that name stops the run instead of being scored."""
