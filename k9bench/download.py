@@ -764,7 +764,22 @@ def _faststart_existing(final: Path, ctx: _Context):
 
 
 def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
-    """Bring ``{scene}.mp4`` into the output folder (or explain why not); never raises for a video problem."""
+    """Bring ``{scene}.mp4`` into the output folder (or explain why not); never raises for a video problem.
+
+    Whatever goes wrong with one video (an OS error on its files included) is that video's
+    failure: the other videos of the run go on.
+    """
+    started = time.monotonic()
+    try:
+        return _download_one(scene, url, ctx)
+    except Exception as exc:
+        log.debug("%s: unexpected failure", scene, exc_info=True)
+        return VideoResult(scene_name=scene, url=url, status="failed", error_class="error",
+                           message=f"{type(exc).__name__}: {exc}"[:500], seconds=round(time.monotonic() - started, 3),
+                           timestamp=now_iso())
+
+
+def _download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
     from k9bench.verify import probe_media, verify_video
 
     started = time.monotonic()
@@ -782,6 +797,9 @@ def download_one(scene: str, url: str, ctx: _Context) -> VideoResult:
 
     if ctx.stop.is_set():
         return finish("failed", error_class="error", message="not tried: the run was interrupted")
+    if final.exists() and not final.is_file():
+        return finish("failed", error_class="error",
+                      message=f"{final} exists but is not a regular file (a folder?): move it away and rerun")
     if final.exists():
         earlier = _verified_earlier(final, ctx.previous.get(scene))
         if earlier is not None:

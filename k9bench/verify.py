@@ -126,6 +126,8 @@ def check_box_layout(path: str | os.PathLike) -> tuple[list[str], str | None]:
         boxes = read_top_level_boxes(path)
     except BoxError as exc:
         return [], str(exc)
+    except OSError as exc:  # unreadable, a folder...: a bad file, reported, never raised
+        return [], f"cannot read the file: {exc.strerror or exc}"
     types = [b[0] for b in boxes]
     if not types or types[0] not in ("ftyp", "styp"):
         first = types[0] if types else "nothing"

@@ -303,6 +303,39 @@ def test_truncated_existing_file_is_replaced(server, sources, overrides, tmp_pat
     assert_faststart_mp4(tmp_path / f"{vid(39)}.mp4")
 
 
+def test_a_folder_named_like_a_video_fails_that_video_only(server, sources, overrides, tmp_path):
+    """An odd entry in the output folder is one video's failure with a clear message, not the end of the run."""
+    server.add(vid(32), [Fmt("m", sources["mp4"])])
+    server.add(vid(33), [Fmt("m", sources["mp4"])])
+    (tmp_path / f"{vid(32)}.mp4").mkdir()
+    videos = {s: f"https://youtu.be/{s}" for s in (vid(32), vid(33))}
+    report = download_videos(videos, tmp_path, config(overrides))
+    bad = report.by_scene[vid(32)]
+    assert (bad.status, bad.error_class) == ("failed", "error")
+    assert "is not a regular file" in bad.message and f"{vid(32)}.mp4" in bad.message
+    assert report.by_scene[vid(33)].status == "ok" and report.exit_code == 1
+    assert (tmp_path / f"{vid(32)}.mp4").is_dir()  # left for the user to look at
+
+
+def test_unexpected_os_error_on_one_video_does_not_stop_the_run(server, sources, overrides, tmp_path, monkeypatch):
+    import k9bench.download as kd
+
+    server.add(vid(34), [Fmt("m", sources["mp4"])])
+    server.add(vid(19), [Fmt("m", sources["mp4"])])
+    real = kd._url_key
+
+    def failing(url):
+        if vid(34) in url:
+            raise OSError(28, "No space left on device")
+        return real(url)
+
+    monkeypatch.setattr(kd, "_url_key", failing)
+    report = download_videos({s: f"https://youtu.be/{s}" for s in (vid(34), vid(19))}, tmp_path, config(overrides))
+    res = report.by_scene[vid(34)]
+    assert (res.status, res.error_class) == ("failed", "error") and "No space left" in res.message
+    assert report.by_scene[vid(19)].status == "ok"
+
+
 def test_failed_replacement_leaves_no_invalid_file(server, sources, overrides, tmp_path):
     server.add(vid(42), error="unavailable")
     (tmp_path / f"{vid(42)}.mp4").write_bytes(b"not a video")

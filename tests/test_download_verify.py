@@ -73,6 +73,11 @@ def test_verify_video(files, name, ok, needle):
     assert result.only_not_faststart is (name == "moov_at_end")
 
 
+def test_a_folder_is_reported_not_raised(tmp_path):
+    result = verify_video(tmp_path)
+    assert result.ok is False and "cannot read the file" in result.reason
+
+
 def test_audio_stream_is_reported(files):
     assert verify_video(files["audio"]).has_audio is True
     assert verify_video(files["good"]).has_audio is False
