@@ -54,10 +54,11 @@
 #   srun, of which this script has none, so the signal never arrived anywhere. The trap below
 #   forwards USR1 to the running stage (which checkpoints and exits), then requeues the job;
 #   the requeued run resumes every stage. TERM (scancel, scontrol requeue, preemption) is
-#   forwarded the same way.
+#   forwarded the same way, and so is Ctrl-C under plain bash (as TERM: bash starts the
+#   background step with SIGINT ignored).
 # - In array mode each task runs download (serialized by a lock in VIDEO_DIR) and its inference
-#   shard; task 0 also submits one dependent job (afterok on the whole array) that merges the
-#   shards and runs scoring, judge and report.
+#   shard; task 0 also submits one dependent job (afterok on the whole array, cancelled by
+#   SLURM if a task fails) that merges the shards and runs scoring, judge and report.
 #
 #SBATCH --job-name=k9bench-eval
 #SBATCH --nodes=1
@@ -78,6 +79,18 @@ die() {
     log "ERROR: $*"
     exit "$rc"
 }
+
+# Settings come from the environment only: --help prints the header above; any other argument
+# is refused (rather than ignored while a real run starts).
+if (($# > 0)); then
+    case "$1" in
+        -h | --help)
+            sed -n '2,/^#SBATCH/p' "${BASH_SOURCE[0]}" | grep -v '^#SBATCH' | sed 's/^# \{0,1\}//'
+            exit 0
+            ;;
+        *) die 2 "run_eval.sh takes no arguments (got '$*'); settings are environment variables, e.g. MAX_SAMPLES=-1 bash run_eval.sh (see --help)" ;;
+    esac
+fi
 
 # ---------------------------------------------------------------------------------------------
 # Configuration

@@ -363,3 +363,17 @@ def test_ctrl_c_during_inference_stops_the_step_at_once(demo_run, tiny_model_dir
     assert not raw.exists(), "the step ran to its end instead of stopping"
     assert 2 <= checkpoint_lines(partial) < 12
     assert "step similarity" not in log
+
+
+def test_help_and_stray_arguments(tmp_path):
+    """Settings are environment variables: --help prints the header, other arguments are refused
+    (instead of being ignored while a real run starts)."""
+    proc = subprocess.run(["bash", str(SCRIPT), "--help"], cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0
+    assert "MAX_SAMPLES=-1 sbatch run_eval.sh" in proc.stdout and "MODEL_NAME " in proc.stdout
+    assert "#SBATCH" not in proc.stdout and "[run_eval" not in proc.stdout
+    proc = subprocess.run(["bash", str(SCRIPT), "MAX_SAMPLES=-1"], cwd=tmp_path, env=clean_env(OUT_DIR=str(tmp_path / "o")),
+                          capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "takes no arguments (got 'MAX_SAMPLES=-1')" in proc.stdout and "step " not in proc.stdout
+    assert not (tmp_path / "o").exists()
