@@ -46,6 +46,9 @@ log = logging.getLogger(__name__)
 CACHE_FORMAT = 1
 """Version of the on-disk entry layout; entries of another version are re-decoded."""
 
+STALE_TMP_SECONDS = 3600.0
+"""A temporary entry file older than this was left by a killed run (writes take well under a second): removed."""
+
 
 @dataclass(frozen=True)
 class SamplingSettings:
@@ -142,6 +145,8 @@ class FrameCache:
                 log.warning("frame cache dir %s cannot be used (%s): frames will NOT be stored on disk this run",
                             self.disk_dir, self.disk_error)
                 self.disk_dir = None
+            else:
+                self._remove_stale_tmp()
         self.stats = CacheStats()
         self._slots: dict[tuple[str, int, int], _Slot] = {}
         self._pending: dict[tuple[str, int, int], Future] = {}
@@ -154,6 +159,22 @@ class FrameCache:
             "default" if self.settings.min_pixels is None else self.settings.min_pixels,
             self.settings.image_patch_size, self.disk_dir or "none",
         )
+
+    def _remove_stale_tmp(self) -> None:
+        """Delete half-written entries that killed runs left behind (each is as large as a whole entry)."""
+        import time
+
+        now = time.time()
+        removed = 0
+        for tmp in self.disk_dir.glob(".*.tmp"):  # type: ignore[union-attr]
+            try:
+                if now - tmp.stat().st_mtime > STALE_TMP_SECONDS:
+                    tmp.unlink()
+                    removed += 1
+            except OSError:
+                pass  # another run may have just renamed or removed it
+        if removed:
+            log.info("frame cache dir %s: removed %d temporary file(s) left by interrupted runs", self.disk_dir, removed)
 
     # ------------------------------------------------------------------ memory layer
 

@@ -368,6 +368,21 @@ def test_disk_entries_get_the_umask_mode_not_0600(clips, tmp_path):
     assert mode == 0o666 & ~_current_umask()
 
 
+def test_stale_temporary_entries_of_killed_runs_are_removed(tmp_path):
+    import time
+
+    disk = tmp_path / "frames"
+    disk.mkdir()
+    old = disk / ".0123456789abcdef.x1y2z3.tmp"  # what _write_entry's mkstemp names look like
+    old.write_bytes(b"half an entry")
+    two_hours_ago = time.time() - 7200
+    os.utime(old, (two_hours_ago, two_hours_ago))
+    fresh = disk / ".fedcba9876543210.a1b2c3.tmp"  # another run writing right now
+    fresh.write_bytes(b"being written")
+    FrameCache(disk_dir=disk)
+    assert not old.exists() and fresh.exists()
+
+
 def _flip_byte(path: Path, offset_from_end: int) -> None:
     data = bytearray(path.read_bytes())
     data[-offset_from_end] ^= 0xFF
