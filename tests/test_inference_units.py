@@ -392,3 +392,15 @@ def test_reply_cut_inside_opened_thinking_is_flagged():
     assert (cut.answer, cut.extra["thinking_unfinished"]) == ("The dog", True)
     assert (done.answer, done.extra["thinking_unfinished"]) == ("Sits.", False)
     assert plain.extra["thinking_unfinished"] is False
+
+
+def test_missing_video_dir_and_folder_output_are_bad_input(use_backend, demo_video_dir, tmp_path, capfd):
+    backend = use_backend(FakeBackend())
+    capfd.readouterr()
+    assert eval_video_llm.main(args_for(tmp_path / "no_such_dir", tmp_path / "raw.json")) == EXIT_USAGE
+    assert "--video_dir" in capfd.readouterr().err and not checkpoint_path(tmp_path / "raw.json").exists()
+    (tmp_path / "out_dir").mkdir()
+    assert eval_video_llm.main(args_for(demo_video_dir, tmp_path / "out_dir")) == EXIT_USAGE
+    assert "is a folder" in capfd.readouterr().err and backend.answered == 0
+    # text-only needs no video folder
+    assert eval_video_llm.main(args_for(tmp_path / "no_such_dir", tmp_path / "t.json", "--max_frames", "0", "--max_samples", "1")) == EXIT_OK

@@ -831,6 +831,9 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     output = Path(args.output_file or default_output_file(args.model_name_or_path, args.max_frames, args.max_samples))
     output = shard_output_file(output, args.num_shards, args.shard_id)
+    if output.is_dir():
+        log.error("--output_file %s is a folder; give the path of the raw JSON file to write", output)
+        return EXIT_USAGE
     checkpoint = CheckpointLog(checkpoint_path(output))
     model_name = short_model_name(args.model_name_or_path)
 
@@ -854,6 +857,12 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
         except ValueError as exc:  # DownloadInputError
             log.error("--auto_download: %s", exc)
             return EXIT_USAGE
+
+    if not text_only and pending_groups and not Path(args.video_dir).is_dir():
+        # not one failed "missing_video" record per question for a mistyped folder
+        log.error("--video_dir %s is not a folder; fetch the videos first (download_videos.py --output_dir %s) or pass --auto_download",
+                  args.video_dir, args.video_dir)
+        return EXIT_USAGE
 
     if not pending_groups and output.exists() and not checkpoint.path.exists():
         log.info("%s already holds a record for every selected question; nothing to do", output)
