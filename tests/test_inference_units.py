@@ -257,6 +257,23 @@ def test_backend_load_failure_exit_3(demo_video_dir, tmp_path):
     assert eval_video_llm.main(args_for(demo_video_dir, out, "--model_name_or_path", str(tmp_path / "no_model"))) == EXIT_BACKEND
 
 
+def test_out_of_memory_while_loading_is_exit_3(demo_video_dir, tmp_path, monkeypatch, capfd):
+    import transformers
+
+    from k9bench.tiny_model import build_tiny_qwen3vl
+
+    model = build_tiny_qwen3vl(tmp_path / "m")
+
+    def no_memory(*args, **kwargs):
+        raise RuntimeError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained", no_memory)
+    capfd.readouterr()
+    assert eval_video_llm.main(args_for(demo_video_dir, tmp_path / "raw.json", "--model_name_or_path", str(model))) == EXIT_BACKEND
+    err = capfd.readouterr().err
+    assert "cannot load model" in err and "CUDA out of memory" in err
+
+
 def test_system_prompt_file_and_user_turn_mode(use_backend, demo_video_dir, tmp_path):
     prompt = tmp_path / "p.txt"
     prompt.write_text("Custom prompt text.\n")

@@ -184,7 +184,7 @@ class HFBackend:
             if self.device != "cpu":
                 kwargs["device_map"] = self.device
             self.model = AutoModelForImageTextToText.from_pretrained(self.model_name_or_path, **kwargs)
-        except (OSError, ValueError, ImportError, KeyError) as exc:
+        except (OSError, ValueError, ImportError, KeyError, RuntimeError) as exc:  # RuntimeError: out of GPU memory, mismatched weights
             raise BackendError(f"cannot load model {self.model_name_or_path!r}: {type(exc).__name__}: {exc}") from exc
         if self.device == "cpu":
             self.model.to("cpu")
