@@ -71,6 +71,10 @@
 #SBATCH --output=slurm_logs/%x-%j.out
 
 set -euo pipefail
+# The whole script is one { ... } block, so bash reads all of it before running any of it:
+# editing or updating this file (git pull) while a long plain-bash run is going on cannot
+# change or break the run (bash otherwise reads a script piece by piece as it goes).
+{
 
 log() { printf '[run_eval %s] %s\n' "$(date '+%H:%M:%S')" "$*"; }
 die() {
@@ -205,6 +209,7 @@ CHILD=""
 CURRENT_STEP=""
 GOT_SIGNAL=""
 
+# shellcheck disable=SC2329  # invoked by the traps below
 on_signal() {
     GOT_SIGNAL=$1
     # A step runs in the background, and bash starts background commands with SIGINT ignored
@@ -551,3 +556,5 @@ log "all steps done: $EVAL"
 if [[ "$DEMO" == 1 ]]; then
     log "DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%)."
 fi
+exit 0
+}

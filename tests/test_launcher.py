@@ -377,3 +377,34 @@ def test_help_and_stray_arguments(tmp_path):
     assert proc.returncode == 2
     assert "takes no arguments (got 'MAX_SAMPLES=-1')" in proc.stdout and "step " not in proc.stdout
     assert not (tmp_path / "o").exists()
+
+
+@pytest.mark.slow
+def test_editing_the_script_during_a_run_does_not_change_the_run(demo_run, tiny_model_dir, tmp_path):
+    """bash reads a script as it runs it; the launcher is one block read whole, so a `git pull`
+    (here: lines inserted at the top) during a long plain-bash run leaves the run intact."""
+    ref_tmp, _, _ = demo_run
+    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
+    script = tmp_path / "run_eval.sh"
+    shutil.copy2(SCRIPT, script)
+    env = demo_env(tmp_path, tiny_model_dir, REPORT="0", K9BENCH_DIR=str(REPO))
+    partial = tmp_path / "out" / f"raw_{TAG}.json.partial.jsonl"
+    proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 300
+        while checkpoint_lines(partial) < 1:
+            assert proc.poll() is None, "launcher ended before inference checkpointed"
+            assert time.monotonic() < deadline, "inference never started"
+            time.sleep(0.05)
+        text = script.read_text()
+        with open(script, "w") as fh:  # in place, as an editor or git may do
+            fh.write("#!/usr/bin/env bash\n" + "# an inserted comment line shifts every offset\n" * 40 + text.split("\n", 1)[1])
+        log, _ = proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 0, log[-3000:]
+    assert "all steps done" in log and "syntax error" not in log
+    assert comparable_eval(tmp_path / "out" / f"eval_{TAG}.json") == comparable_eval(ref_tmp / "out" / f"eval_{TAG}.json")
