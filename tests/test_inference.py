@@ -22,7 +22,7 @@ from k9bench.tiny_model import build_tiny_qwen3vl
 SPEC_KEYS = {"idx", "question_category", "video", "ground_truth", "response", "answer", "scene_name", "question",
              "options", "prompt", "model_name", "max_frames", "timestamp"}
 OUR_KEYS = {"frame_indices", "num_frames", "sample_fps", "video_duration", "frame_size", "video_decoder", "text_only",
-            "generation", "seed", "attn_implementation", "prompt_sha256"}
+            "generation", "seed", "attn_implementation", "prompt_sha256", "run_settings", "thinking_unfinished"}
 PER_INVOCATION = ("provenance", "run_stats")
 
 
@@ -88,6 +88,11 @@ def test_end_to_end_layout(reference_run, tiny):
         assert r["num_frames"] == len(r["frame_indices"]) and r["num_frames"] <= 4 and r["num_frames"] % 2 == 0
         assert r["generation"]["do_sample"] is False and r["generation"]["max_new_tokens"] == 8
         assert r["num_output_tokens"] <= 8 and r["attn_implementation"] == "sdpa"
+        assert r["run_settings"] == {
+            "backend": "hf", "dtype": "float32", "system_prompt_sha256": data["inference"]["prompt"]["system_prompt_sha256"],
+            "use_system_message": True,
+            "frames": {"fps": 1.0, "max_pixels": 16384, "min_pixels": 2048, "image_patch_size": 16, "decoder": "decord"},
+        }
     inference = data["inference"]
     assert inference["backend"]["attn_implementation"] == "sdpa"
     assert any("sdpa" in w for w in inference["backend"]["warnings"])  # the fallback is recorded
