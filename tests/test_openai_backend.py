@@ -128,6 +128,19 @@ def parse(*argv: str) -> argparse.Namespace:
     return args
 
 
+def test_flags_of_the_other_backend_are_warned_and_recorded():
+    from k9bench.inference.hf import HFBackend
+
+    backend = OpenAIBackend.from_args(parse("--api_model", "gpt-4o", "--attn_implementation", "flash_attention_2", "--torch_dtype", "float16"))
+    assert any("--torch_dtype, --attn_implementation have no effect" in w for w in backend.warnings)
+    assert not OpenAIBackend.from_args(parse("--api_model", "gpt-4o")).warnings
+    args = eval_video_llm.build_parser().parse_args(["--frame_size", "512x512", "--concurrency", "4", "--video_fps", "1"])
+    args.max_new_tokens = 2048
+    hf = HFBackend.from_args(args)
+    assert hf.warnings == ["--concurrency, --frame_size apply to --backend openai only; ignored by the transformers backend"]
+    assert not HFBackend.from_args(eval_video_llm.build_parser().parse_args([])).warnings
+
+
 def test_flags_map_onto_the_run():
     args = parse("--api_model", "gpt-4o", "--video_fps", "1", "--frame_size", "512x512", "--concurrency", "16")
     assert args.model_name_or_path == "gpt-4o"  # names the run: model_name and the default file name

@@ -135,6 +135,19 @@ class HFBackend:
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> "HFBackend":
+        backend = cls._from_args(args)
+        try:
+            from k9bench.inference.openai_backend import openai_flags_given
+        except ImportError:  # pragma: no cover - the openai backend module is part of the package
+            return backend
+        given = openai_flags_given(args)
+        if given:
+            backend._warn(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend openai only; "
+                          "ignored by the transformers backend")
+        return backend
+
+    @classmethod
+    def _from_args(cls, args: argparse.Namespace) -> "HFBackend":
         return cls(
             args.model_name_or_path,
             torch_dtype=args.torch_dtype,

@@ -161,6 +161,22 @@ class _VideoFpsAction(argparse.Action):
         namespace.max_frames = VIDEO_FPS_MAX_FRAMES
 
 
+def openai_flags_given(args: argparse.Namespace) -> list[str]:
+    """The ``--backend openai`` flags given with values other than their defaults (they do nothing
+    with another backend, which says so). ``--api_model`` and ``--video_fps`` are left out: they set
+    shared flags."""
+    defaults = {
+        "base_url": None, "concurrency": DEFAULT_CONCURRENCY, "max_retries": DEFAULT_MAX_RETRIES, "timeout": DEFAULT_TIMEOUT,
+        "retry_backoff": 1.0, "video_transport": "frames", "frame_size": None, "jpeg_quality": DEFAULT_JPEG_QUALITY,
+        "image_detail": None, "video_url_base": None, "max_tokens_param": "max_tokens", "extra_body": None, "no_seed_param": False,
+    }
+    return [f"--{name}" for name, default in defaults.items() if getattr(args, name, default) != default]
+
+
+HF_ONLY_FLAGS = {"torch_dtype": None, "bf16": None, "attn_implementation": None, "device": "auto", "trust_remote_code": False}
+"""Flags of the transformers backend (and their defaults) that the server decides instead."""
+
+
 # --------------------------------------------------------------------------- settings
 
 
@@ -346,6 +362,10 @@ class OpenAIBackend:
             warnings.append("--frame_size has no effect with --video_transport video_url (the server samples and resizes the video)")
         if transport != "video_url" and getattr(args, "video_url_base", None):
             warnings.append("--video_url_base has no effect unless --video_transport video_url")
+        ignored = [f"--{name}" for name, default in HF_ONLY_FLAGS.items() if getattr(args, name, default) != default]
+        if ignored:
+            warnings.append(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend openai "
+                            "(the server's weights, dtype, attention kernel and device apply)")
         for text in warnings:
             log.warning("%s", text)
         settings = OpenAISettings(
