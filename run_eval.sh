@@ -454,6 +454,7 @@ step_report() {
     local cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode report --input_file "$EVAL" --report_dir "$REPORT_DIR"
         --published "$PUBLISHED")
     [[ ! -s "$JUDGE" ]] || cmd+=(--judge_files "$JUDGE")
+    [[ "$DEMO" != 1 ]] || cmd+=(--note "DEMO run: a tiny RANDOM-WEIGHT model on the synthetic 12-question demo set; these scores are MEANINGLESS (they only show that the pipeline works).")
     run_step report "${cmd[@]}"
     check_step report
     log "report: $REPORT_DIR/report.md"

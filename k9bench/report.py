@@ -625,6 +625,9 @@ def add_report_args(parser: argparse.ArgumentParser) -> None:
         help="show the paper's published numbers beside the runs: those of the same models, or all (default: %(default)s)",
     )
     group.add_argument("--labels", nargs="+", default=None, metavar="NAME", help="display names for the eval files, in --input_file order")
+    group.add_argument("--note", action="append", default=None, metavar="TEXT",
+                       help="a line shown in bold at the top of report.md and kept in report.json (repeatable), "
+                            "e.g. that a run is a smoke test whose scores mean nothing")
 
 
 @dataclass
@@ -639,9 +642,12 @@ class Report:
     """Table 1 rows shown beside the runs."""
     published_mode: str
     """``none``, ``matching`` or ``all``."""
+    notes: list = field(default_factory=list)
+    """Caller's lines shown at the top of the report (``--note``)."""
 
 
-def build_report(eval_files: list[str], judge_files: list[str] | None = None, *, published: str = "none", labels: list[str] | None = None) -> Report:
+def build_report(eval_files: list[str], judge_files: list[str] | None = None, *, published: str = "none", labels: list[str] | None = None,
+                 notes: list[str] | None = None) -> Report:
     """Load every input (raising :class:`ReportError` on the first bad one)."""
     if not eval_files:
         raise ReportError("no eval file given (--input_file eval_A.json [eval_B.json ...])")
@@ -650,7 +656,8 @@ def build_report(eval_files: list[str], judge_files: list[str] | None = None, *,
     runs = [load_run(p) for p in eval_files]
     _disambiguate(runs, labels)
     judges = [load_judge(p) for p in (judge_files or [])]
-    return Report(runs=runs, judges=judges, published=published_rows_for(runs, published), published_mode=published)
+    return Report(runs=runs, judges=judges, published=published_rows_for(runs, published), published_mode=published,
+                  notes=[n for n in (notes or []) if n.strip()])
 
 
 def write_report(report: Report, report_dir: str | Path, markdown_path: str | Path | None = None) -> dict:
@@ -683,6 +690,8 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
         "none": "not available",
     }
     md = ["# K9-Bench report", "", f"Generated {now_iso()} from {len(report.runs)} eval file(s).", ""]
+    for note in report.notes:
+        md += [f"**{note.strip()}**", ""]
     md += ["## MCQ accuracy (paper's Table 1 layout)", ""]
     md += [
         "Accuracy in %, failed samples counted as wrong (comparable to the paper). "
@@ -720,6 +729,7 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
         "published": [asdict(p) for p in report.published],
         "plots": {k: (str(v) if v else None) for k, v in plots.items()},
         "notes": notes,
+        "caller_notes": list(report.notes),
     }
     written["json"] = str(write_json_atomic(report_dir / "report.json", summary))
     return written
@@ -730,7 +740,8 @@ def run_report(args: argparse.Namespace) -> int:
     inputs = args.input_file if isinstance(args.input_file, (list, tuple)) else [args.input_file]
     inputs = [p for p in inputs if p]
     try:
-        report = build_report(inputs, getattr(args, "judge_files", None), published=getattr(args, "published", "none"), labels=getattr(args, "labels", None))
+        report = build_report(inputs, getattr(args, "judge_files", None), published=getattr(args, "published", "none"), labels=getattr(args, "labels", None),
+                              notes=getattr(args, "note", None))
         written = write_report(report, getattr(args, "report_dir", None) or "report", getattr(args, "output_file", None))
     except ArtifactError as exc:
         log.error("report: %s", exc)

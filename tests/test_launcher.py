@@ -135,6 +135,7 @@ def test_demo_end_to_end_artifacts(demo_run):
     report = out / f"report_{TAG}"
     md = (report / "report.md").read_text()
     assert "| tiny-qwen3vl | this run | 4 |" in md
+    assert "these scores are MEANINGLESS" in md.split("## MCQ accuracy")[0]  # the report itself says so
     assert "Judge scores" in md and "| 70.00 | 60.00 | 80.00 | 50.00 | 60.00 |" in md
     for png in ("accuracy_by_category.png", "accuracy_by_duration.png"):
         assert (report / png).read_bytes()[:8] == PNG_MAGIC

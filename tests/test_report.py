@@ -298,3 +298,14 @@ def test_older_threshold_results_layout_loads(tmp_path):
     run = load_run(path)
     assert (run.overall.correct, run.overall.total) == (5, 20)
     assert run.categories[CATEGORIES[2]].accuracy == 25.0
+
+
+def test_notes_head_the_report(tmp_path):
+    """--note lines (the launcher's demo uses one: random weights, meaningless scores) open report.md."""
+    path = make_eval(tmp_path / "eval_m_mf32_n20.json")
+    args = report_args(tmp_path, "--input_file", str(path), "--note", "DEMO: scores are MEANINGLESS", "--note", "second")
+    assert run_report(args) == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert md.index("**DEMO: scores are MEANINGLESS**") < md.index("## MCQ accuracy")
+    assert "**second**" in md
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["caller_notes"] == ["DEMO: scores are MEANINGLESS", "second"]
