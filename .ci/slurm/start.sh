@@ -23,6 +23,14 @@ EXTRA_LO_ADDR=127.0.1.1/32
 
 die() { echo "slurm-ci: $*" >&2; exit 1; }
 
+# STATE_DIR is wiped below: only ever a folder this script made (or an empty/absent one)
+if [[ -e "$DIR" ]]; then
+    [[ -d "$DIR" ]] || die "$DIR exists and is not a folder; give another STATE_DIR"
+    if [[ -n "$(ls -A "$DIR")" ]] && ! grep -qs '^# Written by .ci/slurm/start.sh' "$DIR/etc/slurm.conf"; then
+        die "refusing to wipe $DIR: it is not empty and was not made by .ci/slurm/start.sh; give a new or empty STATE_DIR"
+    fi
+fi
+
 for bin in munged slurmctld slurmd sinfo; do
     command -v "$bin" >/dev/null 2>&1 || die "$bin not found; run .ci/slurm/install.sh first"
 done
