@@ -360,6 +360,32 @@ def test_resume_refuses_other_request_settings(fake_openai, ramp_dir, ramp_datas
     assert [question_of(r) for r in fake_openai.chat_requests()] == [0] and load(out)["failed_count"] == 0
 
 
+def test_server_gone_mid_run_stops_instead_of_failing_every_question(fake_openai, demo_video_dir, tmp_path, capfd):
+    """After unreachable_limit (10 at concurrency 1) requests in a row cannot connect, the run stops (exit 3)
+    with every finished question checkpointed; the rerun finishes the rest."""
+    from k9bench.artifacts import checkpoint_path
+    from k9bench.inference.runner import EXIT_BACKEND
+
+    seen: list[int] = []
+
+    def responder(req):
+        seen.append(1)
+        return json_reply(req) if len(seen) <= 1 else Fault(drop=True)
+
+    fake_openai.responder = responder
+    out = tmp_path / "raw.json"
+    capfd.readouterr()
+    code = run(out, fake_openai, "demo", demo_video_dir, "--max_frames", "2", "--max_retries", "0", "--concurrency", "1")
+    assert code == EXIT_BACKEND and "could not connect" in capfd.readouterr().err
+    lines = [json.loads(line) for line in checkpoint_path(out).read_text().splitlines()]
+    assert len(lines) == 10 and not out.exists()  # 1 answered + 9 failed; the 10th failure stopped the run
+    assert "error" not in lines[0] and all(r["error_class"] == "generation_error" for r in lines[1:])
+    fake_openai.responder = json_reply
+    fake_openai.clear()
+    assert run(out, fake_openai, "demo", demo_video_dir, "--max_frames", "2", "--max_retries", "0", "--concurrency", "1") == EXIT_OK
+    assert len(fake_openai.chat_requests()) == 11 and load(out)["failed_count"] == 0
+
+
 def test_context_overflow_is_retried_with_half_the_frames(fake_openai, ramp_dir, ramp_dataset, tmp_path):
     def responder(req):
         if len(req.image_parts) > 4:

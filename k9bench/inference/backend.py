@@ -38,6 +38,12 @@ class BackendError(RuntimeError):
     """A backend cannot be created or loaded (bad model path, missing package...); the run stops."""
 
 
+class BackendUnavailable(BackendError):
+    """Raised by ``generate`` when the backend can answer no more questions (a server that stopped
+    accepting connections): the run stops with the checkpoint kept, instead of turning every
+    remaining question into a failed record."""
+
+
 @dataclass
 class GenerationRequest:
     """One question to answer."""

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
+from k9bench.inference.backend import BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
 
 if TYPE_CHECKING:
     from k9bench.video import Frames
@@ -287,6 +287,9 @@ class OpenAIBackend:
         self._media_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(max(1, settings.concurrency))  # HTTP calls in flight, over all batches
         self._carry: dict[int, tuple[str, Any, GenerationOutput | ApiCallError]] = {}
+        self._unreachable_streak = 0  # requests in a row that could not connect
+        self.unreachable_limit = max(10, 3 * max(1, settings.concurrency))
+        """Requests in a row that could not connect (after their retries) before the run stops."""
 
     # ------------------------------------------------------------------ flags
 
@@ -702,6 +705,13 @@ class OpenAIBackend:
                     self._usage["served_models"].append(result.model)
             else:
                 self._usage["failed_requests"] += 1
+            self._unreachable_streak = self._unreachable_streak + 1 if (not result.ok and result.error_kind == "connection") else 0
+            streak = self._unreachable_streak
+        if streak >= self.unreachable_limit:
+            raise BackendUnavailable(
+                f"{streak} requests in a row could not connect to {s.base_url or 'the OpenAI API'} after their retries "
+                f"(last: {result.error}); the server seems down, stopping instead of failing every remaining question"
+            )
         if not result.ok:
             status = f" (HTTP {result.status_code})" if result.status_code else ""
             return ApiCallError(f"{result.error_kind}{status} after {result.attempts} attempt(s): {result.error}",

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 from k9bench.answers import extract_answer, prompt_opens_thinking
 from k9bench.artifacts import CheckpointLog, QuestionRecord, RecordsArtifact, checkpoint_path, load_records_artifact, now_iso, provenance, write_json_atomic
 from k9bench.cli import progress_enabled, short_model_name
-from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest, create_backend
+from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest, create_backend
 from k9bench.video import DEFAULT_IMAGE_PATCH_SIZE
 
 if TYPE_CHECKING:
@@ -451,6 +451,8 @@ class Runner:
         try:
             out = self._generate(self._requests([question], frames, group.path))[0]
             return make_record(question, self.ctx, output=out, frames=frames)
+        except BackendUnavailable:
+            raise
         except Exception as exc:
             if not self.backend.is_out_of_memory(exc):
                 log.warning("idx %s: generation failed: %s", question.idx, _error_text(exc))
@@ -473,6 +475,8 @@ class Runner:
         try:
             out = self._generate(self._requests([question], fewer, group.path))[0]
             return make_record(question, self.ctx, output=out, frames=fewer, oom_retry=info)
+        except BackendUnavailable:
+            raise
         except Exception as exc:
             error_text = _error_text(exc)
             error_class = "oom" if self.backend.is_out_of_memory(exc) else "generation_error"
@@ -488,6 +492,8 @@ class Runner:
         failure = None
         try:
             outputs = self._generate(self._requests(questions, frames, group.path))
+        except BackendUnavailable:
+            raise
         except Exception as exc:
             failure = (_error_text(exc), self.backend.is_out_of_memory(exc))
         if failure is not None:
@@ -930,6 +936,10 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
         log.warning("stopped by %s: %d record(s) are safe in %s; rerun the same command to resume (exit %d)",
                     exc, len(done), checkpoint.path, EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
+    except BackendUnavailable as exc:
+        log.error("%s; %d record(s) are safe in %s: rerun the same command once the backend is back (exit %d)",
+                  exc, len(done), checkpoint.path, EXIT_BACKEND)
+        return EXIT_BACKEND
     except KeyboardInterrupt:
         log.warning("interrupted: %d record(s) are safe in %s; rerun the same command to resume (exit %d)", len(done), checkpoint.path, EXIT_SIGINT)
         return EXIT_SIGINT
