@@ -199,3 +199,20 @@ def test_sbatch_array_with_merge_job_matches_the_single_job(slurm, single_job, t
     assert merged["run_stats"]["generated"] == sum(s["run_stats"]["generated"] for s in shards)
     assert "shard_id" not in merged and "num_shards" not in merged
     assert comparable_eval(out / f"eval_{TAG}.json") == comparable_eval(single_tmp / "out" / f"eval_{TAG}.json")
+
+
+def test_failed_array_task_cancels_the_merge_job(slurm, tmp_path):
+    """The cluster has no kill_invalid_depend (as by default): the merge job's own
+    --kill-on-invalid-dep=yes must cancel it when a task fails, not leave it pending forever."""
+    env = clean_env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "missing.jsonl"),
+                    K9BENCH_DIR=str(REPO))
+    env.update(PATH=slurm["PATH"], SLURM_CONF=slurm["SLURM_CONF"])
+    array = submit(env, tmp_path, "--array=0-1")
+    tasks = wait_done(slurm, array, timeout=120)
+    assert all(t["JobState"] == "FAILED" for t in tasks), [t["JobState"] for t in tasks]
+    logs = "".join(read_log(tmp_path, f"k9bench-eval-{t['JobId']}.out") for t in tasks)
+    assert "ERROR: step download failed (exit 2)" in logs
+    merge_job = (tmp_path / "out" / f".finalize_{array}.jobid").read_text().strip()
+    merge = wait_done(slurm, merge_job, timeout=60)[0]
+    assert merge["JobState"] == "CANCELLED", merge
+    assert not read_log(tmp_path, f"k9bench-eval-merge-{merge_job}.out"), "the merge job must never start"

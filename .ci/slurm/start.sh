@@ -98,8 +98,9 @@ JobCompType=jobcomp/none
 SlurmdParameters=config_overrides
 SchedulerType=sched/backfill
 SchedulerParameters=batch_sched_delay=0,sched_interval=2,bf_interval=2
-# a job depending on a failed array is cancelled instead of waiting forever
-DependencyParameters=kill_invalid_depend
+# No DependencyParameters=kill_invalid_depend on purpose: run_eval.sh submits its array merge
+# job with --kill-on-invalid-dep=yes, and tests/test_slurm.py checks that this alone cancels
+# it when a task fails (clusters' defaults leave such a job pending forever).
 ReturnToService=2
 KillWait=15
 MinJobAge=600
