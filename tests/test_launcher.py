@@ -409,3 +409,27 @@ def test_editing_the_script_during_a_run_does_not_change_the_run(demo_run, tiny_
     assert proc.returncode == 0, log[-3000:]
     assert "all steps done" in log and "syntax error" not in log
     assert comparable_eval(tmp_path / "out" / f"eval_{TAG}.json") == comparable_eval(ref_tmp / "out" / f"eval_{TAG}.json")
+
+
+@pytest.mark.slow
+def test_plain_bash_shards_then_finalize_match_the_single_run(demo_run, tiny_model_dir, tmp_path):
+    """The README's sharding without SLURM: one shard (SHARD_ID), a finalize that refuses while a
+    shard is missing, then NUM_SHARDS=2 runs the other shard, merges and scores like one run."""
+    ref_tmp, _, _ = demo_run
+    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
+    out = tmp_path / "out"
+    one = run_launcher(demo_env(tmp_path, tiny_model_dir, REPORT="0", NUM_SHARDS="2", SHARD_ID="1"), tmp_path)
+    assert one.returncode == 0, one.stdout[-3000:]
+    assert "shard 1 of 2 done" in one.stdout and "K9_FINALIZE=1 NUM_SHARDS=2 bash run_eval.sh" in one.stdout
+    assert (out / f"raw_{TAG}.shard1of2.json").exists() and not (out / f"raw_{TAG}.json").exists()
+    early = run_launcher(demo_env(tmp_path, tiny_model_dir, REPORT="0", NUM_SHARDS="2", K9_FINALIZE="1"), tmp_path)
+    assert early.returncode == 1, early.stdout[-3000:]
+    assert "shard file missing" in early.stdout and "ERROR: step merge failed (exit 1)" in early.stdout
+    assert "step inference" not in early.stdout
+    rest = run_launcher(demo_env(tmp_path, tiny_model_dir, REPORT="0", NUM_SHARDS="2"), tmp_path)
+    assert rest.returncode == 0, rest.stdout[-3000:]
+    assert re.search(r"step inference-shard1: \S+ exists, skipping", rest.stdout)
+    assert "step inference-shard0: " in rest.stdout and "step merge: " in rest.stdout
+    merged = json.loads((out / f"raw_{TAG}.json").read_text())
+    assert [s["shard_id"] for s in merged["run_stats"]["per_shard"]] == [0, 1]
+    assert comparable_eval(out / f"eval_{TAG}.json") == comparable_eval(ref_tmp / "out" / f"eval_{TAG}.json")
