@@ -166,6 +166,8 @@ class JudgeSummary:
     """Entries with all five scores."""
     ignored: int = 0
     """Entries without usable scores."""
+    model: str | None = None
+    """The judged run's model (matched to an eval file of the report), used to find the paper's row."""
 
 
 # ---------------------------------------------------------------------------
@@ -417,6 +419,46 @@ def load_judge(path: str | Path) -> JudgeSummary:
     return JudgeSummary(path=str(path), label=label, scores={a: 10.0 * sums[a] / scored for a in JUDGE_AXES}, scored=scored, ignored=ignored)
 
 
+def match_judge_to_run(judge: JudgeSummary, runs: list[RunSummary]) -> RunSummary | None:
+    """Give a judge row the label (and model) of the eval file it judged, so Table 3 names runs as
+    Table 1 does (``--labels`` included).
+
+    The judge's ``<file>.meta.json`` sidecar (subjective_evals.py) names its input and that file's
+    sha256: an eval file of the report with the same bytes or path is the one. Otherwise the judge
+    file name (``judge_<model>_mf<frames>_n<samples>``) is matched against the runs' models and frames.
+    """
+    import hashlib
+
+    match = None
+    sidecar = Path(f"{judge.path}.meta.json")
+    info = {}
+    if sidecar.exists():
+        try:
+            data = read_json(sidecar)
+            info = data.get("input") if isinstance(data, dict) and isinstance(data.get("input"), dict) else {}
+        except ArtifactError as exc:
+            log.warning("%s: unreadable (%s); matching the judge file to a run by its name", sidecar, exc)
+    digest, source = info.get("sha256"), info.get("evaluations")
+    for run in runs:
+        try:
+            same_bytes = bool(digest) and hashlib.sha256(Path(run.path).read_bytes()).hexdigest() == digest
+        except OSError:
+            same_bytes = False
+        same_path = bool(source) and Path(str(source)).resolve() == Path(run.path).resolve()
+        if same_bytes or same_path:
+            match = run
+            break
+    if match is None:
+        name = FILE_NAME_RE.match(Path(judge.path).stem)
+        if name:
+            candidates = [r for r in runs if r.model == name.group("model") and r.max_frames == int(name.group("frames"))]
+            if len(candidates) == 1:
+                match = candidates[0]
+    if match is not None:
+        judge.label, judge.model = match.label, match.model
+    return match
+
+
 # ---------------------------------------------------------------------------
 # Markdown
 
@@ -467,7 +509,7 @@ def judge_markdown(judges: list[JudgeSummary], published: str = "none") -> str:
     """The Table 3 layout: rank, model, Logical, Factual, Concise, Accuracy, Overall (0-100)."""
     rows = [(j.scores["Overall"], j.label, "this run", [f"{j.scores[a]:.2f}" for a in JUDGE_AXES], str(j.scored)) for j in judges if j.scored]
     if published != "none":
-        shown = {normalize_model_name(j.label) for j in judges}
+        shown = {normalize_model_name(j.model or j.label) for j in judges}
         for pub in PUBLISHED_JUDGE:
             if published == "all" or normalize_model_name(pub.model) in shown:
                 rows.append((pub.scores["Overall"], pub.model, "paper", [f"{pub.scores[a]:.2f}" for a in JUDGE_AXES], "—"))
@@ -656,6 +698,8 @@ def build_report(eval_files: list[str], judge_files: list[str] | None = None, *,
     runs = [load_run(p) for p in eval_files]
     _disambiguate(runs, labels)
     judges = [load_judge(p) for p in (judge_files or [])]
+    for judge in judges:
+        match_judge_to_run(judge, runs)
     return Report(runs=runs, judges=judges, published=published_rows_for(runs, published), published_mode=published,
                   notes=[n for n in (notes or []) if n.strip()])
 

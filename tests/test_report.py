@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 from pathlib import Path
 
@@ -309,3 +310,20 @@ def test_notes_head_the_report(tmp_path):
     assert md.index("**DEMO: scores are MEANINGLESS**") < md.index("## MCQ accuracy")
     assert "**second**" in md
     assert json.loads((tmp_path / "rep" / "report.json").read_text())["caller_notes"] == ["DEMO: scores are MEANINGLESS", "second"]
+
+
+def test_judge_rows_take_the_label_of_the_eval_file_they_judged(tmp_path):
+    """Table 3 names a run as Table 1 does: through the judge's meta sidecar (input file and its
+    sha256), else through the judge file name; the paper row is found from the run's model."""
+    a = make_eval(tmp_path / "eval_Qwen3-VL-8B-Instruct_mf32_n20.json", model="Qwen3-VL-8B-Instruct")
+    b = make_eval(tmp_path / "eval_Qwen3-VL-4B-Instruct_mf32_n20.json")
+    by_sidecar = make_judge(tmp_path / "scores_run1.json")
+    (tmp_path / "scores_run1.json.meta.json").write_text(json.dumps({"input": {
+        "evaluations": "moved/elsewhere.json", "sha256": hashlib.sha256(a.read_bytes()).hexdigest()}}))
+    by_name = make_judge(tmp_path / "judge_Qwen3-VL-4B-Instruct_mf32_n20.json", scores=(5, 5, 5, 5, 5))
+    report = build_report([str(a), str(b)], [str(by_sidecar), str(by_name)], published="matching", labels=["eight", "four"])
+    assert [(j.label, j.model) for j in report.judges] == [("eight", "Qwen3-VL-8B-Instruct"), ("four", "Qwen3-VL-4B-Instruct")]
+    md = Path(write_report(report, tmp_path / "rep")["markdown"]).read_text()
+    judge_part = md.split("## Judge scores")[1]
+    assert "| eight | this run |" in judge_part and "| four | this run |" in judge_part
+    assert "| Qwen3-VL-8B | paper | 57.50 |" in judge_part  # matched through the run's model, not the label
