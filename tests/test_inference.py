@@ -181,6 +181,30 @@ def test_missing_and_corrupt_videos_fail_alone(tiny, demo_video_dir, tmp_path):
     assert data["failed_count"] == 2 and data["failures_by_class"] == {"missing_video": 1, "decode_error": 1}
 
 
+def test_a_run_where_every_question_failed_is_not_a_success(tiny, tmp_path):
+    """All videos missing: the file is written for inspection, but the exit code says the run cannot be trusted."""
+    from k9bench.inference.runner import EXIT_ERROR
+
+    empty = tmp_path / "no_videos_here"
+    empty.mkdir()
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(base_args(tiny, empty, out, "--max_samples", "3")) == EXIT_ERROR
+    data = load(out)
+    assert data["failed_count"] == 3 == len(data["individual_results"])
+    assert data["failures_by_class"] == {"missing_video": 3}
+
+
+@pytest.mark.parametrize("frames", ["1", "-1"])
+def test_a_frame_budget_qwen_vl_utils_cannot_sample_is_refused_up_front(tiny, demo_video_dir, tmp_path, frames):
+    from k9bench.inference.runner import EXIT_USAGE
+
+    out = tmp_path / "raw.json"
+    args = base_args(tiny, demo_video_dir, out)
+    args[args.index("--max_frames") + 1] = frames
+    assert eval_video_llm.main(args) == EXIT_USAGE
+    assert not out.exists()
+
+
 def test_text_only_mode(tiny, tmp_path):
     out = tmp_path / "raw_text.json"
     args = base_args(tiny, tmp_path / "no_videos_here", out, "--max_samples", "3", "--batch_size", "3")

@@ -18,6 +18,7 @@ from k9bench.inference.backend import BACKENDS, Backend, BackendError, Generatio
 from k9bench.inference.runner import (
     EXIT_BACKEND,
     EXIT_INTERRUPTED,
+    EXIT_ERROR,
     EXIT_OK,
     EXIT_USAGE,
     build_messages,
@@ -135,7 +136,8 @@ def test_oom_retried_once_at_half_frames(use_backend, demo_video_dir, tmp_path):
 def test_oom_twice_is_a_failed_record(use_backend, demo_video_dir, tmp_path):
     backend = use_backend(FakeBackend(oom_above=0))
     out = tmp_path / "raw.json"
-    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "2")) == EXIT_OK
+    # every question failed, so the run reports an error (the file is still written for inspection)
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "2")) == EXIT_ERROR
     for r in records(out).values():
         assert r["error_class"] == "oom" and "out of memory" in r["error"]
         assert r["oom_retry"]["retried"] is True and r["response"] == ""
@@ -175,11 +177,12 @@ def test_failed_records_retried_on_rerun_unless_asked(use_backend, demo_video_di
     video_dir.mkdir()
     out = tmp_path / "raw.json"
     use_backend(FakeBackend())
-    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3")) == EXIT_OK
+    # every question failed: an error exit, but the records are kept
+    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3")) == EXIT_ERROR
     assert all(r["error_class"] == "missing_video" for r in records(out).values())
     for name in os.listdir(demo_video_dir):
         os.symlink(demo_video_dir / name, video_dir / name)
-    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3", "--no_retry_failed")) == EXIT_OK
+    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3", "--no_retry_failed")) == EXIT_ERROR
     assert all("error" in r for r in records(out).values())
     assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3")) == EXIT_OK
     assert not any("error" in r for r in records(out).values())

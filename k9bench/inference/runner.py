@@ -682,7 +682,8 @@ def validate_args(args: argparse.Namespace) -> None:
     """Raise :class:`UsageError` for flag values that cannot work."""
     checks = [
         (args.batch_size >= 1, f"--batch_size must be >= 1 (got {args.batch_size})"),
-        (args.max_frames >= 0, f"--max_frames must be >= 0 (0 = text only) (got {args.max_frames})"),
+        (args.max_frames == 0 or args.max_frames >= 2,
+         f"--max_frames must be 0 (text only) or at least 2 (qwen-vl-utils rounds frame counts to even numbers) (got {args.max_frames})"),
         (args.fps > 0, f"--fps must be > 0 (got {args.fps})"),
         (args.max_new_tokens is None or args.max_new_tokens >= 1, f"--max_new_tokens must be >= 1 (got {args.max_new_tokens})"),
         (args.num_shards >= 1, f"--num_shards must be >= 1 (got {args.num_shards})"),
@@ -872,7 +873,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
 
     if not pending_groups and output.exists() and not checkpoint.path.exists():
         log.info("%s already holds a record for every selected question; nothing to do", output)
-        return EXIT_OK
+        return _all_failed_exit(list(done.values()), output)
 
     backend = None
     frame_cache = None
@@ -972,7 +973,25 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     checkpoint.remove()
     log.info("wrote %s: %d record(s), %d failed%s", output, len(records), meta["failed_count"],
              f" ({', '.join(f'{k}: {v}' for k, v in sorted(failures.items()))})" if failures else "")
-    return EXIT_OK
+    return _all_failed_exit([r.to_dict() for r in records], output)
+
+
+def _all_failed_exit(records: list[dict], output: Path) -> int:
+    """EXIT_ERROR when every record failed (nothing was answered), else EXIT_OK.
+
+    Scoring such a file would report 0% for a broken setup (no videos, a dead server), not for the
+    model, so the run says it cannot be trusted; the file is kept for inspection.
+    """
+    if not records or not all(r.get("error") is not None for r in records):
+        return EXIT_OK
+    classes: dict[str, int] = {}
+    for r in records:
+        key = r.get("error_class") or "error"
+        classes[key] = classes.get(key, 0) + 1
+    log.error("every one of the %d question(s) failed (%s): this run cannot be trusted. %s is kept for "
+              "inspection; fix the cause and rerun the same command (failed records are retried).",
+              len(records), ", ".join(f"{k}: {v}" for k, v in sorted(classes.items())), output)
+    return EXIT_ERROR
 
 
 __all__ = [
