@@ -100,6 +100,7 @@ fi
 # Configuration
 
 DEMO=${DEMO:-0}
+DEMO_BUILD_MODEL=0
 if [[ -n "${K9BENCH_DIR:-}" ]]; then
     REPO_DIR=$K9BENCH_DIR
 elif [[ -n "${SLURM_JOB_ID:-}" && -n "${SLURM_SUBMIT_DIR:-}" ]]; then
@@ -123,6 +124,10 @@ if [[ "$DEMO" == 1 ]]; then
     OUT_DIR=${OUT_DIR:-demo_out}
     DATASET_NAME=${DATASET_NAME:-demo}
     VIDEO_DIR=${VIDEO_DIR:-$OUT_DIR/videos}
+    # the tiny model is built only at its own default place, never into a folder the user named
+    # (e.g. an exported MODEL_NAME=Qwen/... would otherwise become a local random-weight folder
+    # that later real runs load instead of the Hub model)
+    if [[ -z "${MODEL_NAME:-}" ]]; then DEMO_BUILD_MODEL=1; fi
     MODEL_NAME=${MODEL_NAME:-$OUT_DIR/tiny-qwen3vl}
     MAX_FRAMES=${MAX_FRAMES:-4}
     MAX_SAMPLES=${MAX_SAMPLES:--1}
@@ -323,12 +328,26 @@ PY
 
 step_prepare_demo() {
     [[ "$DEMO" == 1 ]] || return 0
+    if ((IN_ARRAY)); then
+        # array tasks share OUT_DIR: one builds the model, the others then find it
+        exec 8>"$OUT_DIR/.run_eval.demo-model.lock"
+        run_step demo-model-lock flock 8
+        check_step demo-model-lock
+    fi
     if [[ -f "$MODEL_NAME/config.json" ]]; then
         log "step demo-model: $MODEL_NAME exists, skipping"
+    elif ((!DEMO_BUILD_MODEL)); then
+        log "step demo-model: MODEL_NAME=$MODEL_NAME was set, so the tiny demo model is not built there (unset MODEL_NAME to build it)"
     else
-        run_step demo-model "$PYTHON" -m k9bench.tiny_model "$MODEL_NAME"
+        # built beside its place and renamed when complete: an interrupted build leaves no half model behind
+        local partial="$MODEL_NAME.partial"
+        rm -rf "$partial"
+        run_step demo-model "$PYTHON" -m k9bench.tiny_model "$partial"
         check_step demo-model
+        rm -rf "$MODEL_NAME" # a half-built folder left by an older version of this script (no config.json)
+        mv "$partial" "$MODEL_NAME"
     fi
+    if ((IN_ARRAY)); then flock -u 8; fi
 }
 
 step_download() {

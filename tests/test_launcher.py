@@ -433,3 +433,43 @@ def test_plain_bash_shards_then_finalize_match_the_single_run(demo_run, tiny_mod
     merged = json.loads((out / f"raw_{TAG}.json").read_text())
     assert [s["shard_id"] for s in merged["run_stats"]["per_shard"]] == [0, 1]
     assert comparable_eval(out / f"eval_{TAG}.json") == comparable_eval(ref_tmp / "out" / f"eval_{TAG}.json")
+
+
+def test_demo_does_not_build_its_model_into_a_folder_the_user_named(tmp_path):
+    """DEMO=1 with an exported MODEL_NAME (e.g. a Hub id) must not create a local random-weight
+    folder of that name, which later real runs would load instead of the Hub model."""
+    env = clean_env(DEMO="1", MODEL_NAME="Qwen/Qwen3-VL-8B-Instruct", OUT_DIR=str(tmp_path / "out"),
+                    VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "missing.jsonl"))
+    proc = run_launcher(env, tmp_path, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:]
+    assert "MODEL_NAME=Qwen/Qwen3-VL-8B-Instruct was set, so the tiny demo model is not built there" in proc.stdout
+    assert not (tmp_path / "Qwen").exists()
+
+
+@pytest.mark.slow
+def test_interrupted_demo_model_build_leaves_no_half_model(tmp_path):
+    """The tiny model is built beside its place and renamed when complete: killing the build leaves
+    nothing that a rerun would take for a finished model; the rerun builds it whole."""
+    out = tmp_path / "out"
+    env = clean_env(DEMO="1", OUT_DIR=str(out), VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "missing.jsonl"))
+    proc = subprocess.Popen(["bash", str(SCRIPT)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "tiny-qwen3vl.partial").exists():
+            assert proc.poll() is None, "launcher ended before the model build started writing"
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        log, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 143, log[-2000:]
+    assert "during step 'demo-model'" in log
+    assert not (out / "tiny-qwen3vl").exists()
+    again = run_launcher(env, tmp_path, timeout=300)
+    assert "ERROR: step download failed" in again.stdout, again.stdout[-2000:]
+    assert (out / "tiny-qwen3vl" / "config.json").exists() and not (out / "tiny-qwen3vl.partial").exists()
+    assert (out / "tiny-qwen3vl" / "model.safetensors").exists() or list((out / "tiny-qwen3vl").glob("*.safetensors"))
