@@ -61,6 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     add_dataset_args(data)
     data.add_argument("--video_dir", default="./k9bench_videos", help="folder of {scene_name}.mp4 files (default: %(default)s)")
     data.add_argument("--auto_download", action="store_true", help="fetch missing videos first (k9bench.download)")
+    data.add_argument("--download_cookies", default=None, metavar="FILE",
+                      help="with --auto_download: cookies.txt for yt-dlp (YouTube's bot checks; see download_videos.py --cookies)")
+    data.add_argument("--download_cookies_from_browser", default=None, metavar="BROWSER",
+                      help="with --auto_download: read yt-dlp cookies from this browser (see download_videos.py --cookies_from_browser)")
+    data.add_argument("--download_workers", type=int, default=4, help="with --auto_download: parallel downloads (default: %(default)s)")
     data.add_argument("--start_idx", type=int, default=0, help="first question position (0-based, dataset order; default: 0)")
     data.add_argument("--end_idx", type=int, default=None, help="stop before this position (default: the end)")
     data.add_argument("--max_samples", type=int, default=-1, help="at most this many questions after the range (default: -1 = all)")

@@ -228,13 +228,18 @@ def test_auto_download_fetches_only_missing_videos(use_backend, demo_video_dir, 
 
     def fake_download(videos, output_dir, config=None, **kw):
         asked.update(videos)
+        asked["_config"] = config
         os.symlink(demo_video_dir / "demoVid0002.mp4", Path(output_dir) / "demoVid0002.mp4")
         return Report()
 
     monkeypatch.setattr(download, "download_videos", fake_download)
     use_backend(FakeBackend())
     out = tmp_path / "raw.json"
-    assert eval_video_llm.main(args_for(video_dir, out, "--auto_download")) == EXIT_OK
+    cookies = tmp_path / "cookies.txt"
+    assert eval_video_llm.main(args_for(video_dir, out, "--auto_download", "--download_cookies", str(cookies),
+                                        "--download_workers", "2")) == EXIT_OK
+    config = asked.pop("_config")
+    assert config.cookies == str(cookies) and config.workers == 2  # download settings reach the downloader
     assert sorted(asked) == ["demoVid0002", "demoVid0003"]
     assert all(url.startswith("https://") for url in asked.values())
     recs = records(out)

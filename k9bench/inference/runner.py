@@ -735,7 +735,8 @@ def _load_done(output: Path, checkpoint: CheckpointLog, selected: dict, ctx: Run
     return done
 
 
-def auto_download(groups: list[VideoGroup], video_dir: str) -> dict:
+def auto_download(groups: list[VideoGroup], video_dir: str, *, cookies: str | None = None,
+                  cookies_from_browser: str | None = None, workers: int = 4) -> dict:
     """Fetch the missing videos of ``groups`` with :func:`k9bench.download.download_videos`; return a summary."""
     from k9bench.download import DownloadConfig, download_videos
 
@@ -744,7 +745,9 @@ def auto_download(groups: list[VideoGroup], video_dir: str) -> dict:
         log.info("--auto_download: every video is already in %s", video_dir)
         return {"requested": 0}
     log.info("--auto_download: fetching %d missing video(s) into %s", len(missing), video_dir)
-    report = download_videos(missing, video_dir, DownloadConfig(progress=progress_enabled() is not True))
+    config = DownloadConfig(progress=progress_enabled() is not True, cookies=cookies,
+                            cookies_from_browser=cookies_from_browser, workers=workers)
+    report = download_videos(missing, video_dir, config)
     log.info("--auto_download: %s", report.summary_line())
     failed = {r.scene_name: f"{r.error_class}: {r.message}" for r in report.failed}
     for scene, why in failed.items():
@@ -860,7 +863,11 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     download_summary = None
     if args.auto_download and not text_only and pending_groups:
         try:
-            download_summary = auto_download(pending_groups, args.video_dir)
+            download_summary = auto_download(
+                pending_groups, args.video_dir, cookies=getattr(args, "download_cookies", None),
+                cookies_from_browser=getattr(args, "download_cookies_from_browser", None),
+                workers=getattr(args, "download_workers", 4),
+            )
         except ValueError as exc:  # DownloadInputError
             log.error("--auto_download: %s", exc)
             return EXIT_USAGE
