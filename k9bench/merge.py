@@ -19,12 +19,13 @@ merge's provenance plus, under ``merged_from``, each shard's path, record count 
 top-level keys.
 
 Top-level keys that describe one shard are not copied from the first one:
-``failed_count``, ``failures_by_class`` and ``token_totals`` are recomputed over the
-merged records; ``run_stats`` sums the counters, spans the earliest start to the
+``failed_count``, ``failures_by_class``, ``thinking_unfinished_count`` and ``token_totals``
+are recomputed over the merged records; ``run_stats`` sums the counters, spans the earliest start to the
 latest finish and lists every shard's own block under ``per_shard`` (wall times add
 up as ``wall_seconds_sum``: the shards ran side by side); ``num_shards``/``shard_id``
 are dropped; a backend description that differs between shards is listed per shard
-under ``inference.backend_by_shard``.
+under ``inference.backend_by_shard``; any other top-level key whose value differs
+between shards is listed per shard under ``differing_by_shard`` (and left out of the top level).
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def _load_shard(path: Path) -> RecordsArtifact:
 
 
 _PER_SHARD_KEYS = ("provenance", "total_count", "num_shards", "shard_id", "failed_count", "failures_by_class",
-                   "token_totals", "run_stats", "inference", "merged_from")
+                   "thinking_unfinished_count", "token_totals", "run_stats", "inference", "merged_from", "differing_by_shard")
 """Top-level keys never copied from the first shard (recomputed, merged or dropped)."""
 
 _SUMMED_STATS = ("resumed", "generated", "failed", "oom_retries", "batch_fallbacks", "generate_seconds", "frame_wait_seconds")
@@ -211,6 +212,17 @@ def merge_shards(paths: list[str | Path]) -> MergeResult:
 
     first_meta = dict(shards[0][1].meta)
     meta = {k: v for k, v in first_meta.items() if k not in _PER_SHARD_KEYS}
+    # any other key whose value differs between shards describes one shard, not the run:
+    # listed per shard instead of shard 0's value standing for all
+    differing = {}
+    for key in sorted({k for _, art in shards for k in art.meta} - set(_PER_SHARD_KEYS)):
+        values = [art.meta[key] for _, art in shards if key in art.meta]  # shards that carry it
+        if any(v != values[0] for v in values[1:]):
+            differing[key] = [{"path": str(path), "value": art.meta.get(key)} for path, art in shards if key in art.meta]
+            meta.pop(key, None)
+    if differing:
+        meta["differing_by_shard"] = differing
+        log.warning("top-level keys that differ between shards are listed per shard under differing_by_shard: %s", ", ".join(differing))
     records = [by_idx[k] for k in sorted(by_idx, key=lambda i: (not isinstance(i, int), i if isinstance(i, int) else str(i)))]
     meta["total_count"] = len(records)
     if inference is not None:
@@ -222,6 +234,8 @@ def merge_shards(paths: list[str | Path]) -> MergeResult:
             failures[cls] = failures.get(cls, 0) + 1
     meta["failed_count"] = sum(failures.values())
     meta["failures_by_class"] = failures
+    if any("thinking_unfinished_count" in art.meta for _, art in shards):
+        meta["thinking_unfinished_count"] = sum(1 for r in records if r.get("thinking_unfinished"))
     if any("token_totals" in art.meta for _, art in shards):
         meta["token_totals"] = {
             "input": sum(r.get("num_input_tokens") or 0 for r in records),

@@ -136,13 +136,17 @@ def write_full_shard(path: Path, idxs, meta: dict, errors: dict | None = None) -
 def test_per_shard_counters_are_recomputed_or_listed_not_copied_from_shard0(tmp_path):
     """failed_count, failures_by_class, token_totals and run_stats describe one shard each: the merged
     file recomputes them over every record, or lists them per shard, never shows shard 0's as the run's."""
-    s0 = write_full_shard(tmp_path / "raw.shard0of2.json", [0, 1, 2],
-                          shard_meta(0, 2, failures={}, tokens=(303, 30, 3), generated=2, wall=4.0,
-                                     started="2026-01-01T00:00:05", finished="2026-01-01T00:01:00"))
-    s1 = write_full_shard(tmp_path / "raw.shard1of2.json", [3, 4, 5],
-                          shard_meta(1, 2, failures={"decode_error": 1, "missing_video": 1}, tokens=(103, 10, 1),
-                                     generated=3, wall=6.0, started="2026-01-01T00:00:01", finished="2026-01-01T00:02:00"),
-                          errors={4: "decode_error", 5: "missing_video"})
+    meta0 = shard_meta(0, 2, failures={}, tokens=(303, 30, 3), generated=2, wall=4.0,
+                       started="2026-01-01T00:00:05", finished="2026-01-01T00:01:00")
+    meta0.update(thinking_unfinished_count=0, queue_host="node-a", same_everywhere="x")
+    s0 = write_full_shard(tmp_path / "raw.shard0of2.json", [0, 1, 2], meta0)
+    meta1 = shard_meta(1, 2, failures={"decode_error": 1, "missing_video": 1}, tokens=(103, 10, 1),
+                       generated=3, wall=6.0, started="2026-01-01T00:00:01", finished="2026-01-01T00:02:00")
+    meta1.update(thinking_unfinished_count=1, queue_host="node-b", same_everywhere="x")
+    s1 = write_full_shard(tmp_path / "raw.shard1of2.json", [3, 4, 5], meta1, errors={4: "decode_error", 5: "missing_video"})
+    data1 = json.loads(s1.read_text())
+    data1["individual_results"][0]["thinking_unfinished"] = True
+    write_json_atomic(s1, data1)
     out = tmp_path / "raw.json"
     assert main(["--output_file", str(out), "--expect_shards", "2", str(s0), str(s1)]) == 0
     data = json.loads(out.read_text())
@@ -159,6 +163,11 @@ def test_per_shard_counters_are_recomputed_or_listed_not_copied_from_shard0(tmp_
     # settings shared by every shard are kept; the backend description differs (warnings): listed per shard
     assert data["inference"]["batch_size"] == 1 and data["model_name_or_path"] == "/m/tiny"
     assert [b["warnings"] for b in data["inference"]["backend_by_shard"]] == [["w0"], ["w1"]]
+    assert data["thinking_unfinished_count"] == 1  # recomputed from the records (shard 0 said 0)
+    # an unknown per-shard key: listed per shard, not shard 0's value for the whole run
+    assert "queue_host" not in data
+    assert [d["value"] for d in data["differing_by_shard"]["queue_host"]] == ["node-a", "node-b"]
+    assert data["same_everywhere"] == "x"
 
 
 def test_shard_set_must_be_complete_and_consistent(tmp_path, capsys):
