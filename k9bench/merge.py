@@ -11,7 +11,8 @@ Usage::
 
 Refused (non-zero exit, message naming the file): a missing or unfinished shard, a
 file that is not a raw/sim file, the same question in two shards with different
-content, shards of different models or frame budgets, an incomplete or repeated
+content, shards of different models (short name or model_name_or_path) or frame
+budgets, an incomplete or repeated
 shard set (read from the shards' own ``num_shards``/``shard_id``), shards run with
 different inference settings (``inference`` apart from the backend description).
 Records are written in idx order; the output is written atomically and carries the
@@ -208,6 +209,13 @@ def merge_shards(paths: list[str | Path]) -> MergeResult:
         log.warning("%d question(s) appear identically in more than one shard; kept once", duplicates)
 
     _check_shard_set(shards)
+    paths_of_model = {}
+    for path, art in shards:
+        if art.meta.get("model_name_or_path") is not None:
+            paths_of_model.setdefault(art.meta["model_name_or_path"], path)
+    if len(paths_of_model) > 1:
+        listing = ", ".join(f"{v!r} in {p}" for v, p in paths_of_model.items())
+        raise MergeError(f"shards disagree on model_name_or_path: {listing}")
     inference = _merged_inference(shards)
 
     first_meta = dict(shards[0][1].meta)

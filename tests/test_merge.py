@@ -187,6 +187,9 @@ def test_shard_set_must_be_complete_and_consistent(tmp_path, capsys):
     other_n = write_full_shard(tmp_path / "s2.json", [2], meta(2, n=4))
     assert main(["--output_file", str(out), str(s0), str(s1), str(other_n)]) == 1
     assert "num_shards" in capsys.readouterr().err
+    other_model = write_full_shard(tmp_path / "s2m.json", [2], {**meta(2), "model_name_or_path": "/other/tiny"})
+    assert main(["--output_file", str(out), str(s0), str(s1), str(other_model)]) == 1
+    assert "disagree on model_name_or_path" in capsys.readouterr().err
     other_prompt = write_full_shard(tmp_path / "s2p.json", [2], meta(2, prompt={"system_prompt_sha256": "zzz"}))
     assert main(["--output_file", str(out), str(s0), str(s1), str(other_prompt)]) == 1
     err = capsys.readouterr().err
