@@ -432,6 +432,7 @@ def test_plain_bash_shards_then_finalize_match_the_single_run(demo_run, tiny_mod
     assert "step inference-shard0: " in rest.stdout and "step merge: " in rest.stdout
     merged = json.loads((out / f"raw_{TAG}.json").read_text())
     assert [s["shard_id"] for s in merged["run_stats"]["per_shard"]] == [0, 1]
+    assert "differing_by_shard" not in merged, merged.get("differing_by_shard")  # real shards differ only in per-shard keys
     assert comparable_eval(out / f"eval_{TAG}.json") == comparable_eval(ref_tmp / "out" / f"eval_{TAG}.json")
 
 
