@@ -429,3 +429,19 @@ def test_missing_video_dir_and_folder_output_are_bad_input(use_backend, demo_vid
     assert "is a folder" in capfd.readouterr().err and backend.answered == 0
     # text-only needs no video folder
     assert eval_video_llm.main(args_for(tmp_path / "no_such_dir", tmp_path / "t.json", "--max_frames", "0", "--max_samples", "1")) == EXIT_OK
+
+
+def test_a_second_stop_signal_does_not_interrupt_the_clean_up_of_the_first():
+    import signal as _signal
+
+    from k9bench.inference.runner import Interrupted, _install_signal_handlers, _restore_signal_handlers
+
+    previous = _install_signal_handlers()
+    try:
+        handler = _signal.getsignal(_signal.SIGTERM)
+        with pytest.raises(Interrupted):
+            handler(_signal.SIGTERM, None)
+        handler(_signal.SIGTERM, None)  # the duplicate (SLURM + the launcher's forward) is ignored
+        handler(_signal.SIGUSR1, None)
+    finally:
+        _restore_signal_handlers(previous)

@@ -657,7 +657,14 @@ def _install_signal_handlers() -> dict:
     if threading.current_thread() is not threading.main_thread():
         return previous
 
+    stopping = []
+
     def _handler(signum, frame):
+        # Raise once. SLURM's scancel/requeue signals every process of the job and the launcher
+        # forwards the signal too: a second one must not interrupt the clean-up of the first.
+        if stopping:
+            return
+        stopping.append(signum)
         raise Interrupted(signum)
 
     for name in ("SIGTERM", "SIGUSR1"):
