@@ -24,6 +24,7 @@ which a rerun reads back to resume; a line torn by a kill is discarded.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -36,7 +37,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator
 
 log = logging.getLogger(__name__)
 
@@ -357,19 +358,21 @@ def _current_umask() -> int:
     return _UMASK
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (temp file in the same folder, fsync, rename).
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
+    """Open a temporary file beside ``path`` for writing; on success fsync it and rename it over ``path``.
 
-    Any failure raises; the target is never left half-written.
+    ``mode`` is ``"w"`` (UTF-8 text) or ``"wb"``. The file gets the mode a plain ``open`` would give it
+    (0666 minus the umask, not mkstemp's 0600). On any exception the temporary file is removed and the
+    target is left as it was: it is never half-written. The one home of atomic writes in this project.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
-        # mkstemp creates 0600; give the file the mode a plain open() would (0666 minus umask)
         os.fchmod(fd, 0o666 & ~_current_umask())
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
+        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
+            yield fh
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -379,7 +382,13 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
         except FileNotFoundError:
             pass
         raise
-    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_file`); any failure raises."""
+    with atomic_file(path, "w") as fh:
+        fh.write(text)
+    return Path(path)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:

@@ -21,14 +21,13 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from k9bench.artifacts import _current_umask
+from k9bench.artifacts import atomic_file
 from k9bench.video import (
     DEFAULT_DECODER,
     DEFAULT_FPS,
@@ -395,21 +394,8 @@ class FrameCache:
             "sha256": hashlib.sha256(pixels.tobytes()).hexdigest(),
         }
         meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key[:16]}.", suffix=".tmp", dir=entry.parent)
-        try:
-            # mkstemp makes 0600; a shared cache must be readable by the group's other runs (umask decides)
-            os.fchmod(fd, 0o666 & ~_current_umask())
-            with os.fdopen(fd, "wb") as fh:
-                np.savez(fh, frames=pixels, meta=meta_arr)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, entry)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        with atomic_file(entry, "wb") as fh:  # temp file + fsync + rename; readable by the group (umask)
+            np.savez(fh, frames=pixels, meta=meta_arr)
         self._count("disk_writes")
         log.debug("frame cache entry written: %s", entry)
 
