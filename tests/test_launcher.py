@@ -191,14 +191,10 @@ def test_judge_with_skipped_entries_still_reports_then_fails(demo_run, tiny_mode
     assert "step inference: " in proc.stdout and "exists, skipping" in proc.stdout
 
 
-@pytest.mark.slow
-def test_signal_during_inference_then_rerun_gives_the_same_eval(demo_run, tiny_model_dir, tmp_path):
-    ref_tmp, _, _ = demo_run
-    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
-    env = demo_env(tmp_path, tiny_model_dir)
-    raw = tmp_path / "out" / f"raw_{TAG}.json"
-    partial = raw.with_name(raw.name + ".partial.jsonl")
-    proc = subprocess.Popen(["bash", str(SCRIPT)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+def signal_launcher_during_inference(env: dict, cwd: Path, partial: Path, send) -> tuple[subprocess.Popen, str]:
+    """Start the launcher, wait until inference has checkpointed two questions, ``send(proc)`` a signal,
+    and return the finished process and its log (the process group is killed if it hangs)."""
+    proc = subprocess.Popen(["bash", str(SCRIPT)], cwd=cwd, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:
         deadline = time.monotonic() + 300
@@ -206,12 +202,24 @@ def test_signal_during_inference_then_rerun_gives_the_same_eval(demo_run, tiny_m
             assert proc.poll() is None, "launcher ended before inference checkpointed"
             assert time.monotonic() < deadline, "inference never started"
             time.sleep(0.05)
-        proc.send_signal(signal.SIGUSR1)  # what SLURM sends before the time limit; the launcher forwards it
+        send(proc)
         log, _ = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+    return proc, log
+
+
+@pytest.mark.slow
+def test_signal_during_inference_then_rerun_gives_the_same_eval(demo_run, tiny_model_dir, tmp_path):
+    ref_tmp, _, _ = demo_run
+    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
+    env = demo_env(tmp_path, tiny_model_dir)
+    raw = tmp_path / "out" / f"raw_{TAG}.json"
+    partial = raw.with_name(raw.name + ".partial.jsonl")
+    # SIGUSR1 is what SLURM sends before the time limit; the launcher forwards it
+    proc, log = signal_launcher_during_inference(env, tmp_path, partial, lambda p: p.send_signal(signal.SIGUSR1))
     assert proc.returncode == 138, log[-3000:]
     assert "received SIGUSR1 during step 'inference'; forwarding it to the step" in log
     assert "rerun the same command to resume" in log
@@ -345,20 +353,8 @@ def test_ctrl_c_during_inference_stops_the_step_at_once(demo_run, tiny_model_dir
     env = demo_env(tmp_path, tiny_model_dir, REPORT="0")
     raw = tmp_path / "out" / f"raw_{TAG}.json"
     partial = raw.with_name(raw.name + ".partial.jsonl")
-    proc = subprocess.Popen(["bash", str(SCRIPT)], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
-    try:
-        deadline = time.monotonic() + 300
-        while checkpoint_lines(partial) < 2:
-            assert proc.poll() is None, "launcher ended before inference checkpointed"
-            assert time.monotonic() < deadline, "inference never started"
-            time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGINT)  # what Ctrl-C does: the whole foreground group
-        log, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    # what Ctrl-C does: SIGINT to the whole foreground group
+    proc, log = signal_launcher_during_inference(env, tmp_path, partial, lambda p: os.killpg(p.pid, signal.SIGINT))
     assert proc.returncode == 130, log[-3000:]
     assert "received SIGINT during step 'inference'; forwarding it to the step as SIGTERM" in log
     assert not raw.exists(), "the step ran to its end instead of stopping"
