@@ -63,6 +63,15 @@ def progress_enabled() -> bool | None:
     return True if os.environ.get("K9BENCH_NO_PROGRESS") else None
 
 
+def quiet_library_progress_bars() -> None:
+    """Turn off transformers' own bars ("Loading weights") where ours are off: not a terminal, or
+    ``K9BENCH_NO_PROGRESS`` set. Call after importing transformers, before loading a model."""
+    if progress_enabled() is True or not sys.stderr.isatty():
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+
+
 def short_model_name(model: str) -> str:
     """The part of a model id after the last ``/`` (the launcher's file-name form)."""
     return str(model).rstrip("/").rsplit("/", 1)[-1]

@@ -369,6 +369,9 @@ def load_embedding_model(
             notes.append(f"attention {attention} asked for (the reference uses flash_attention_2)")
 
     def _load(attn: str | None):
+        from k9bench.cli import quiet_library_progress_bars
+
+        quiet_library_progress_bars()
         model_kwargs: dict[str, Any] = {"dtype": dtypes[dtype_name]}
         if attn is not None:
             model_kwargs["attn_implementation"] = attn

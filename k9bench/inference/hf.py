@@ -169,16 +169,12 @@ class HFBackend:
         self.warnings.append(text)
 
     def load(self) -> None:
-        import sys
-
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
-        from transformers.utils import logging as hf_logging
 
-        from k9bench.cli import progress_enabled
+        from k9bench.cli import quiet_library_progress_bars
 
-        if progress_enabled() is True or not sys.stderr.isatty():
-            hf_logging.disable_progress_bar()  # transformers' own "Loading weights" bar, in batch logs
+        quiet_library_progress_bars()
         self.device = resolve_device(self.requested["device"])
         dtype_name, dtype_reason = resolve_dtype(self.requested["torch_dtype"], self.requested["bf16"], self.device)
         attn, attn_warning = resolve_attention(self.requested["attn_implementation"], self.device)
