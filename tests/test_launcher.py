@@ -155,14 +155,19 @@ def test_rerun_skips_finished_stages(demo_run, tiny_model_dir):
     assert eval_path.read_bytes() == before
 
 
+def copy_finished_stages(ref_tmp: Path, tmp_path: Path) -> None:
+    """Copy a finished demo run's videos and raw/sim/eval files (copy2 keeps the mtimes, so the stages stay fresh)."""
+    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
+    (tmp_path / "out").mkdir()
+    for stage in ("raw", "sim", "eval"):
+        shutil.copy2(ref_tmp / "out" / f"{stage}_{TAG}.json", tmp_path / "out" / f"{stage}_{TAG}.json")
+
+
 @pytest.mark.slow
 def test_changed_threshold_redoes_only_the_verdicts(demo_run, tiny_model_dir, tmp_path):
     """A finished stage is reused only when it was made with the settings asked for now."""
     ref_tmp, _, _ = demo_run
-    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
-    (tmp_path / "out").mkdir()
-    for stage in ("raw", "sim", "eval"):  # copy2 keeps the mtimes, so the stages stay fresh
-        shutil.copy2(ref_tmp / "out" / f"{stage}_{TAG}.json", tmp_path / "out" / f"{stage}_{TAG}.json")
+    copy_finished_stages(ref_tmp, tmp_path)
     proc = run_launcher(demo_env(tmp_path, tiny_model_dir, THRESHOLD="0.25", REPORT="0"), tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert re.search(r"step similarity: \S+ exists, skipping", proc.stdout)
@@ -176,10 +181,7 @@ def test_judge_with_skipped_entries_still_reports_then_fails(demo_run, tiny_mode
     from tests.fake_openai_server import FakeOpenAIServer
 
     ref_tmp, _, _ = demo_run
-    shutil.copytree(ref_tmp / "videos", tmp_path / "videos")
-    (tmp_path / "out").mkdir()
-    for stage in ("raw", "sim", "eval"):  # copy2 keeps the mtimes, so the stages stay fresh
-        shutil.copy2(ref_tmp / "out" / f"{stage}_{TAG}.json", tmp_path / "out" / f"{stage}_{TAG}.json")
+    copy_finished_stages(ref_tmp, tmp_path)
     with FakeOpenAIServer(lambda request: "no scores here") as server:
         env = demo_env(tmp_path, tiny_model_dir, JUDGE_BASE_URL=server.base_url, JUDGE_ARGS="--max_retries 0")
         proc = run_launcher(env, tmp_path)
