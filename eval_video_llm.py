@@ -31,7 +31,8 @@ import argparse
 import logging
 import sys
 
-from k9bench.cli import add_dataset_args, add_logging_args, setup_logging, str2bool
+from k9bench.cli import add_dataset_args, add_logging_args, setup_logging
+from k9bench.validators import str2bool
 
 log = logging.getLogger("eval_video_llm")
 

@@ -34,7 +34,8 @@ import hashlib
 import logging
 from pathlib import Path
 
-from k9bench.cli import add_logging_args, progress_enabled, setup_logging
+from k9bench.cli import add_logging_args, setup_logging
+from k9bench.progress import progress_enabled
 
 log = logging.getLogger("subjective_evals")
 

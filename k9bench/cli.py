@@ -1,10 +1,10 @@
-"""Small helpers shared by the script front ends: logging and argparse types."""
+"""Front-end helpers for the scripts' ``main()`` only (library modules never import this):
+logging setup and the flags every script shares. Value types live in :mod:`k9bench.validators`."""
 
 from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
@@ -29,16 +29,6 @@ def add_logging_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
 
 
-def str2bool(value: str | bool) -> bool:
-    """argparse type for ``True/False`` flags written the reference's way (``--use_system_message False``)."""
-    if isinstance(value, bool):
-        return value
-    lowered = str(value).strip().lower()
-    if lowered in ("true", "t", "yes", "y", "1", "on"):
-        return True
-    if lowered in ("false", "f", "no", "n", "0", "off"):
-        return False
-    raise argparse.ArgumentTypeError(f"expected True or False, got {value!r}")
 
 
 def add_dataset_args(parser: argparse.ArgumentParser) -> None:
@@ -56,22 +46,3 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="drop rows that fail validation (reporting how many and which) instead of stopping",
     )
-
-
-def progress_enabled() -> bool | None:
-    """``disable`` value for tqdm: None lets tqdm stay quiet when stderr is not a terminal."""
-    return True if os.environ.get("K9BENCH_NO_PROGRESS") else None
-
-
-def quiet_library_progress_bars() -> None:
-    """Turn off transformers' own bars ("Loading weights") where ours are off: not a terminal, or
-    ``K9BENCH_NO_PROGRESS`` set. Call after importing transformers, before loading a model."""
-    if progress_enabled() is True or not sys.stderr.isatty():
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-
-
-def short_model_name(model: str) -> str:
-    """The part of a model id after the last ``/`` (the launcher's file-name form)."""
-    return str(model).rstrip("/").rsplit("/", 1)[-1]

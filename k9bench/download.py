@@ -974,7 +974,7 @@ def _run_pool(
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
-    from k9bench.cli import progress_enabled
+    from k9bench.progress import progress_enabled
 
     done: dict[str, VideoResult] = {}
     last_write = time.monotonic()

@@ -38,7 +38,7 @@ from typing import Any, Iterable, Sequence
 
 from k9bench import LETTERS
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, is_finite_number, now_iso
-from k9bench.cli import progress_enabled
+from k9bench.progress import progress_enabled
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +369,7 @@ def load_embedding_model(
             notes.append(f"attention {attention} asked for (the reference uses flash_attention_2)")
 
     def _load(attn: str | None):
-        from k9bench.cli import quiet_library_progress_bars
+        from k9bench.progress import quiet_library_progress_bars
 
         quiet_library_progress_bars()
         model_kwargs: dict[str, Any] = {"dtype": dtypes[dtype_name]}

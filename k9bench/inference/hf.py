@@ -172,7 +172,7 @@ class HFBackend:
         import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
-        from k9bench.cli import quiet_library_progress_bars
+        from k9bench.progress import quiet_library_progress_bars
 
         quiet_library_progress_bars()
         self.device = resolve_device(self.requested["device"])

@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from k9bench.answers import extract_answer, prompt_opens_thinking
 from k9bench.artifacts import CheckpointLog, QuestionRecord, RecordsArtifact, checkpoint_path, load_records_artifact, now_iso, provenance, write_json_atomic
-from k9bench.cli import progress_enabled, short_model_name
+from k9bench.layout import short_model_name
+from k9bench.progress import progress_enabled
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest, create_backend
 from k9bench.video import DEFAULT_IMAGE_PATCH_SIZE
 

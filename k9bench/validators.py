@@ -1,0 +1,111 @@
+"""argparse value types shared by every script: one home for each rule.
+
+Each function takes the text of a flag and returns the value, or raises
+:class:`argparse.ArgumentTypeError` with a message that says what was expected. Numbers
+must be finite (``nan``/``inf`` are refused everywhere: they break JSON artifacts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+
+def str2bool(value: str | bool) -> bool:
+    """``True/False`` flags written the reference's way (``--use_system_message False``)."""
+    if isinstance(value, bool):
+        return value
+    lowered = str(value).strip().lower()
+    if lowered in ("true", "t", "yes", "y", "1", "on"):
+        return True
+    if lowered in ("false", "f", "no", "n", "0", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected True or False, got {value!r}")
+
+
+def _int(text: str) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+
+
+def finite_float(text: str) -> float:
+    """Any finite number."""
+    try:
+        value = float(str(text).strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def int_at_least(low: int):
+    """An integer ``>= low``."""
+
+    def parse(text: str) -> int:
+        value = _int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {low}, got {text!r}")
+        return value
+
+    parse.__name__ = f"int_at_least_{low}".replace("-", "minus")
+    return parse
+
+
+def int_in_range(low: int, high: int):
+    """An integer in ``[low, high]``."""
+
+    def parse(text: str) -> int:
+        value = _int(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in {low}..{high}, got {text!r}")
+        return value
+
+    parse.__name__ = f"int_in_{low}_{high}"
+    return parse
+
+
+positive_int = int_at_least(1)
+"""An integer ``>= 1``."""
+
+non_negative_int = int_at_least(0)
+"""An integer ``>= 0``."""
+
+
+def positive_float(text: str) -> float:
+    """A finite number ``> 0``."""
+    value = finite_float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A finite number ``>= 0``."""
+    value = finite_float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected a number >= 0, got {text!r}")
+    return value
+
+
+def unit_interval(text: str) -> float:
+    """A finite number in ``[0, 1]`` (thresholds, probabilities)."""
+    value = finite_float(text)
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in [0, 1], got {text!r}")
+    return value
+
+
+def float_in_range(low: float, high: float):
+    """A finite number in ``[low, high]``."""
+
+    def parse(text: str) -> float:
+        value = finite_float(text)
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a number in [{low}, {high}], got {text!r}")
+        return value
+
+    parse.__name__ = f"float_in_{low}_{high}"
+    return parse
