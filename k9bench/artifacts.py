@@ -38,6 +38,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Callable, Iterable, Iterator
+from k9bench.redact import redact, redact_argv
 
 log = logging.getLogger(__name__)
 
@@ -520,36 +521,6 @@ def git_commit(repo: str | os.PathLike | None = None) -> str | None:
         return None
 
 
-_SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials"})
-"""Words that mark a flag or argument name as secret (``--api_key``, ``--hf_token``); whole words only, so
-``--max_tokens`` or ``--tokenizer`` keep their values."""
-
-
-def _is_secret_name(name: str) -> bool:
-    """True when a flag/argument name holds a secret word (split on ``-`` and ``_``)."""
-    return any(part in _SECRET_WORDS for part in re.split(r"[-_]+", name.lower().lstrip("-")))
-
-
-def redact_argv(argv: list[str]) -> list[str]:
-    """Command-line arguments with the values of secret-looking flags replaced by ``***``."""
-    out, hide_next = [], False
-    for arg in argv:
-        if hide_next:
-            out.append("***")
-            hide_next = False
-            continue
-        flag = arg.split("=", 1)[0]
-        if arg.startswith("--") and _is_secret_name(flag):
-            if "=" in arg:
-                out.append(arg.split("=", 1)[0] + "=***")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
-
-
 def provenance(script: str, argv: list[str] | None, args: Any = None) -> dict:
     """What produced an artifact: script, arguments, package versions, git commit, host, time."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -565,11 +536,7 @@ def provenance(script: str, argv: list[str] | None, args: Any = None) -> dict:
     }
     if args is not None:
         values = vars(args) if hasattr(args, "__dict__") else dict(args)
-        info["args"] = {
-            k: ("***" if _is_secret_name(k) else v)
-            for k, v in values.items()
-            if isinstance(v, (str, int, float, bool, type(None), list))
-        }
+        info["args"] = redact({k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None), list))})
     return info
 
 

@@ -46,3 +46,16 @@ def add_dataset_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="drop rows that fail validation (reporting how many and which) instead of stopping",
     )
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse's parser, except that an unknown argument is never echoed with a secret in it
+    (``--api_key sk-...`` is reported as ``--api_key ***``). Every script builds its parser from this."""
+
+    def parse_args(self, args=None, namespace=None):  # noqa: D102 (argparse's)
+        from k9bench.redact import redact_argv
+
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self.error("unrecognized arguments: " + " ".join(redact_argv(extras)))
+        return parsed

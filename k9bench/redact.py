@@ -1,0 +1,126 @@
+"""Secrets never reach an artifact or a log line: redaction by flag name and by value.
+
+Three routes are covered: a secret-looking flag (``--api_key X``, ``--hf_token=X``), a key written
+inside another value (``http://user:KEY@host``, ``--extra_body '{"api_key": "KEY"}'``), and any
+value equal to a known secret of this process (the API key in use, ``HF_TOKEN``...), wherever it
+appears. :func:`redact` works on text and on JSON-like data; :func:`install_log_filter` masks log
+records; :func:`register_secret` adds a value found at run time (e.g. a key read from a file).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from typing import Any
+
+MASK = "***"
+
+SECRET_WORDS = frozenset({"key", "apikey", "token", "secret", "password", "passwd", "credential", "credentials", "authorization"})
+"""Words that mark a flag or field name as secret (``--api_key``, ``hf_token``); whole words only, so
+``--max_tokens`` or ``--tokenizer`` keep their values."""
+
+SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "K9BENCH_API_KEY", "GEMINI_API_KEY", "GOOGLE_API_KEY")
+"""Environment variables whose values are masked wherever they appear."""
+
+_MIN_SECRET_LEN = 6
+_registered: set[str] = set()
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+_BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}")
+
+
+def is_secret_name(name: str) -> bool:
+    """True when a flag/field name holds a secret word (split on ``-``, ``_`` and ``.``)."""
+    return any(part in SECRET_WORDS for part in re.split(r"[-_.]+", str(name).lower().lstrip("-")))
+
+
+def register_secret(value: str | None) -> None:
+    """Mask ``value`` from now on wherever it appears (short values are ignored: too many false hits)."""
+    if value and len(value) >= _MIN_SECRET_LEN:
+        _registered.add(value)
+
+
+def known_secrets() -> list[str]:
+    """Registered values plus the secret environment variables' values, longest first."""
+    values = set(_registered)
+    for name in SECRET_ENV_VARS:
+        value = os.environ.get(name)
+        if value and len(value) >= _MIN_SECRET_LEN:
+            values.add(value)
+    return sorted(values, key=len, reverse=True)
+
+
+def redact_text(text: str) -> str:
+    """``text`` with URL userinfo, bearer tokens and every known secret value masked."""
+    if not isinstance(text, str) or not text:
+        return text
+    out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
+    out = _BEARER.sub(lambda m: m.group(1) + MASK, out)
+    for secret in known_secrets():
+        if secret in out:
+            out = out.replace(secret, MASK)
+    return out
+
+
+def redact(value: Any) -> Any:
+    """A copy of JSON-like ``value`` with secret-named fields and every secret inside strings masked."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, dict):
+        return {k: (MASK if is_secret_name(k) and v not in (None, "", False) and not isinstance(v, (dict, list)) else redact(v)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact(v) for v in value) if isinstance(value, list) else [redact(v) for v in value]
+    return value
+
+
+def redact_argv(argv: list[str]) -> list[str]:
+    """Command-line arguments with the values of secret-looking flags masked, and secrets inside
+    other values (URLs with userinfo, JSON bodies, known values) masked too."""
+    out, hide_next = [], False
+    for arg in argv:
+        if hide_next:
+            out.append(MASK)
+            hide_next = False
+            continue
+        flag = arg.split("=", 1)[0]
+        if arg.startswith("--") and is_secret_name(flag):
+            if "=" in arg:
+                out.append(flag + "=" + MASK)
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(redact_secret_json_text(redact_text(arg)))
+    return out
+
+
+def redact_secret_json_text(text: str) -> str:
+    """Mask the values of secret-named keys inside a JSON object written as text (``--extra_body``)."""
+    if "{" not in text:
+        return text
+    return re.sub(
+        r'(?P<key>"[^"]*"\s*:\s*)"(?P<value>[^"]*)"',
+        lambda m: m.group("key") + (f'"{MASK}"' if is_secret_name(m.group("key").split('"')[1]) else f'"{m.group("value")}"'),
+        text,
+    )
+
+
+class RedactingFilter(logging.Filter):
+    """A logging filter that masks secrets in the rendered message of every record."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: leave it to logging's own error path
+            return True
+        cleaned = redact_text(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, ()
+        return True
+
+
+def install_log_filter() -> None:
+    """Mask secrets in every log line from now on (call once from ``main``, after logging is set up)."""
+    for handler in logging.getLogger().handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())
