@@ -9,13 +9,16 @@ HTTP 429, 5xx, 408                      retried: exponential backoff with jitter
                                         the server's ``Retry-After`` when longer
 timeouts, connection errors             retried the same way
 a body that is not a chat completion    retried the same way (a proxy hiccup)
+a completion whose content is not text  not retried (``bad_response``): the server
+or whose usage is not numeric           answered, wrongly; the reason is kept
 other 4xx (400, 401, 403, 404, 422...)  not retried: the request itself is wrong
 =====================================  =============================================
 
 Every retry is logged (WARNING) with its reason and delay. A call that still fails
 returns a :class:`ChatResult` with ``ok=False`` and the reason: it is never turned
-into a reply. The API key is read from the environment only and scrubbed from every
-error text we keep or log.
+into a reply, and never raises. The API key is read from the environment only; the key
+in use is registered with :mod:`k9bench.redact`, so it is scrubbed from every text we
+keep (replies, error texts) and, once ``install_log_filter`` runs, from every log line.
 
 Typical use::
 
@@ -54,6 +57,16 @@ class BadResponse(Exception):
     """A 200 reply that is not a usable chat completion (no choices, no message)."""
 
 
+class UnusableReply(BadResponse):
+    """A 200 chat completion whose content is not text (a number, a list...) or whose ``usage`` is
+    not numeric: the server did answer, so the call is not retried; the message says what was wrong.
+    ``usage`` holds the tokens the reply reported when they could be read."""
+
+    def __init__(self, message: str, usage: "Usage | None" = None) -> None:
+        super().__init__(message)
+        self.usage = usage
+
+
 class MissingApiKey(Exception):
     """No API key in the environment and no server that needs none; the message says what to do."""
 
@@ -80,9 +93,17 @@ def resolve_api_key(base_url: str | None, env: Mapping[str, str] | None = None, 
 
 def redact(text: str, secret: str | None) -> str:
     """``text`` with every occurrence of ``secret`` replaced by ``***`` (no-op for short/placeholder secrets)."""
-    if not text or not secret or secret == PLACEHOLDER_KEY or len(secret) < 6:
+    if not isinstance(text, str) or not text or not secret or secret == PLACEHOLDER_KEY or len(secret) < 6:
         return text
     return text.replace(secret, "***")
+
+
+def scrub(text: str, secret: str | None = None) -> str:
+    """``text`` with ``secret``, URL userinfo, bearer tokens and every registered secret masked
+    (:func:`k9bench.redact.redact_text`)."""
+    from k9bench.redact import redact_text
+
+    return redact_text(redact(text, secret))
 
 
 # ---------------------------------------------------------------------------
@@ -125,13 +146,39 @@ class Usage:
 
     @classmethod
     def from_response(cls, usage: Any) -> "Usage":
-        """From a response's ``usage`` object (None when the server sent none: zero tokens, one request)."""
+        """From a response's ``usage`` object (None when the server sent none: zero tokens, one request).
+
+        Raises :class:`UnusableReply` when ``usage`` is not an object or a count is not a whole,
+        non-negative number (a missing or null count is 0)."""
         if usage is None:
             return cls(requests=1)
-        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-        completion = int(getattr(usage, "completion_tokens", 0) or 0)
-        total = int(getattr(usage, "total_tokens", 0) or (prompt + completion))
+        if isinstance(usage, Mapping):
+            get = usage.get
+        elif isinstance(usage, (str, bytes, int, float, list, tuple)):
+            raise UnusableReply(f"the reply's usage is {_show(usage)} (type {type(usage).__name__}), not an object of token counts")
+        else:
+            def get(name: str, default: Any = None) -> Any:
+                return getattr(usage, name, default)
+        prompt = _token_count(get("prompt_tokens", None), "prompt_tokens")
+        completion = _token_count(get("completion_tokens", None), "completion_tokens")
+        total = _token_count(get("total_tokens", None), "total_tokens") or (prompt + completion)
         return cls(prompt, completion, total, 1)
+
+
+def _show(value: Any, limit: int = 80) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _token_count(value: Any, name: str) -> int:
+    """A token count from a reply's usage: None -> 0; a whole non-negative number -> int; else :class:`UnusableReply`."""
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    raise UnusableReply(f"the reply's usage.{name} is {_show(value)}, not a token count")
 
 
 def sum_usage(usages: Iterable[Usage]) -> Usage:
@@ -266,6 +313,9 @@ def classify_error(exc: BaseException) -> tuple[str, bool, int | None, float | N
         if status == 408:
             return "timeout", True, status, retry_after
         return "client_error", False, status, None
+    if isinstance(exc, UnusableReply):
+        # a well-formed completion with a wrong field: the server answered; asking again pays again
+        return "bad_response", False, None, None
     if isinstance(exc, (openai.APIResponseValidationError, json.JSONDecodeError, BadResponse)):
         # a 200 whose body is not a chat completion (a proxy's HTML page, a truncated body)
         return "bad_response", True, None, None
@@ -301,7 +351,11 @@ class ChatClient:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
     ) -> None:
+        from k9bench.redact import register_secret
+
         self._secret = api_key
+        if api_key != PLACEHOLDER_KEY:
+            register_secret(api_key)  # masked in every kept text and (with the log filter) every log line
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
         self.client = client or make_openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
@@ -318,7 +372,7 @@ class ChatClient:
         return str(getattr(self.client, "base_url", ""))
 
     def _scrub(self, text: str) -> str:
-        return redact(text, self._secret)
+        return scrub(text, self._secret)
 
     def _delay(self, retry_number: int, retry_after: float | None) -> float:
         with self._rng_lock:
@@ -336,6 +390,7 @@ class ChatClient:
         where = f"{label}: " if label else ""
         attempt = 0
         last: tuple[str, str, int | None] = ("", "", None)
+        reported = Usage()  # tokens an unusable reply reported (it was answered, and paid)
         while True:
             attempt += 1
             try:
@@ -347,24 +402,29 @@ class ChatClient:
                 message = getattr(choice, "message", None)
                 if message is None:
                     raise BadResponse("the response's first choice has no message")
+                text, usage = _read_reply(response, message)
+                served = getattr(response, "model", None)
+                finish = getattr(choice, "finish_reason", None)
                 return ChatResult(
                     ok=True,
-                    text=self._scrub(message.content or ""),
-                    usage=Usage.from_response(getattr(response, "usage", None)),
+                    text=self._scrub(text),
+                    usage=usage,
                     attempts=attempt,
-                    model=getattr(response, "model", None),
-                    finish_reason=getattr(choice, "finish_reason", None),
+                    model=served if isinstance(served, str) else (None if served is None else str(served)),
+                    finish_reason=finish if isinstance(finish, str) or finish is None else str(finish),
                     elapsed_s=time.monotonic() - started,
                 )
             except Exception as exc:  # classified below; programming errors re-raise from classify_error
                 kind, retryable, status, retry_after = classify_error(exc)
+                if isinstance(exc, UnusableReply) and exc.usage is not None:
+                    reported = exc.usage
                 message_text = self._scrub(f"{type(exc).__name__}: {exc}")
                 last = (kind, message_text, status)
                 if not retryable or attempt >= total:
                     if retryable:
                         log.warning("%s%s after %d attempt(s), giving up: %s", where, kind, attempt, message_text)
                     else:
-                        log.warning("%s%s (HTTP %s), not retried: %s", where, kind, status, message_text)
+                        log.warning("%s%s%s, not retried: %s", where, kind, f" (HTTP {status})" if status is not None else "", message_text)
                     break
                 wait = self._delay(attempt, retry_after)
                 extra = f", server asked Retry-After {retry_after:g} s" if retry_after is not None else ""
@@ -379,12 +439,30 @@ class ChatClient:
         kind, message_text, status = last
         return ChatResult(
             ok=False,
+            usage=reported,
             attempts=attempt,
             error=message_text,
             error_kind=kind,
             status_code=status,
             elapsed_s=time.monotonic() - started,
         )
+
+
+def _read_reply(response: Any, message: Any) -> tuple[str, Usage]:
+    """The text and usage of a completion; :class:`UnusableReply` when the content is not text
+    (null is an empty reply) or the usage is not numeric (the usage, when readable, rides along)."""
+    usage_problem: UnusableReply | None = None
+    try:
+        usage = Usage.from_response(getattr(response, "usage", None))
+    except UnusableReply as exc:  # the response still counts as one (its tokens unknown)
+        usage, usage_problem = None, exc
+        exc.usage = Usage(requests=1)
+    content = getattr(message, "content", None)
+    if content is not None and not isinstance(content, str):
+        raise UnusableReply(f"the reply's content is {_show(content)} (type {type(content).__name__}), not text", usage=usage)
+    if usage_problem is not None:
+        raise usage_problem
+    return content or "", usage  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------
