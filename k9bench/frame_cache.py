@@ -1,6 +1,6 @@
 """Per-run frame cache (each video decoded once) with an optional on-disk store.
 
-``FrameCache.get(path)`` samples a video with :func:`k9bench.video.sample` the first time and
+``FrameCache.get(path)`` samples a video with :func:`k9bench.frame_sampling.sample` the first time and
 returns the same ``Frames`` for every later question on that video, until ``release(path)`` drops
 it (call it after the video's last question, so memory holds one video's frames at a time when
 questions are processed grouped by video). A failure is remembered too: a broken video raises
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from k9bench.artifacts import atomic_file
-from k9bench.video import (
+from k9bench.frame_sampling import (
     DEFAULT_DECODER,
     DEFAULT_FPS,
     DEFAULT_IMAGE_PATCH_SIZE,
@@ -67,7 +67,7 @@ class SamplingSettings:
     """Decoder name (``decord`` or ``pyav``)."""
 
     def sample_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`k9bench.video.sample`."""
+        """Keyword arguments for :func:`k9bench.frame_sampling.sample` (re-exported as ``k9bench.video.sample``)."""
         return asdict(self)
 
 
@@ -123,7 +123,7 @@ class FrameCache:
         """``settings`` or the same fields as keywords (``fps``, ``max_frames``, ``decoder``...).
 
         The decoder is loaded here, so a missing one stops the run before any work
-        (``k9bench.video.DecoderUnavailable``).
+        (``DecoderUnavailable``).
         """
         if settings is not None and kwargs:
             raise TypeError("pass either settings or keyword settings, not both")
