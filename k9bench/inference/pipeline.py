@@ -1,0 +1,142 @@
+"""CPU work ahead of the accelerator: batches are prepared by a bounded pool of workers while the model runs.
+
+Preparing a batch (decoding its videos' frames, the processor's resize/normalise/patching, the
+tokenizer) is CPU work that does not need the model. :class:`AheadPipeline` runs a ``prepare``
+function for the next ``depth`` batches on ``workers`` threads (decoders, the processor's tensor
+operations and the tokenizer release the GIL) and hands the results over in the original order;
+the time the consumer (the model's thread) spends waiting for a batch that is not ready yet is the
+accelerator's idle time, kept in :class:`PipelineStats` for ``run_stats``.
+
+A ``prepare`` that raises does not stop the pipeline: the exception is handed over in the batch's
+place (:class:`Prepared` ``error``), so the loop can write failed records for that batch and go on.
+At most ``depth`` batches are prepared or held at once (their frames and pixel tensors are the
+memory cost). ``close()`` cancels what has not started; a prepare already running finishes on its
+thread and is dropped.
+
+Usage::
+
+    with AheadPipeline(prepare_batch, workers=4, depth=4) as ahead:
+        for ready in ahead.run(planned_batches):
+            if ready.error is not None: ...record failures...
+            else: outputs = engine.run(ready.value)
+    stats = ahead.stats.to_dict()
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from typing import Callable, Generic, Iterable, Iterator, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+DEFAULT_WORKERS = 2
+DEFAULT_DEPTH = 2
+
+
+@dataclass
+class PipelineStats:
+    """How the preparation kept up (for ``run_stats``)."""
+
+    workers: int = 0
+    depth: int = 0
+    prepared: int = 0
+    """Items handed over."""
+    failed: int = 0
+    """Items whose ``prepare`` raised."""
+    wait_seconds: float = 0.0
+    """Time the consumer waited for a prepared item (the accelerator idle, waiting for the CPU)."""
+    prepare_seconds: float = 0.0
+    """Time spent inside ``prepare``, summed over workers (can exceed the wall time)."""
+    max_wait_seconds: float = 0.0
+    """Longest single wait."""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Prepared(Generic[T, U]):
+    """One item and what ``prepare`` made of it."""
+
+    item: T
+    value: U | None = None
+    error: BaseException | None = None
+    seconds: float = 0.0
+    """Time ``prepare`` took for this item."""
+
+
+class AheadPipeline(Generic[T, U]):
+    """Prepares items ahead of their use on a bounded thread pool (see the module doc)."""
+
+    def __init__(self, prepare: Callable[[T], U], *, workers: int = DEFAULT_WORKERS, depth: int = DEFAULT_DEPTH,
+                 name: str = "k9bench-prepare"):
+        if workers < 1:
+            raise ValueError(f"workers must be >= 1 (got {workers})")
+        if depth < 1:
+            raise ValueError(f"depth must be >= 1 (got {depth})")
+        self._prepare = prepare
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix=name)
+        self._pending: deque[tuple[T, Future]] = deque()
+        self.stats = PipelineStats(workers=workers, depth=depth)
+        self.depth = depth
+
+    def _timed(self, item: T) -> Prepared[T, U]:
+        t0 = time.perf_counter()
+        try:
+            value = self._prepare(item)
+        except Exception as exc:  # handed to the consumer in the item's place
+            return Prepared(item, None, exc, time.perf_counter() - t0)
+        return Prepared(item, value, None, time.perf_counter() - t0)
+
+    def run(self, items: Iterable[T]) -> Iterator[Prepared[T, U]]:
+        """Yield every item's :class:`Prepared`, in order, keeping up to ``depth`` in preparation."""
+        source = iter(items)
+        exhausted = False
+
+        def fill() -> None:
+            nonlocal exhausted
+            while not exhausted and len(self._pending) < self.depth:
+                try:
+                    item = next(source)
+                except StopIteration:
+                    exhausted = True
+                    return
+                self._pending.append((item, self._pool.submit(self._timed, item)))
+
+        fill()
+        while self._pending:
+            item, fut = self._pending.popleft()
+            t0 = time.perf_counter()
+            ready = fut.result()
+            waited = time.perf_counter() - t0
+            self.stats.wait_seconds += waited
+            self.stats.max_wait_seconds = max(self.stats.max_wait_seconds, waited)
+            self.stats.prepare_seconds += ready.seconds
+            self.stats.prepared += 1
+            if ready.error is not None:
+                self.stats.failed += 1
+            fill()  # start the next item before the consumer uses this one
+            yield ready
+
+    def close(self) -> None:
+        """Cancel what has not started and let the workers go (running prepares finish on their threads)."""
+        while self._pending:
+            _, fut = self._pending.popleft()
+            fut.cancel()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    def __enter__(self) -> "AheadPipeline[T, U]":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+__all__ = ["AheadPipeline", "DEFAULT_DEPTH", "DEFAULT_WORKERS", "PipelineStats", "Prepared"]
