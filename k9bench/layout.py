@@ -13,14 +13,26 @@ Layout of one run ``<tag> = <model short name>_mf<frames>_n<samples>`` in ``OUT_
     eval_<tag>.json              evaluate_results.py --mode evaluate
     judge_<tag>.json             subjective_evals.py      (+ judge_<tag>_skipped.json, .meta.json)
     report_<tag>/                evaluate_results.py --mode report
+
+``python -m k9bench.layout --check_env`` is the launcher's preflight: it reads the launcher's
+environment values, fills in the defaults the scripts' own flags define (so no default is
+restated in ``run_eval.sh``), checks every value and the output folders before anything runs,
+and prints the settings as shell assignments, or one line naming the variable and exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import re
 import shlex
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Mapping
+
+from k9bench.validators import positive_int, unit_interval
 
 STAGES = ("raw", "sim", "eval", "judge")
 """Artifact stages, in pipeline order (the file-name prefixes)."""
@@ -85,6 +97,33 @@ def checkpoint_path(final: str | Path) -> Path:
     return p.with_name(p.name + ".partial.jsonl")
 
 
+_NAME_RE = re.compile(r"^(?P<stage>raw|sim|eval|judge)_(?P<model>.+?)_mf(?P<frames>-?\d+)_n(?P<samples>-?\d+)(?P<rest>[._].*)?$")
+
+
+@dataclass(frozen=True)
+class ArtifactName:
+    """What a launcher-style file name says. Only a label: readers take settings from contents."""
+
+    stage: str
+    """``raw``, ``sim``, ``eval`` or ``judge``."""
+    model: str
+    """The model's short name."""
+    max_frames: int
+    """The frame budget in the name."""
+    max_samples: int
+    """The question count asked for in the name."""
+
+
+def parse_artifact_name(path: str | Path) -> ArtifactName | None:
+    """The parts of ``<stage>_<model>_mf<F>_n<N>[...].json``, or None for any other name."""
+    name = Path(path).name
+    stem = name[:-5] if name.endswith(".json") else name
+    match = _NAME_RE.match(stem)
+    if not match:
+        return None
+    return ArtifactName(stage=match["stage"], model=match["model"], max_frames=int(match["frames"]), max_samples=int(match["samples"]))
+
+
 @dataclass(frozen=True)
 class RunLayout:
     """Every path of one launcher run in ``out_dir``."""
@@ -123,17 +162,207 @@ class RunLayout:
         }
 
 
+# ---------------------------------------------------------------------------------------------
+# The launcher's preflight (run_eval.sh)
+
+
+class LauncherError(ValueError):
+    """A launcher setting that cannot work; the message names the environment variable."""
+
+
+def _device(text: str) -> str:
+    """``auto``, ``cpu``, ``mps``, ``cuda`` or ``cuda:N``, and CUDA only where a CUDA device exists."""
+    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", text):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, mps, cuda or cuda:N, got {text!r}")
+    if text.startswith("cuda"):
+        import torch  # only for an explicit CUDA request
+
+        if not torch.cuda.is_available():
+            raise argparse.ArgumentTypeError("no CUDA device is available here")
+        index = int(text.split(":")[1]) if ":" in text else 0
+        if index >= torch.cuda.device_count():
+            raise argparse.ArgumentTypeError(f"only {torch.cuda.device_count()} CUDA device(s) here")
+    return text
+
+
+def _max_frames(text: str) -> int:
+    value = int(text)
+    if value != 0 and value < 2:
+        raise argparse.ArgumentTypeError(f"expected 0 (text only) or at least 2 (frame counts are rounded to even numbers), got {text!r}")
+    return value
+
+
+def _max_samples(text: str) -> int:
+    value = int(text)
+    if value != -1 and value < 1:
+        raise argparse.ArgumentTypeError(f"expected -1 (all questions) or a positive integer, got {text!r}")
+    return value
+
+
+def _url(text: str) -> str:
+    if not re.match(r"https?://[^/\s]+", text):
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
+    return text
+
+
+@dataclass(frozen=True)
+class LauncherSetting:
+    """One environment variable of ``run_eval.sh`` and the script flag that receives it."""
+
+    name: str
+    """The environment variable."""
+    script: str
+    """The script (module name) whose flag takes the value; its default is the launcher's."""
+    flag: str
+    """That flag."""
+    check: Callable[[str], object] | None = None
+    """The launcher's own check of the text, on top of the flag's type and choices."""
+
+
+LAUNCHER_SETTINGS: tuple[LauncherSetting, ...] = (
+    LauncherSetting("MODEL_NAME", "eval_video_llm", "--model_name_or_path"),
+    LauncherSetting("MAX_FRAMES", "eval_video_llm", "--max_frames", _max_frames),
+    LauncherSetting("MAX_SAMPLES", "eval_video_llm", "--max_samples", _max_samples),
+    LauncherSetting("VIDEO_DIR", "eval_video_llm", "--video_dir"),
+    LauncherSetting("DATASET_NAME", "eval_video_llm", "--dataset_name"),
+    LauncherSetting("SPLIT", "eval_video_llm", "--split"),
+    LauncherSetting("BATCH_SIZE", "eval_video_llm", "--batch_size", positive_int),
+    LauncherSetting("DTYPE", "eval_video_llm", "--torch_dtype"),
+    LauncherSetting("ATTN_IMPL", "eval_video_llm", "--attn_implementation"),
+    LauncherSetting("EMBEDDING_MODEL", "evaluate_results", "--embedding_model"),
+    LauncherSetting("EMBED_BATCH_SIZE", "evaluate_results", "--batch_size", positive_int),
+    LauncherSetting("DEVICE", "evaluate_results", "--device", _device),
+    LauncherSetting("THRESHOLD", "evaluate_results", "--threshold", unit_interval),
+    LauncherSetting("JUDGE_MODEL", "subjective_evals", "--judge_model"),
+    LauncherSetting("JUDGE_BASE_URL", "subjective_evals", "--base_url", _url),
+)
+
+OUTPUT_FOLDERS = ("OUT_DIR", "VIDEO_DIR")
+"""Folders the launcher writes into (artifacts; downloaded videos): checked before anything runs."""
+
+
+def _flag_action(script: str, flag: str, parsers: dict) -> argparse.Action:
+    """The argparse action of ``flag`` in ``script``'s own parser (imported lazily; the scripts'
+    imports are light, --help stays instant)."""
+    if script not in parsers:
+        import importlib
+
+        root = str(Path(__file__).resolve().parent.parent)
+        if root not in sys.path:
+            sys.path.insert(0, root)
+        parsers[script] = importlib.import_module(script).build_parser()
+    for action in parsers[script]._actions:
+        if flag in action.option_strings:
+            return action
+    raise KeyError(f"{script}.py has no flag {flag}")
+
+
+def _refusal(name: str, text: str, kind: object, exc: Exception) -> LauncherError:
+    """One line naming the variable: ``THRESHOLD must be a number in [0, 1], got '5'``."""
+    if isinstance(exc, argparse.ArgumentTypeError):
+        why = str(exc)
+        if why.startswith("expected "):
+            return LauncherError(f"{name} must be {why[len('expected '):]}")
+        return LauncherError(f"{name}={text}: {why}")
+    expected = {int: "an integer", float: "a number"}.get(kind, "a valid value")  # type: ignore[call-overload]
+    return LauncherError(f"{name} must be {expected}, got {text!r}")
+
+
+def check_setting(setting: LauncherSetting, text: str, parsers: dict | None = None) -> None:
+    """Check one value as its script's flag would parse it (type, choices), then the launcher's own rule."""
+    parsers = {} if parsers is None else parsers
+    action = _flag_action(setting.script, setting.flag, parsers)
+    for kind in (action.type, setting.check):
+        if kind is None:
+            continue
+        try:
+            kind(text)
+        except (argparse.ArgumentTypeError, ValueError, TypeError) as exc:
+            raise _refusal(setting.name, text, kind, exc) from None
+    if action.choices is not None and text not in action.choices:
+        raise LauncherError(f"{setting.name} must be one of {', '.join(map(str, action.choices))}, got {text!r}")
+
+
+def check_output_folder(name: str, folder: str) -> None:
+    """``folder`` is a writable folder or can be made as one; nothing is left behind (a nameless
+    probe file is opened and closed in the nearest existing folder)."""
+    if not folder:
+        raise LauncherError(f"{name} is empty; give a folder")
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise LauncherError(f"{name}={folder} is a file, not a folder")
+    probe = path
+    while not probe.exists() and probe.parent != probe:
+        probe = probe.parent
+    if not probe.is_dir():
+        raise LauncherError(f"{name}={folder} cannot be created: {probe} is not a folder")
+    try:
+        with tempfile.TemporaryFile(dir=probe):
+            pass
+    except OSError as exc:
+        raise LauncherError(f"{name}={folder} is not writable ({probe}: {exc.strerror or exc})") from None
+
+
+def launcher_settings(env: Mapping[str, str]) -> dict[str, str]:
+    """The launcher's settings from ``env``: an unset or empty variable takes its script flag's
+    default ("" when that default is None: the flag is then not passed). Raises
+    :class:`LauncherError` (one line naming the variable) on the first value that cannot work."""
+    parsers: dict = {}
+    out: dict[str, str] = {}
+    for setting in LAUNCHER_SETTINGS:
+        text = env.get(setting.name, "")
+        if text:
+            check_setting(setting, text, parsers)
+            out[setting.name] = text
+        else:
+            default = _flag_action(setting.script, setting.flag, parsers).default
+            out[setting.name] = "" if default is None else str(default)
+    out["OUT_DIR"] = env.get("OUT_DIR", "")
+    for name in OUTPUT_FOLDERS:
+        check_output_folder(name, out[name])
+    if out["DATASET_NAME"] == "demo":
+        from k9bench.demo import demo_rows
+
+        out["DEMO_QUESTIONS"] = str(len(demo_rows()))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Print the launcher's file names as shell assignments (``eval "$(python -m k9bench.layout ...)"``)."""
+    """Print the launcher's file names (or, with ``--check_env``, its checked settings) as shell
+    assignments: ``eval "$(python -m k9bench.layout ...)"``."""
     parser = argparse.ArgumentParser(prog="python -m k9bench.layout", description="Print a run's artifact paths as shell variables.")
-    parser.add_argument("--out_dir", required=True)
-    parser.add_argument("--model", required=True)
-    parser.add_argument("--max_frames", type=int, required=True)
-    parser.add_argument("--max_samples", type=int, required=True)
+    parser.add_argument("--check_env", action="store_true",
+                        help="check run_eval.sh's environment values and output folders; print them with the scripts' defaults "
+                             "filled in, or one line naming the culprit (on stdout) and exit 2")
+    parser.add_argument("--defaults", action="store_true", help="list the launcher's variables with their script flags and defaults")
+    parser.add_argument("--out_dir")
+    parser.add_argument("--model")
+    parser.add_argument("--max_frames", type=int)
+    parser.add_argument("--max_samples", type=int)
     parser.add_argument("--num_shards", type=int, default=1)
     args = parser.parse_args(argv)
-    layout = RunLayout(out_dir=args.out_dir, model=args.model, max_frames=args.max_frames, max_samples=args.max_samples)
-    for key, value in layout.shell_vars(args.num_shards).items():
+    if args.defaults:
+        parsers: dict = {}
+        lines = ["Defaults taken from the scripts' flags:"]
+        for setting in LAUNCHER_SETTINGS:
+            default = _flag_action(setting.script, setting.flag, parsers).default
+            shown = "(not passed: the script decides)" if default is None else str(default)
+            lines.append(f"  {setting.name:<17}{setting.script}.py {setting.flag:<22} {shown}")
+        print("\n".join(lines))
+        return 0
+    if args.check_env:
+        try:
+            values = launcher_settings(os.environ)
+        except LauncherError as exc:
+            print(exc)
+            return 2
+    else:
+        missing = [f"--{k}" for k in ("out_dir", "model", "max_frames", "max_samples") if getattr(args, k) is None]
+        if missing:
+            parser.error(f"the following arguments are required: {', '.join(missing)}")
+        layout = RunLayout(out_dir=args.out_dir, model=args.model, max_frames=args.max_frames, max_samples=args.max_samples)
+        values = layout.shell_vars(args.num_shards)
+    for key, value in values.items():
         print(f"{key}={shlex.quote(value)}")
     return 0
 
