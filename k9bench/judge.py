@@ -4,30 +4,45 @@ One request per question: our judge prompt (``k9bench/prompts/judge_prompt.txt``
 file given verbatim) filled with the question, the text of the right option and the
 model's answer. The judge replies with a ``CoT:`` line and a dictionary of five
 integer scores 1-10; :func:`parse_judgement` reads the *last* ``{...}`` block (single
-quotes and code fences tolerated) and refuses anything that is not exactly five
-integers 1-10, so a malformed reply or a failed call is never turned into a score:
-it goes to the skipped list with its reason (and the raw reply).
+quotes and code fences tolerated). As the reference does (SPEC section 9), a numeric
+string (``"9"``) is read as its number and a non-integer (``7.5``) is truncated toward
+zero; both are flagged in the entry (``score_adjustments``). Anything else (a score out
+of 1-10, ``true``, a missing key, no dictionary) and any failed call is never turned into
+a score: it goes to the skipped list with its reason (and the raw reply).
+
+Settings are frozen dataclasses whose fields carry the flags of ``subjective_evals.py``
+(:class:`JudgeSettings`: model, prompt, sampling; :class:`RequestSettings`: endpoint,
+concurrency, retries; :class:`JudgeRunSettings`: input, outputs, selection), combined in
+:class:`JudgeConfig`, which the engine takes. The default judge model is
+:data:`DEFAULT_JUDGE_MODEL`, defined here only.
 
 A run (:func:`run_judge`) checkpoints each result as it arrives
 (``<output>.partial.jsonl``), writes the judge list in idx order and the skipped list
 atomically, and on a rerun of the same command skips what is done and retries what
-was skipped. Records that failed at inference (``error`` set) are not judged; they
-are counted and reported.
+was skipped; it refuses earlier files made with other result settings (the
+fingerprint of :func:`judge_fingerprint`, checked by :func:`load_prior`). Records that
+failed at inference (``error`` set, the reference's ``example_id`` failures included)
+are not judged; they are counted and reported. With a dataset, questions that have no
+record in the file become skipped entries with the reason ``missing_model_answer``.
 """
 
 from __future__ import annotations
 
+import argparse
 import ast
 import hashlib
 import json
 import logging
+import math
+import os
 import re
 import string
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from k9bench import CATEGORIES, LETTERS
+from k9bench import CATEGORIES, LETTERS, layout
 from k9bench.artifacts import (
     ArtifactError,
     CheckpointLog,
@@ -40,6 +55,10 @@ from k9bench.artifacts import (
     read_json,
     write_json_atomic,
 )
+from k9bench.dataset import DEFAULT_SPLIT
+from k9bench.redact import redact
+from k9bench.settings import fingerprint_differences, result_fingerprint, setting, to_dict
+from k9bench.validators import float_in_range, non_negative_int, positive_float, positive_int
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +72,10 @@ PLACEHOLDERS = ("question", "correct_answer", "model_output")
 """The fields a judge prompt template must contain."""
 
 DEFAULT_JUDGE_MODEL = "gpt-4o"
+"""The judge model when ``--judge_model`` is not given (the paper's judge); defined here only."""
+
+MISSING_MODEL_ANSWER = "missing_model_answer"
+"""Skip reason (the reference's) of a dataset question with no record in the judged file."""
 
 
 class JudgeInputError(Exception):
@@ -61,6 +84,117 @@ class JudgeInputError(Exception):
 
 class JudgeParseError(ValueError):
     """A judge reply that holds no valid score dictionary; the message says why."""
+
+
+# ---------------------------------------------------------------------------
+# Settings (the flags of subjective_evals.py are generated from these fields)
+
+_TEMPERATURE_RANGE = float_in_range(0.0, 2.0)
+
+
+def temperature_value(text: str) -> float | None:
+    """``--temperature``: a number in [0, 2], or ``none``/``default`` for the API's own default."""
+    if str(text).strip().lower() in ("none", "default"):
+        return None
+    try:
+        return _TEMPERATURE_RANGE(text)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc} (or 'none' for the API's own default)") from None
+
+
+@dataclass(frozen=True)
+class JudgeSettings:
+    """What shapes a judge call: model, prompt and sampling (recorded in the meta sidecar). The
+    fields marked ``result=True`` and the prompt's sha256 form the resume fingerprint."""
+
+    judge_model: str = setting(
+        DEFAULT_JUDGE_MODEL,
+        "judge model id (default: %(default)s); pin a dated snapshot (e.g. gpt-4o-2024-08-06) for comparable numbers",
+        result=True,
+    )
+    temperature: float | None = setting(
+        0.0, "judge sampling temperature (default: %(default)s; 'none': the API's own default)", type=temperature_value, result=True
+    )
+    max_tokens: int | None = setting(
+        None, "limit on the judge's reply length (default: the API's)", type=positive_int
+    )  # not a result setting: raising it to retry replies cut short must not refuse the earlier entries
+    prompt_file: str | None = setting(
+        None, "judge prompt template used verbatim instead of ours ({question}, {correct_answer}, {model_output})"
+    )
+    template: str = setting("", "the judge prompt template (the built-in one, or --prompt_file's text)", cli=False)
+    prompt_source: str = setting("builtin:judge_prompt", "where the template came from (builtin:judge_prompt or the file)", cli=False)
+
+    @property
+    def prompt_sha256(self) -> str:
+        """SHA-256 of the template (part of the fingerprint)."""
+        return hashlib.sha256(self.template.encode("utf-8")).hexdigest()
+
+    def record(self) -> dict:
+        """The settings as written to the meta sidecar (the template by its source and sha256)."""
+        out = {k: v for k, v in to_dict(self).items() if k != "template"}
+        out["prompt_sha256"] = self.prompt_sha256
+        return out
+
+
+@dataclass(frozen=True)
+class RequestSettings:
+    """How judge requests are sent (no effect on the scores)."""
+
+    base_url: str | None = setting(None, "OpenAI-compatible endpoint (vLLM, SGLang, Azure, a proxy); default: the OpenAI API")
+    concurrency: int = setting(8, "requests in flight at once (default: %(default)s)", type=positive_int)
+    max_retries: int = setting(
+        5, "retries per request on 429, 5xx, timeouts and connection errors (default: %(default)s)", type=non_negative_int
+    )
+    timeout: float = setting(120.0, "seconds per request attempt (default: %(default)s)", type=positive_float)
+    retry_backoff: float = setting(
+        1.0, "seconds before the first retry, doubled each time, with jitter (default: %(default)s)", type=positive_float
+    )
+    retry_backoff_max: float = setting(60.0, "ceiling of the retry backoff in seconds (default: %(default)s)", type=positive_float)
+
+    def retry_policy(self) -> Any:
+        """The :class:`k9bench.openai_api.RetryPolicy` these settings describe."""
+        from k9bench.openai_api import RetryPolicy
+
+        return RetryPolicy(max_retries=self.max_retries, backoff_base=self.retry_backoff, backoff_max=self.retry_backoff_max)
+
+    def record(self) -> dict:
+        """As written to the meta sidecar (secrets inside ``base_url`` masked)."""
+        return redact(to_dict(self))
+
+
+@dataclass(frozen=True)
+class JudgeRunSettings:
+    """What is judged and where the results go."""
+
+    evaluations: str | None = setting(
+        None, "raw, sim or eval JSON file (individual_results, or the older threshold_results layout)", required=True
+    )
+    output: str | None = setting(None, "judge JSON list (default: judge_<name>.json beside --evaluations)")
+    skipped: str | None = setting(None, "skipped entries JSON list (default: <output stem>_skipped.json)")
+    limit: int | None = setting(None, "judge only the first N answered questions (idx order)", type=non_negative_int)
+    dataset_name: str | None = setting(
+        None,
+        "cross-check the records against this dataset (Hub id, local file, or 'demo'), report mismatches, and list "
+        f"its questions that have no record in the file as skipped ({MISSING_MODEL_ANSWER})",
+    )
+    split: str = setting(DEFAULT_SPLIT, "dataset split for --dataset_name (default: %(default)s)")
+
+
+@dataclass(frozen=True)
+class JudgeConfig:
+    """Everything a judge run needs, built once in ``subjective_evals.main``."""
+
+    judge: JudgeSettings
+    """Model, prompt, sampling."""
+    requests: RequestSettings = field(default_factory=RequestSettings)
+    """Endpoint, concurrency, retries."""
+    run: JudgeRunSettings = field(default_factory=JudgeRunSettings)
+    """Input, outputs, selection."""
+
+
+def judge_fingerprint(settings: JudgeSettings) -> dict:
+    """The settings that change a judgement: the ``result=True`` fields and the prompt's sha256."""
+    return {**result_fingerprint(settings), "prompt_sha256": settings.prompt_sha256}
 
 
 # ---------------------------------------------------------------------------
@@ -105,9 +239,34 @@ class Judgement:
     """Axis name (see :data:`AXES`) -> integer 1-10, in :data:`AXES` order."""
     cot: str
     """The text of the ``CoT:`` line ("" when the judge wrote none)."""
+    adjustments: dict = field(default_factory=dict)
+    """Axis name -> the value as the judge wrote it, for each score that was not a plain integer
+    (a numeric string, or a non-integer truncated toward zero as the reference's ``int()`` does)."""
+
+
+_INT_TEXT = re.compile(r"^\s*[+-]?\d{1,6}\s*$")
+
+
+def _read_score(axis: str, value: Any) -> tuple[int, bool]:
+    """``(score, adjusted)``: an integer 1-10 read the reference's way where the meaning is clear
+    (``"9"`` -> 9, ``7.5`` -> 7); a bool, an out-of-range score or any other value raises."""
+    adjusted = False
+    number: Any = value
+    if isinstance(value, str) and _INT_TEXT.match(value):
+        number, adjusted = int(value), True
+    elif isinstance(value, float) and math.isfinite(value):
+        number = int(value)  # toward zero, as int() does
+        adjusted = number != value
+    if isinstance(number, bool) or not isinstance(number, int):
+        raise JudgeParseError(f"score {axis!r} is {value!r}, not an integer 1-10")
+    if not 1 <= number <= 10:
+        shown = f"{value!r} ({number} after truncation)" if adjusted and isinstance(value, float) else (repr(value) if adjusted else str(value))
+        raise JudgeParseError(f"score {axis!r} is {shown}, outside 1-10")
+    return number, adjusted
 
 
 def _score_value(axis: str, value: Any) -> int:
+    """A score as stored in a judge file: exactly an integer 1-10."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise JudgeParseError(f"score {axis!r} is {value!r}, not an integer 1-10")
     if not 1 <= value <= 10:
@@ -121,7 +280,10 @@ def parse_judgement(reply: str | None) -> Judgement:
     The last ``{...}`` block is read as JSON, else as a Python literal (single
     quotes); code fences are ignored. All five keys of :data:`AXES` are required
     (matched case-insensitively; extra keys are ignored) and every value must be an
-    integer 1-10 (not a float, string or bool).
+    integer 1-10 once read as the reference reads it: an integer string counts as its
+    number and a finite non-integer is truncated toward zero (both listed in
+    :attr:`Judgement.adjustments`); a bool, ``NaN``, other text or a value outside 1-10
+    after truncation is refused.
     """
     if reply is None or not reply.strip():
         raise JudgeParseError("empty reply")
@@ -152,7 +314,12 @@ def parse_judgement(reply: str | None) -> Judgement:
     missing = [a for a in AXES if a not in by_key]
     if missing:
         raise JudgeParseError(f"missing score key(s): {', '.join(missing)}")
-    scores = {axis: _score_value(axis, by_key[axis]) for axis in AXES}
+    scores: dict[str, int] = {}
+    adjustments: dict[str, Any] = {}
+    for axis in AXES:
+        scores[axis], adjusted = _read_score(axis, by_key[axis])
+        if adjusted:
+            adjustments[axis] = by_key[axis]
     cot = ""
     head = text[: block.start()]
     in_head = list(_COT.finditer(head))
@@ -166,7 +333,7 @@ def parse_judgement(reply: str | None) -> Judgement:
         anywhere = list(_COT.finditer(text))
         cot_text = anywhere[-1].group(1) if anywhere else ""
     cot = " ".join(cot_text.split()).strip(" *_")
-    return Judgement(scores=scores, cot=cot)
+    return Judgement(scores=scores, cot=cot, adjustments=adjustments)
 
 
 # ---------------------------------------------------------------------------
@@ -219,18 +386,39 @@ def _video_url(record: QuestionRecord, scene: str) -> str:
     return canonical_url(scene) if scene and is_valid_scene_name(scene) else ""
 
 
+def _not_text(name: str, value: Any) -> str | None:
+    """A problem when a field that must be text holds something else (a number, NaN, a dict...)."""
+    if isinstance(value, str):
+        return None
+    return f"{name} is {value!r:.80} (type {type(value).__name__}), not text"
+
+
+def _idx_problem(idx: Any) -> str | None:
+    if isinstance(idx, bool) or not isinstance(idx, int):
+        return f"idx {idx!r:.40} is not an integer"
+    return None
+
+
 def task_from_record(record: QuestionRecord) -> tuple[JudgeTask | None, list[str]]:
-    """The task for one (non-failed) record, or the list of problems that prevent it."""
+    """The task for one (non-failed) record, or the list of problems that prevent it.
+
+    The question, answer, category and scene must be text: a number, ``NaN`` or a dict there
+    would be sent to the judge as its ``repr`` (and a NaN would break every later write)."""
     problems: list[str] = []
-    if isinstance(record.idx, bool) or not isinstance(record.idx, int):
-        problems.append(f"idx {record.idx!r} is not an integer")
+    if (why := _idx_problem(record.idx)) is not None:
+        problems.append(why)
+    for name in ("question", "answer", "question_category", "scene_name"):
+        if (why := _not_text(name, getattr(record, name))) is not None:
+            problems.append(why)
+    if problems:
+        return None, problems
     letter = str(record.ground_truth or "").strip().upper()
     if letter not in LETTERS:
         problems.append(f"ground_truth {record.ground_truth!r} is not a letter A-E")
     correct = option_text(record.options, letter) if letter in LETTERS else None
     if letter in LETTERS and not correct:
         problems.append(f"options have no text for the ground-truth letter {letter} (options: {record.options!r:.200})")
-    if not str(record.question or "").strip():
+    if not record.question.strip():
         problems.append("question is empty")
     if problems:
         return None, problems
@@ -240,7 +428,7 @@ def task_from_record(record: QuestionRecord) -> tuple[JudgeTask | None, list[str
             idx=record.idx,
             question=record.question,
             correct_answer=correct or "",
-            model_output=record.answer or "",
+            model_output=record.answer,
             question_category=record.question_category,
             scene_name=scene,
             video_url=_video_url(record, scene),
@@ -262,6 +450,13 @@ class TaskSet:
     """raw, sim or eval."""
     total_records: int
     """Records in the file."""
+    missing: list[int] = field(default_factory=list)
+    """Dataset questions with no record in the file (filled by :func:`with_missing_answers`)."""
+
+    @property
+    def record_idx(self) -> set:
+        """idx of every record in the file (judgeable or failed)."""
+        return {t.idx for t in self.tasks} | {f["idx"] for f in self.failed}
 
 
 def build_tasks(path: str | Path) -> TaskSet:
@@ -282,18 +477,24 @@ def build_tasks(path: str | Path) -> TaskSet:
     seen: set = set()
     for n, record in enumerate(artifact.records):
         key = record.idx
+        if (why := _idx_problem(key)) is not None:
+            problems.append(f"record #{n}: {why}")
+            continue
         if key in seen:
             problems.append(f"idx {key}: appears more than once")
             continue
         seen.add(key)
         if record.failed:
-            failed.append({"idx": record.idx, "error": record.error, "error_class": record.error_class})
+            error_class = record.error_class if isinstance(record.error_class, str) or record.error_class is None else str(record.error_class)
+            failed.append({"idx": record.idx, "error": record.error, "error_class": error_class})
             continue
         task, why = task_from_record(record)
         if task is None:
             problems.extend(f"idx {record.idx} (record #{n}): {w}" for w in why)
         else:
             tasks.append(task)
+    if len(problems) == 1:
+        raise JudgeInputError(f"{path}: {problems[0]}; cannot judge this file")
     if problems:
         shown = "\n  ".join(problems[:25])
         more = f"\n  ... and {len(problems) - 25} more" if len(problems) > 25 else ""
@@ -301,6 +502,16 @@ def build_tasks(path: str | Path) -> TaskSet:
     tasks.sort(key=lambda t: t.idx)
     failed.sort(key=lambda f: f["idx"])
     return TaskSet(tasks=tasks, failed=failed, stage=artifact.stage, total_records=len(artifact.records))
+
+
+def with_missing_answers(taskset: TaskSet, questions: Iterable[Any]) -> TaskSet:
+    """``taskset`` with :attr:`TaskSet.missing` set: the idx of dataset questions that have no record
+    in the file (the reference reports each as a skipped ``missing_model_answer``)."""
+    from dataclasses import replace
+
+    present = taskset.record_idx
+    missing = sorted({q.idx for q in questions} - present)
+    return replace(taskset, missing=missing)
 
 
 def cross_check(tasks: Iterable[JudgeTask], questions: Iterable[Any]) -> list[dict]:
@@ -330,26 +541,6 @@ def cross_check(tasks: Iterable[JudgeTask], questions: Iterable[Any]) -> list[di
 
 
 @dataclass
-class JudgeSettings:
-    """What shapes a judge call (recorded in the output's sidecar)."""
-
-    model: str = DEFAULT_JUDGE_MODEL
-    """Judge model id as sent to the API."""
-    template: str = ""
-    """The judge prompt template."""
-    prompt_source: str = "builtin:judge_prompt"
-    """Where the template came from."""
-    temperature: float | None = 0.0
-    """Sampling temperature (None: the API's default)."""
-    max_tokens: int | None = None
-    """Reply length limit (None: the API's default)."""
-
-    @property
-    def prompt_sha256(self) -> str:
-        return hashlib.sha256(self.template.encode("utf-8")).hexdigest()
-
-
-@dataclass
 class Outcome:
     """The result of judging one task: an entry or a skip."""
 
@@ -366,7 +557,7 @@ def judge_task(task: JudgeTask, client: Any, settings: JudgeSettings) -> Outcome
     prompt = render_prompt(settings.template, question=task.question, correct_answer=task.correct_answer, model_output=task.model_output)
     result = client.chat(
         [{"role": "user", "content": prompt}],
-        model=settings.model,
+        model=settings.judge_model,
         label=f"idx {task.idx}",
         temperature=settings.temperature,
         max_tokens=settings.max_tokens,
@@ -380,7 +571,7 @@ def judge_task(task: JudgeTask, client: Any, settings: JudgeSettings) -> Outcome
                 idx=task.idx,
                 error=f"judge call failed ({result.error_kind}): {result.error}",
                 timestamp=stamp,
-                extra={"kind": "api_error", "error_kind": result.error_kind, "status_code": result.status_code, "judge_model": settings.model, **common},
+                extra={"kind": "api_error", "error_kind": result.error_kind, "status_code": result.status_code, "judge_model": settings.judge_model, **common},
             ),
         )
     try:
@@ -393,7 +584,7 @@ def judge_task(task: JudgeTask, client: Any, settings: JudgeSettings) -> Outcome
                 idx=task.idx,
                 error=f"parse failure: {exc}",
                 timestamp=stamp,
-                extra={"kind": "parse_error", "raw_reply": result.text, "finish_reason": result.finish_reason, "judge_model": settings.model, **common},
+                extra={"kind": "parse_error", "raw_reply": result.text, "finish_reason": result.finish_reason, "judge_model": settings.judge_model, **common},
             ),
         )
     entry = JudgeEntry(
@@ -406,10 +597,15 @@ def judge_task(task: JudgeTask, client: Any, settings: JudgeSettings) -> Outcome
         model_output=task.model_output,
         cot=judgement.cot,
         scores=judgement.scores,
-        judge_model=settings.model,
+        judge_model=settings.judge_model,
         timestamp=stamp,
         extra={"judge_model_served": result.model, **common},
     )
+    if judgement.adjustments:
+        # read as the reference reads them (int()), and said so in the entry
+        entry.extra["score_adjustments"] = judgement.adjustments
+        log.info("idx %s: score(s) read the reference's way: %s", task.idx,
+                 ", ".join(f"{axis} {value!r} -> {judgement.scores[axis]}" for axis, value in judgement.adjustments.items()))
     return Outcome(idx=task.idx, entry=entry)
 
 
@@ -454,6 +650,8 @@ def summarize(entries: list[dict], skipped: list[dict], failed: list[dict], *, u
         "per_category": per_category,
         "usage": {"entries_and_skipped": usage_files.to_dict(), "this_run": usage_this_run},
         "skipped_idx": [s["idx"] for s in skipped],
+        "missing_model_answer_idx": [s["idx"] for s in skipped if s.get("kind") == MISSING_MODEL_ANSWER],
+        "score_adjusted_idx": [e["idx"] for e in entries if e.get("score_adjustments")],
         "failed_at_inference_idx": [f["idx"] for f in failed],
     }
     if extra:
@@ -490,7 +688,7 @@ def format_summary(summary: dict) -> str:
 
 
 # ---------------------------------------------------------------------------
-# Resumable run
+# Output locations (checked before any request is paid for)
 
 
 def sidecar_path(output: str | Path, suffix: str) -> Path:
@@ -499,7 +697,7 @@ def sidecar_path(output: str | Path, suffix: str) -> Path:
     return output.with_name(f"{output.name}.{suffix}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RunPaths:
     """Where a judge run reads and writes."""
 
@@ -519,6 +717,59 @@ class RunPaths:
     @property
     def summary(self) -> Path:
         return sidecar_path(self.output, "summary.json")
+
+
+def _nearest_existing(path: Path) -> Path:
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            return candidate
+    return Path(".")
+
+
+def check_output_location(flag: str, path: Path, *, inputs: Iterable[Path] = ()) -> None:
+    """Raise :class:`JudgeInputError` (one line naming ``flag`` and the path) unless ``path`` can be
+    written: a file name (not ``.`` or a folder), not one of ``inputs``, in a folder that exists or can
+    be made and that accepts new files (tried with a probe file, removed at once; nothing else is made)."""
+    if path.name in ("", ".", ".."):
+        raise JudgeInputError(f"{flag} {str(path) or repr(str(path))}: not a file name; give a file such as judge.json")
+    if path.is_dir():
+        raise JudgeInputError(f"{flag} {path} is a folder; give a file name")
+    for other in inputs:
+        try:
+            same = path.resolve() == Path(other).resolve()
+        except OSError:
+            same = False
+        if same:
+            raise JudgeInputError(f"{flag} {path} is the input file; give another name")
+    folder = _nearest_existing(path.parent if str(path.parent) else Path("."))
+    if not folder.is_dir():
+        raise JudgeInputError(f"{flag} {path}: {folder} is not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".k9bench-write-check-", dir=folder)
+    except OSError as exc:
+        raise JudgeInputError(f"{flag} {path}: cannot write in {folder} ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
+
+
+def resolve_paths(run: JudgeRunSettings) -> RunPaths:
+    """The output and skipped paths (defaults from :mod:`k9bench.layout`), each checked with
+    :func:`check_output_location` before anything is sent; :class:`JudgeInputError` otherwise."""
+    evaluations = Path(str(run.evaluations))
+    output = Path(run.output) if run.output is not None else layout.next_stage_path(evaluations, "judge")
+    check_output_location("--output", output, inputs=[evaluations])
+    skipped = Path(run.skipped) if run.skipped is not None else layout.skipped_path(output)
+    check_output_location("--skipped", skipped, inputs=[evaluations])
+    paths = RunPaths(output=output, skipped=skipped)
+    taken = {paths.output.resolve(): "--output", paths.checkpoint.resolve(): "the checkpoint of --output",
+             paths.meta.resolve(): "the meta sidecar of --output", paths.summary.resolve(): "the summary sidecar of --output"}
+    if paths.skipped.resolve() in taken:
+        raise JudgeInputError(f"--skipped {paths.skipped} is also {taken[paths.skipped.resolve()]}; give another name")
+    return paths
+
+
+# ---------------------------------------------------------------------------
+# Resume: what earlier runs of the same command left (one function, swappable for k9bench.resume)
 
 
 @dataclass
@@ -541,8 +792,28 @@ def _load_list(path: Path, what: str) -> list[dict]:
     return data
 
 
-def load_prior(paths: RunPaths, settings: JudgeSettings, tasks_by_idx: dict) -> PriorState:
-    """Read the output, skipped file and checkpoint of earlier runs, refusing any that another judge/prompt/input made."""
+def _legacy_fingerprint(judge_model: Any, prompt_sha256: Any) -> dict:
+    """The fingerprint of a file written before fingerprints were recorded (model and prompt only)."""
+    return {k: v for k, v in (("judge_model", judge_model), ("prompt_sha256", prompt_sha256)) if v is not None}
+
+
+def _fingerprint_mismatch(prior: dict, current: dict) -> list[str]:
+    """Differences over the keys both fingerprints hold (an older file may lack a newer setting)."""
+    common = set(prior) & set(current)
+    return fingerprint_differences({k: prior[k] for k in common}, {k: current[k] for k in common})
+
+
+def _refusal(where: Path, prior: dict, diffs: list[str], what: str) -> JudgeInputError:
+    made = f"judge model {prior.get('judge_model')!r}" if "judge_model" in prior else "other settings"
+    return JudgeInputError(
+        f"{where}: {what} made with {made} and settings that differ from this run's ({'; '.join(diffs)}); "
+        "use another --output, or delete the old files to rejudge"
+    )
+
+
+def load_prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict) -> PriorState:
+    """Read the output, skipped file and checkpoint of earlier runs, refusing any made with another
+    fingerprint (:func:`judge_fingerprint`: model, temperature, prompt) or from another input."""
     state = PriorState()
     if paths.meta.exists() and paths.output.exists():
         try:
@@ -550,12 +821,13 @@ def load_prior(paths: RunPaths, settings: JudgeSettings, tasks_by_idx: dict) -> 
         except ArtifactError as exc:
             raise JudgeInputError(str(exc)) from None
         judge = meta.get("judge", {}) if isinstance(meta, dict) else {}
-        for key, mine in (("model", settings.model), ("prompt_sha256", settings.prompt_sha256)):
-            if key in judge and judge[key] != mine:
-                raise JudgeInputError(
-                    f"{paths.output} was judged with {key} {judge[key]!r} ({paths.meta}), not {mine!r}; "
-                    "use another --output, or delete the old files to rejudge"
-                )
+        judge = judge if isinstance(judge, dict) else {}
+        prior = judge.get("fingerprint")
+        if not isinstance(prior, dict):
+            prior = _legacy_fingerprint(judge.get("model"), judge.get("prompt_sha256"))
+        diffs = _fingerprint_mismatch(prior, fingerprint)
+        if diffs:
+            raise _refusal(paths.output, prior, diffs, f"judged (see {paths.meta.name})")
     if paths.output.exists():
         if not paths.meta.exists():
             log.warning("%s has no %s sidecar: cannot confirm its entries used this prompt; keeping them", paths.output, paths.meta.name)
@@ -582,20 +854,22 @@ def load_prior(paths: RunPaths, settings: JudgeSettings, tasks_by_idx: dict) -> 
     except ArtifactError as exc:
         raise JudgeInputError(f"{exc}; delete {paths.checkpoint} to start afresh") from None
     for idx, rec in records.items():
-        if rec.get("judge_model") != settings.model or rec.get("prompt_sha256") != settings.prompt_sha256:
-            raise JudgeInputError(
-                f"{paths.checkpoint}: idx {idx} was judged with model {rec.get('judge_model')!r} and another prompt "
-                f"than this run's ({settings.model!r}, prompt sha256 {settings.prompt_sha256[:12]}); use another --output or delete it"
-            )
+        prior = rec.get("fingerprint")
+        if not isinstance(prior, dict):
+            prior = _legacy_fingerprint(rec.get("judge_model"), rec.get("prompt_sha256"))
+        diffs = _fingerprint_mismatch(prior, fingerprint)
+        if diffs:
+            raise _refusal(paths.checkpoint, prior, diffs, f"idx {idx} was judged")
         if rec.get("status") == "scored":
             state.entries[idx] = rec["entry"]
             state.skipped.pop(idx, None)
         elif rec.get("status") == "skipped" and idx not in state.entries:
             state.skipped[idx] = rec["skipped"]
+    model = fingerprint.get("judge_model")
     for idx, e in state.entries.items():
-        if e.get("judge_model") != settings.model:
+        if e.get("judge_model") != model:
             raise JudgeInputError(
-                f"{paths.output}: idx {idx} was judged by {e.get('judge_model')!r}, not {settings.model!r}; use another --output"
+                f"{paths.output}: idx {idx} was judged by {e.get('judge_model')!r}, not {model!r}; use another --output"
             )
         task = tasks_by_idx.get(idx)
         if task is not None and (e.get("model_output") != task.model_output or e.get("question") != task.question):
@@ -606,6 +880,10 @@ def load_prior(paths: RunPaths, settings: JudgeSettings, tasks_by_idx: dict) -> 
     return state
 
 
+# ---------------------------------------------------------------------------
+# Run
+
+
 @dataclass
 class RunResult:
     """What :func:`run_judge` did."""
@@ -613,7 +891,7 @@ class RunResult:
     entries: list[dict]
     """Final judge list, idx order."""
     skipped: list[dict]
-    """Final skipped list, idx order."""
+    """Final skipped list, idx order (``missing_model_answer`` entries included)."""
     summary: dict
     """The saved summary."""
     judged_now: int
@@ -624,6 +902,11 @@ class RunResult:
     """Set (the reason) when the run stopped because the endpoint refused every connection (see
     :func:`unreachable_after`); the checkpoint holds what was done, no final file is written."""
 
+    @property
+    def retryable_skipped(self) -> list[dict]:
+        """Skipped entries a rerun may still score (all but the questions with no answer to judge)."""
+        return [s for s in self.skipped if s.get("kind") != MISSING_MODEL_ANSWER]
+
 
 def unreachable_after(concurrency: int) -> int:
     """Consecutive results that failed to connect (after their retries) that stop a run: the endpoint is down
@@ -631,14 +914,22 @@ def unreachable_after(concurrency: int) -> int:
     return max(10, 3 * concurrency)
 
 
+def missing_answer_entry(idx: int, dataset: str | None) -> dict:
+    """The skipped entry of a dataset question with no record in the judged file."""
+    return SkippedEntry(
+        idx=idx,
+        error=MISSING_MODEL_ANSWER,
+        timestamp=now_iso(),
+        extra={"kind": MISSING_MODEL_ANSWER, "detail": f"question {idx} of {dataset or 'the dataset'} has no record in the judged file"},
+    ).to_dict()
+
+
 def run_judge(
+    config: JudgeConfig,
     *,
     taskset: TaskSet,
-    settings: JudgeSettings,
     paths: RunPaths,
     make_client: Callable[[], Any],
-    concurrency: int = 8,
-    limit: int | None = None,
     meta: dict | None = None,
     progress_disable: bool | None = None,
 ) -> RunResult:
@@ -646,15 +937,20 @@ def run_judge(
 
     ``make_client`` is called only when there is something to judge and returns an
     object with ``chat(messages, model=..., label=..., **params) -> ChatResult``
-    (:class:`k9bench.openai_api.ChatClient`).
+    (:class:`k9bench.openai_api.ChatClient`). Everything written passes through
+    :func:`k9bench.redact.redact` where it holds settings or error texts.
     """
     from tqdm import tqdm
 
     from k9bench.openai_api import Usage, run_concurrent
 
+    settings = config.judge
+    limit = config.run.limit
+    concurrency = config.requests.concurrency
+    fingerprint = judge_fingerprint(settings)
     targets = taskset.tasks[:limit] if limit is not None and limit >= 0 else list(taskset.tasks)
     by_idx = {t.idx: t for t in taskset.tasks}
-    prior = load_prior(paths, settings, by_idx)
+    prior = load_prior(paths, fingerprint, by_idx)
     todo = [t for t in targets if t.idx not in prior.entries]
     log.info(
         "%d record(s): %d to judge, %d already scored, %d failed at inference (not judged)%s",
@@ -672,6 +968,13 @@ def run_judge(
         log.warning("%d record(s) failed at inference and are not judged: idx %s%s", len(taskset.failed), shown, " ..." if len(taskset.failed) > 20 else "")
     entries = dict(prior.entries)
     skipped = dict(prior.skipped)
+    if taskset.missing:
+        shown = ", ".join(str(i) for i in taskset.missing[:20])
+        log.warning("%d question(s) of %s have no record in %s: skipped as %s (idx %s%s)", len(taskset.missing),
+                    config.run.dataset_name, config.run.evaluations, MISSING_MODEL_ANSWER, shown, " ..." if len(taskset.missing) > 20 else "")
+        for idx in taskset.missing:
+            if idx not in entries:
+                skipped[idx] = missing_answer_entry(idx, config.run.dataset_name)
     usage = Usage()
     served: dict[str, int] = {}
     interrupted = False
@@ -687,7 +990,7 @@ def run_judge(
         results = run_concurrent(lambda t: judge_task(t, client, settings), todo, concurrency)
         try:
             for task, outcome in results:
-                record = {"idx": task.idx, "judge_model": settings.model, "prompt_sha256": settings.prompt_sha256}
+                record = {"idx": task.idx, "fingerprint": fingerprint}
                 if outcome.entry is not None:
                     data = outcome.entry.to_dict()
                     ckpt.append({**record, "status": "scored", "entry": data})
@@ -714,6 +1017,7 @@ def run_judge(
                         f"the judge endpoint {getattr(client, 'base_url', '?')} could not be reached for {refused_streak} "
                         f"entries in a row (each after its retries): check --base_url and that the server is up"
                     )
+                    unreachable = redact(unreachable)
                     log.error("%s; stopping. %d result(s) of this run are checkpointed in %s; rerun the same command "
                               "to finish", unreachable, scored_now + skipped_now, paths.checkpoint)
                     break
@@ -728,7 +1032,7 @@ def run_judge(
     final_skipped = [skipped[i] for i in sorted(skipped) if i not in entries]
     retries = getattr(client, "retries_done", 0) if client is not None else 0
     run_info = {
-        "judge_model": settings.model,
+        "judge_model": settings.judge_model,
         "to_judge_this_run": len(todo),
         "scored_this_run": scored_now,
         "skipped_this_run": skipped_now,
@@ -736,6 +1040,7 @@ def run_judge(
         "served_models_this_run": served,
         "targets": len(targets),
         "records": taskset.total_records,
+        "missing_model_answer": len(taskset.missing),
         "interrupted": interrupted,
         "unreachable": unreachable,
     }
@@ -747,44 +1052,30 @@ def run_judge(
     write_json_atomic(paths.output, final_entries)
     write_json_atomic(paths.skipped, final_skipped)
     meta_out = dict(meta or {})
-    meta_out.setdefault("judge", {})
-    meta_out["judge"].update(
-        {
-            "model": settings.model,
-            "prompt_source": settings.prompt_source,
-            "prompt_sha256": settings.prompt_sha256,
-            "temperature": settings.temperature,
-            "max_tokens": settings.max_tokens,
-        }
-    )
+    judge_block = dict(meta_out.get("judge") or {})
+    judge_block.update(config.requests.record())
+    judge_block.update(settings.record())
+    judge_block.update({"model": settings.judge_model, "fingerprint": fingerprint})
     if client is not None:
-        meta_out["judge"]["base_url_used"] = getattr(client, "base_url", None)
+        judge_block["base_url_used"] = getattr(client, "base_url", None)
+    meta_out["judge"] = judge_block
     meta_out["run"] = run_info
     meta_out["counts"] = summary["counts"]
     meta_out["failed_at_inference"] = taskset.failed
-    write_json_atomic(paths.meta, meta_out)
-    write_json_atomic(paths.summary, summary)
+    write_json_atomic(paths.meta, redact(meta_out))
+    write_json_atomic(paths.summary, redact(summary))
     CheckpointLog(paths.checkpoint).remove()
     return RunResult(final_entries, final_skipped, summary, scored_now + skipped_now)
 
 
 def default_output(evaluations: str | Path) -> Path:
-    """``judge_<name>.json`` beside the evaluations file (``eval_``/``sim_``/``raw_`` prefix replaced)."""
-    p = Path(evaluations)
-    name = p.name
-    for prefix in ("eval_", "sim_", "raw_"):
-        if name.startswith(prefix):
-            name = name[len(prefix):]
-            break
-    stem = name[:-5] if name.endswith(".json") else name
-    return p.with_name(f"judge_{stem}.json")
+    """``judge_<name>.json`` beside the evaluations file (:func:`k9bench.layout.next_stage_path`)."""
+    return layout.next_stage_path(evaluations, "judge")
 
 
 def default_skipped(output: str | Path) -> Path:
-    """``<output stem>_skipped.json`` beside the output."""
-    p = Path(output)
-    stem = p.name[:-5] if p.name.endswith(".json") else p.name
-    return p.with_name(f"{stem}_skipped.json")
+    """``<output stem>_skipped.json`` beside the output (:func:`k9bench.layout.skipped_path`)."""
+    return layout.skipped_path(output)
 
 
 __all__ = [
@@ -796,6 +1087,16 @@ __all__ = [
     "Judgement",
     "JudgeTask",
     "JudgeSettings",
+    "RequestSettings",
+    "JudgeRunSettings",
+    "JudgeConfig",
+    "judge_fingerprint",
+    "temperature_value",
+    "MISSING_MODEL_ANSWER",
+    "check_output_location",
+    "resolve_paths",
+    "with_missing_answers",
+    "missing_answer_entry",
     "TaskSet",
     "Outcome",
     "RunPaths",

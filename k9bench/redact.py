@@ -4,7 +4,8 @@ Three routes are covered: a secret-looking flag (``--api_key X``, ``--hf_token=X
 inside another value (``http://user:KEY@host``, ``--extra_body '{"api_key": "KEY"}'``), and any
 value equal to a known secret of this process (the API key in use, ``HF_TOKEN``...), wherever it
 appears. :func:`redact` works on text and on JSON-like data; :func:`install_log_filter` masks log
-records; :func:`register_secret` adds a value found at run time (e.g. a key read from a file).
+records; :func:`register_secret` adds a value found at run time (e.g. a key read from a file) and
+:func:`register_url_secrets` the credentials inside a URL.
 """
 
 from __future__ import annotations
@@ -38,6 +39,25 @@ def register_secret(value: str | None) -> None:
     """Mask ``value`` from now on wherever it appears (short values are ignored: too many false hits)."""
     if value and len(value) >= _MIN_SECRET_LEN:
         _registered.add(value)
+
+
+def register_url_secrets(url: str | None) -> None:
+    """Register the credentials written inside a URL (``http://user:KEY@host``: the password, and
+    the user part too when it stands alone as in ``http://KEY@host``), so they are masked even
+    where a library prints them apart from the URL."""
+    if not url or "@" not in str(url):
+        return
+    match = _URL_USERINFO.search(str(url))
+    if not match:
+        return
+    userinfo = match.group("userinfo")
+    register_secret(userinfo)
+    user, sep, password = userinfo.partition(":")
+    from urllib.parse import unquote
+
+    for value in ((password,) if sep else (user,)):
+        register_secret(value)
+        register_secret(unquote(value))
 
 
 def known_secrets() -> list[str]:

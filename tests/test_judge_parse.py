@@ -68,8 +68,14 @@ PARSE_FAIL = [
     ("placeholder X", "CoT: x\n{'Logic': X, 'Factuality': X, 'Accuracy': X, 'Conciseness': X, 'Overall': X}", "neither JSON nor"),
     ("out of range high", "CoT: x\n{'Logic': 11, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "outside 1-10"),
     ("zero", "CoT: x\n{'Logic': 0, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "outside 1-10"),
-    ("float", "CoT: x\n{'Logic': 7.5, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
-    ("string number", "CoT: x\n{'Logic': '8', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
+    ("fraction truncated to 0", "CoT: x\n{'Logic': 0.5, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "0.5 (0 after truncation), outside 1-10"),
+    ("float above range", "CoT: x\n{'Logic': 11.0, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "outside 1-10"),
+    ("string out of range", "CoT: x\n{'Logic': '0', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "'0', outside 1-10"),
+    ("non-integer string", "CoT: x\n{'Logic': '7.5', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
+    ("word", "CoT: x\n{'Logic': 'eight', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
+    ("nan", 'CoT: x\n{"Logic": NaN, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7}', "not an integer"),
+    ("infinity", 'CoT: x\n{"Logic": Infinity, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7}', "not an integer"),
+    ("null", 'CoT: x\n{"Logic": null, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7}', "not an integer"),
     ("bool", "CoT: x\n{'Logic': True, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
     ("set not dict", "CoT: x\n{8, 7, 6, 9, 7}", "not a dictionary"),
     ("truncated", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accur", "no {...}"),
@@ -84,6 +90,29 @@ def test_parse_refuses(case, reply, fragment):
     with pytest.raises(JudgeParseError, match=None) as info:
         parse_judgement(reply)
     assert fragment in str(info.value)
+
+
+PARSE_ADJUSTED = [
+    # (case, Logic as written, Logic read) -- SPEC section 9: the reference's int() on each score
+    ("numeric string", "'9'", 9),
+    ("numeric string with spaces", "' 8 '", 8),
+    ("non-integer truncated", "7.5", 7),
+    ("non-integer truncated toward zero", "10.9", 10),
+    ("just above 1", "1.2", 1),
+]
+
+
+@pytest.mark.parametrize("case, written, read", PARSE_ADJUSTED, ids=[c[0] for c in PARSE_ADJUSTED])
+def test_parse_reads_scores_the_reference_way_and_flags_them(case, written, read):
+    j = parse_judgement(f"CoT: x\n{{'Logic': {written}, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}}")
+    assert j.scores == {**GOOD, "Logic": read}
+    assert j.adjustments == {"Logic": eval(written)}  # the value as the judge wrote it
+    assert all(isinstance(v, int) for v in j.scores.values())
+
+
+def test_plain_and_whole_float_scores_are_not_flagged():
+    assert parse_judgement(DICT_SQ).adjustments == {}
+    assert parse_judgement(DICT_SQ.replace("8", "8.0")).adjustments == {}  # 8.0 is exactly 8
 
 
 # -- prompt --------------------------------------------------------------------

@@ -184,7 +184,8 @@ MALFORMED = {
     1: "The answer looks fine to me, I would give it an eight.",  # no dictionary
     2: "CoT: x\n{'Logic': 11, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",  # out of range
     3: "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Overall': 7}",  # missing key
-    5: "CoT: x\n```json\n{\"Logic\": 7.5, \"Factuality\": 7, \"Accuracy\": 6, \"Conciseness\": 9, \"Overall\": 7}\n```",  # float
+    # (was a float 7.5: since issue 14 it is truncated to 7 as the reference does; see test_reference_style_scores_are_read_and_flagged)
+    5: "CoT: x\n```json\n{\"Logic\": \"high\", \"Factuality\": 7, \"Accuracy\": 6, \"Conciseness\": 9, \"Overall\": 7}\n```",  # a word
     6: "",  # empty content
     7: "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accur",  # truncated
 }
