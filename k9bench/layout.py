@@ -217,12 +217,14 @@ class LauncherSetting:
     """That flag."""
     check: Callable[[str], object] | None = None
     """The launcher's own check of the text, on top of the flag's type and choices."""
+    default: str | None = None
+    """The launcher's own default, where it has one (the SPEC's launcher table); else the flag's."""
 
 
 LAUNCHER_SETTINGS: tuple[LauncherSetting, ...] = (
     LauncherSetting("MODEL_NAME", "eval_video_llm", "--model_name_or_path"),
     LauncherSetting("MAX_FRAMES", "eval_video_llm", "--max_frames", _max_frames),
-    LauncherSetting("MAX_SAMPLES", "eval_video_llm", "--max_samples", _max_samples),
+    LauncherSetting("MAX_SAMPLES", "eval_video_llm", "--max_samples", _max_samples, default="10"),
     LauncherSetting("VIDEO_DIR", "eval_video_llm", "--video_dir"),
     LauncherSetting("DATASET_NAME", "eval_video_llm", "--dataset_name"),
     LauncherSetting("SPLIT", "eval_video_llm", "--split"),
@@ -235,6 +237,7 @@ LAUNCHER_SETTINGS: tuple[LauncherSetting, ...] = (
     LauncherSetting("THRESHOLD", "evaluate_results", "--threshold", unit_interval),
     LauncherSetting("JUDGE_MODEL", "subjective_evals", "--judge_model"),
     LauncherSetting("JUDGE_BASE_URL", "subjective_evals", "--base_url", _url),
+    LauncherSetting("OUT_DIR", "", "", default="eval_results"),
 )
 
 OUTPUT_FOLDERS = ("OUT_DIR", "VIDEO_DIR")
@@ -271,7 +274,7 @@ def _refusal(name: str, text: str, kind: object, exc: Exception) -> LauncherErro
 def check_setting(setting: LauncherSetting, text: str, parsers: dict | None = None) -> None:
     """Check one value as its script's flag would parse it (type, choices), then the launcher's own rule."""
     parsers = {} if parsers is None else parsers
-    action = _flag_action(setting.script, setting.flag, parsers)
+    action = _flag_action(setting.script, setting.flag, parsers) if setting.script else argparse.Action([], setting.name)
     for kind in (action.type, setting.check):
         if kind is None:
             continue
@@ -303,6 +306,13 @@ def check_output_folder(name: str, folder: str) -> None:
         raise LauncherError(f"{name}={folder} is not writable ({probe}: {exc.strerror or exc})") from None
 
 
+def setting_default(setting: LauncherSetting, parsers: dict | None = None) -> object:
+    """The launcher's own default, else the default of the script flag that takes the value."""
+    if setting.default is not None or not setting.script:
+        return setting.default
+    return _flag_action(setting.script, setting.flag, {} if parsers is None else parsers).default
+
+
 def launcher_settings(env: Mapping[str, str]) -> dict[str, str]:
     """The launcher's settings from ``env``: an unset or empty variable takes its script flag's
     default ("" when that default is None: the flag is then not passed). Raises
@@ -315,9 +325,8 @@ def launcher_settings(env: Mapping[str, str]) -> dict[str, str]:
             check_setting(setting, text, parsers)
             out[setting.name] = text
         else:
-            default = _flag_action(setting.script, setting.flag, parsers).default
+            default = setting_default(setting, parsers)
             out[setting.name] = "" if default is None else str(default)
-    out["OUT_DIR"] = env.get("OUT_DIR", "")
     for name in OUTPUT_FOLDERS:
         check_output_folder(name, out[name])
     if out["DATASET_NAME"] == "demo":
@@ -343,11 +352,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.defaults:
         parsers: dict = {}
-        lines = ["Defaults taken from the scripts' flags:"]
+        lines = ["Defaults now (the launcher's own, else the script flag's):"]
         for setting in LAUNCHER_SETTINGS:
-            default = _flag_action(setting.script, setting.flag, parsers).default
+            default = setting_default(setting, parsers)
             shown = "(not passed: the script decides)" if default is None else str(default)
-            lines.append(f"  {setting.name:<17}{setting.script}.py {setting.flag:<22} {shown}")
+            where = "run_eval.sh" if setting.default is not None or not setting.script else f"{setting.script}.py {setting.flag}"
+            lines.append(f"  {setting.name:<17}{shown:<36} {where}")
         print("\n".join(lines))
         return 0
     if args.check_env:
