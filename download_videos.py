@@ -14,7 +14,8 @@ Examples::
     python download_videos.py --dataset_name demo --output_dir demo_videos   # generated locally
 
 Exit status: 0 every video present and verified; 1 some failed (after trying all of them);
-2 bad input (dataset, URL, scene id, output folder, ffmpeg, cookies); 130 interrupted.
+2 bad input (a flag value, dataset, URL, scene id, output folder, manifest, ffmpeg, cookies),
+refused before any video is generated or downloaded; 130 interrupted.
 """
 
 from __future__ import annotations
@@ -23,36 +24,22 @@ import argparse
 import logging
 import sys
 
-from k9bench.cli import add_dataset_args, add_logging_args, setup_logging
+from k9bench.cli import ArgumentParser, add_logging_args, setup_logging
+from k9bench.dataset import DatasetSettings  # light: no datasets, yt-dlp or torch behind these
+from k9bench.download import DownloadConfig, DownloadJob
+from k9bench.settings import add_arguments, from_namespace
 
 log = logging.getLogger("download_videos")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description="Download K9-Bench videos with yt-dlp, remux to faststart mp4, verify each file.",
         formatter_class=argparse.ArgumentDefaultsHelpFormatter,
     )
-    add_dataset_args(parser)
-    parser.add_argument("--output_dir", default="./k9bench_videos", help="folder for the {scene}.mp4 files")
-    parser.add_argument("--max_samples", type=int, default=-1, help="only the videos of the first N questions (-1: all)")
-    parser.add_argument("--workers", type=int, default=4, help="videos downloaded in parallel")
-    parser.add_argument("--retries", type=int, default=3, help="retries per request/fragment inside yt-dlp (with backoff)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds without data before a connection counts as stalled")
-    parser.add_argument("--cookies", default=None, help="Netscape cookies.txt for YouTube (never modified)")
-    parser.add_argument(
-        "--cookies_from_browser",
-        default=None,
-        metavar="BROWSER[+KEYRING][:PROFILE][::CONTAINER]",
-        help="read YouTube cookies from a browser (e.g. firefox, chrome)",
-    )
-    parser.add_argument("--sleep_interval", type=float, default=0.0, help="seconds each worker waits before each download")
-    parser.add_argument("--manifest", default=None, help="manifest JSON path (default: <output_dir>/download_manifest.json)")
-    parser.add_argument(
-        "--reverify",
-        action="store_true",
-        help="verify every existing file again, even those an earlier manifest recorded as verified and unchanged",
-    )
+    add_arguments(parser, DatasetSettings)
+    add_arguments(parser, DownloadJob)
+    add_arguments(parser, DownloadConfig)
     add_logging_args(parser)
     return parser
 
@@ -62,39 +49,45 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     setup_logging(args.verbose, args.quiet)
 
+    import dataclasses
+
+    from k9bench import download as kd  # its parts looked up at call time: the tests substitute some
     from k9bench.artifacts import provenance
-    from k9bench.dataset import DEMO_NAME, DatasetError, load_questions, select_range, unique_videos
-    from k9bench.download import DownloadConfig, DownloadInputError, download_videos
+    from k9bench.dataset import DEMO_NAME, DatasetError, load_selected, select_range, unique_videos
+
+    dataset = from_namespace(DatasetSettings, args)
+    job = from_namespace(DownloadJob, args)
+    # Only the flags' fields are passed to kd.DownloadConfig, so a caller that wraps it with
+    # fixed library-only fields (the tests pin yt-dlp to their fake extractor) keeps them.
+    config_fields = {f.name for f in dataclasses.fields(DownloadConfig)}
+    config = kd.DownloadConfig(**{name: value for name, value in vars(args).items() if name in config_fields})
+    argv_list = list(sys.argv[1:] if argv is None else argv)
+    run_provenance = provenance("download_videos.py", argv_list, args)
+    del args  # below main() only the settings objects travel
 
     try:
-        loaded = load_questions(args.dataset_name, args.split, drop_invalid=args.drop_invalid_rows)
+        loaded = load_selected(dataset)
     except DatasetError as exc:
         log.error("%s", exc)
         return 2
-    questions = select_range(loaded.questions, 0, None, args.max_samples)
+    questions = select_range(loaded.questions, 0, None, job.max_samples)
     videos = unique_videos(questions)
     log.info("%d question(s) use %d distinct video(s)", len(questions), len(videos))
-    config = DownloadConfig(
-        workers=args.workers,
-        retries=args.retries,
-        timeout=args.timeout,
-        cookies=args.cookies,
-        cookies_from_browser=args.cookies_from_browser,
-        sleep_interval=args.sleep_interval,
-        manifest_path=args.manifest,
-        reverify=args.reverify,
-    )
-    argv_list = list(sys.argv[1:] if argv is None else argv)
+    extra = {"make_local": _generate_demo_videos} if dataset.dataset_name == DEMO_NAME else {}
     try:
-        if args.dataset_name == DEMO_NAME:
-            _generate_demo_videos(args.output_dir, videos, config)
-        report = download_videos(videos, args.output_dir, config, provenance=provenance("download_videos.py", argv_list, args))
-    except DownloadInputError as exc:
+        report = kd.download_videos(videos, job.output_dir, config, provenance=run_provenance, **extra)
+    except kd.DownloadInputError as exc:
         log.error("%s", exc)
         return 2
     except KeyboardInterrupt:
         log.error("interrupted; finished videos are kept and a rerun resumes")
         return 130
+    _log_outcome(report)
+    return report.exit_code
+
+
+def _log_outcome(report) -> None:
+    """The summary line, each failure, and what to do about the common ones."""
     log.info("%s", report.summary_line())
     for res in report.failed:
         status = f" HTTP {res.http_status}" if res.http_status else ""
@@ -107,25 +100,18 @@ def main(argv: list[str] | None = None) -> int:
         log.error("rerun the same command to retry the failed videos (verified files are skipped)")
     if report.manifest_path:
         log.info("manifest: %s", report.manifest_path)
-    return report.exit_code
 
 
-def _generate_demo_videos(output_dir: str, videos: dict, config) -> None:
-    """The demo set has no online videos: generate the missing ones locally (then they verify and skip)."""
-    from pathlib import Path
+def _generate_demo_videos(folder, missing: list[str]) -> None:
+    """The demo set has no online videos: generate the missing ones locally (they then verify and skip).
 
+    Called by the download after every input check, so a bad flag never leaves generated files.
+    """
     from k9bench.demo import DEMO_VIDEOS, make_demo_videos
-    from k9bench.download import check_writable_target, DownloadInputError
 
-    folder = Path(output_dir).expanduser().absolute()
-    missing = [s for s in videos if s in DEMO_VIDEOS and not (folder / f"{s}.mp4").exists()]
-    if not missing:
-        return
-    problem = check_writable_target(folder, "output folder")
-    if problem:
-        raise DownloadInputError(problem)
-    log.info("generating %d demo video(s) locally (the demo set has no online videos)", len(missing))
-    make_demo_videos(folder)
+    if any(scene in DEMO_VIDEOS for scene in missing):
+        log.info("generating %d demo video(s) locally (the demo set has no online videos)", len(missing))
+        make_demo_videos(folder)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench import CATEGORIES, LETTERS
+from k9bench.settings import setting
 from k9bench.youtube import InvalidYouTubeURL, is_valid_scene_name, parse_youtube_id
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,25 @@ LEGACY_CATEGORIES = {
 """Category labels from earlier drafts, mapped onto the released ones."""
 
 REQUIRED_FIELDS = ("idx", "video_url", "question_category", "question", "options", "correct_answer")
+
+
+@dataclass(frozen=True)
+class DatasetSettings:
+    """Which questions a script reads: ``--dataset_name``, ``--split``, ``--drop_invalid_rows``
+    (the same flags in every script, generated from these fields)."""
+
+    dataset_name: str = setting(
+        DEFAULT_DATASET,
+        "Hub dataset id, a local parquet/json/jsonl file or save_to_disk folder, or 'demo' (default: %(default)s)",
+        result=True,
+    )
+    split: str = setting(DEFAULT_SPLIT, "dataset split (default: %(default)s)", result=True)
+    drop_invalid_rows: bool = setting(
+        False,
+        "drop rows that fail validation (reporting how many and which) instead of stopping",
+        action="store_true",
+        result=True,
+    )
 
 
 class DatasetError(Exception):
@@ -460,6 +480,11 @@ def load_questions(
     if not questions:
         raise DatasetError(f"{source}: no valid questions")
     return LoadedDataset(questions=questions, source=source, dropped=problems)
+
+
+def load_selected(settings: DatasetSettings) -> LoadedDataset:
+    """:func:`load_questions` for the dataset a script's settings name."""
+    return load_questions(settings.dataset_name, settings.split, drop_invalid=settings.drop_invalid_rows)
 
 
 def select_range(questions: list[Question], start_idx: int = 0, end_idx: int | None = None, max_samples: int = -1) -> list[Question]:
