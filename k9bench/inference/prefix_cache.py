@@ -15,9 +15,10 @@ The prefix caches (one forward per video, batch 1, no padding) are right-aligned
 ``P_max`` positions; the suffixes are left-padded to ``S_max``, so every row's last prompt token sits
 in the same column and decoding appends one column per step. The 2-D attention mask hides the
 zeros and pads; the rotary positions are the ones the full prompt would have had: Qwen's multimodal
-rope gives the prefix its 3-D positions (``get_rope_index``), and every token after the video
-continues at ``position + rope_delta`` (the delta the video's positions leave, the same number
-``generate`` keeps in ``model.model.rope_deltas``). Decoding is greedy: an argmax per step, rows
+rope gives the prefix its 3-D positions (``get_rope_index``), the question's tokens continue one by
+one after the prefix's last token, and generated tokens follow ``generate``'s rule (the prompt's
+largest position + 1, + 1 per step: the two differ only where a video's temporal positions run past
+the question's end, as Qwen2.5-VL's scaled time axis can). Decoding is greedy: an argmax per step, rows
 that produced a stop token continue with the pad token, as ``generate`` does, until every row has
 stopped or ``max_new_tokens`` is reached.
 
@@ -191,8 +192,10 @@ class PrefixState:
     values: list
     length: int
     """P: prefix tokens."""
-    rope_delta: int
-    """Rotary position of the token after the prefix, minus P."""
+    next_position: int
+    """Rotary position of the first token after the prefix (the last prefix token is text: one position for all axes)."""
+    max_position: int
+    """Largest rotary position inside the prefix (a video's temporal axis can run past the text)."""
 
 
 @dataclass
@@ -355,7 +358,7 @@ class SharedPrefixEngine:
             inputs[k] = v
         ids = inputs["input_ids"]
         length = int(ids.shape[1])
-        rope_pos, deltas = self.model.model.get_rope_index(ids, **self._rope_kwargs(inputs))
+        rope_pos, _ = self.model.model.get_rope_index(ids, **self._rope_kwargs(inputs))
         text_pos = torch.arange(length, device=device).view(1, 1, -1)
         position_ids = torch.cat([text_pos, rope_pos.to(device)], dim=0)
         forward = {k: v for k, v in inputs.items() if k not in ("attention_mask",)}
@@ -366,7 +369,10 @@ class SharedPrefixEngine:
             cache = out.past_key_values
         keys = [layer.keys for layer in cache.layers]
         values = [layer.values for layer in cache.layers]
-        return PrefixState(video.key, keys, values, length, int(deltas.view(-1)[0]))
+        last = rope_pos[:, 0, -1]
+        if not bool((last == last[0]).all()):
+            raise PrefixCacheError("the shared prefix does not end with a text token")
+        return PrefixState(video.key, keys, values, length, int(last[0]) + 1, int(rope_pos.max()))
 
     def _states_for(self, prepared: PreparedBatch) -> dict[str, PrefixState]:
         states: dict[str, PrefixState] = {}
@@ -439,7 +445,11 @@ class SharedPrefixEngine:
         width = p_max + s_max
         mask = torch.zeros(batch, width, dtype=torch.long, device=device)
         ids = torch.full((batch, s_max), self.pad_id, dtype=torch.long, device=device)
-        delta = torch.zeros(batch, dtype=torch.long, device=device)
+        # rotary position = text index (real tokens before it) + delta. The question's tokens continue
+        # after the prefix's last token; generated tokens follow generate's rule, max position + 1 + step
+        # (the same unless a video's temporal positions run past the question's end).
+        prompt_delta = torch.zeros(batch, dtype=torch.long, device=device)
+        decode_delta = torch.zeros(batch, dtype=torch.long, device=device)
         for b, r in enumerate(rows):
             n = len(r.suffix_ids)
             ids[b, s_max - n:] = torch.tensor(r.suffix_ids, dtype=torch.long, device=device)
@@ -447,7 +457,8 @@ class SharedPrefixEngine:
             if r.video_key is not None:
                 st = states[r.video_key]
                 mask[b, p_max - st.length:p_max] = 1
-                delta[b] = st.rope_delta
+                prompt_delta[b] = st.next_position - st.length
+                decode_delta[b] = max(st.max_position, st.next_position + n - 1) + 1 - (st.length + n)
         cache = DynamicCache(config=self.model.config)
         if p_max:
             sample = next(iter(states.values()))
@@ -463,14 +474,14 @@ class SharedPrefixEngine:
                 layers.append((k, v))
             cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
 
-        def positions(m: "torch.Tensor", steps: int) -> "torch.Tensor":
+        def positions(m: "torch.Tensor", steps: int, delta: "torch.Tensor") -> "torch.Tensor":
             text = m.cumsum(-1) - 1
             text = text.masked_fill(m == 0, 1)[:, -steps:]
             rope = (text + delta[:, None]).unsqueeze(0).expand(3, -1, -1)
             return torch.cat([text.unsqueeze(0), rope], dim=0)
 
         stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask, s_max), cache=cache,
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask, s_max, prompt_delta), cache=cache,
                          use_cache=True, logits_to_keep=1)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         produced = []
@@ -483,7 +494,7 @@ class SharedPrefixEngine:
             if step == self.max_new_tokens - 1 or bool(finished.all()):
                 break
             mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
-            out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=positions(mask, 1), cache=cache,
+            out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=positions(mask, 1, decode_delta), cache=cache,
                              use_cache=True, logits_to_keep=1)
         return torch.stack(produced, dim=1).cpu()
 
