@@ -212,11 +212,11 @@ def check_config(config: DownloadConfig) -> list[str]:
     if config.cookies:
         path = Path(os.path.expanduser(config.cookies))
         if path.is_dir():
-            problems.append(f"cookies file {config.cookies}: is a folder")
+            problems.append(f"--cookies {config.cookies}: is a folder, not a cookies.txt file")
         elif not path.is_file():
-            problems.append(f"cookies file {config.cookies}: no such file")
+            problems.append(f"--cookies {config.cookies}: no such file")
         elif not os.access(path, os.R_OK):
-            problems.append(f"cookies file {config.cookies}: not readable")
+            problems.append(f"--cookies {config.cookies}: not readable")
     if config.cookies_from_browser:
         try:
             parse_browser_spec(config.cookies_from_browser)
@@ -261,14 +261,14 @@ def check_inputs(videos: Mapping[str, str], output_dir: Path, config: DownloadCo
     from k9bench.ffmpeg import FFmpegNotFound, find_ffmpeg
 
     problems = check_videos(videos) + check_config(config)
-    problem = check_writable_target(output_dir, "output folder")
-    if problem:
-        problems.append(problem)
+    output_problem = check_writable_target(output_dir, "output folder")
+    if output_problem:
+        problems.append(output_problem)
     manifest_path = manifest_location(output_dir, config)
     if manifest_path is not None:
         if manifest_path.is_dir():
             problems.append(f"manifest {manifest_path}: is a folder")
-        else:
+        elif not (output_problem and manifest_path.parent == output_dir):  # said once is enough
             problem = check_writable_target(manifest_path.parent, "manifest folder")
             if problem:
                 problems.append(problem)

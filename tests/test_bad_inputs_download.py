@@ -1,0 +1,107 @@
+"""download_videos.py refuses bad input before any video is generated or downloaded (issue 15, items 5 and 6).
+
+Each case runs the script as a user would (a subprocess, the demo set, which would otherwise
+generate its videos locally) and checks: exit 2, one error line naming the culprit, no traceback,
+nothing written, and the outputs of an earlier run unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def tree(folder: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file under ``folder``: relative path -> (size, mtime_ns, content)."""
+    out = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            stat = path.stat()
+            out[str(path.relative_to(folder))] = (stat.st_size, stat.st_mtime_ns, path.read_bytes())
+        else:
+            out[str(path.relative_to(folder)) + "/"] = (0, 0, b"")
+    return out
+
+
+def run_script(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "K9BENCH_NO_PROGRESS": "1", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, str(REPO / "download_videos.py"), *args], capture_output=True, text=True,
+                          env=env, timeout=120, cwd=REPO)
+
+
+@pytest.fixture
+def workspace(tmp_path) -> Path:
+    """A folder holding an earlier run's outputs: a manifest and a video file."""
+    out = tmp_path / "videos"
+    out.mkdir()
+    (out / "download_manifest.json").write_text('{"manifest_version": 1, "videos": []}\n')
+    (out / "earlier.mp4").write_bytes(b"not touched")
+    (tmp_path / "a_file").write_text("x")
+    (tmp_path / "cookies_dir").mkdir()
+    return tmp_path
+
+
+CASES = {
+    # item 5: non-finite numbers are refused when the flags are read
+    "timeout nan": (["--timeout", "nan"], "--timeout"),
+    "timeout inf": (["--timeout", "inf"], "--timeout"),
+    "timeout 0": (["--timeout", "0"], "--timeout"),
+    "sleep nan": (["--sleep_interval", "nan"], "--sleep_interval"),
+    "sleep negative": (["--sleep_interval", "-1"], "--sleep_interval"),
+    "retries negative": (["--retries", "-1"], "--retries"),
+    "max_samples -2": (["--max_samples", "-2"], "--max_samples"),
+    # item 6: refused before the demo videos are generated
+    "workers 0": (["--workers", "0"], "--workers"),
+    "missing cookies file": (["--cookies", "{tmp}/missing_cookies.txt"], "--cookies {tmp}/missing_cookies.txt: no such file"),
+    "cookies is a folder": (["--cookies", "{tmp}/cookies_dir"], "--cookies {tmp}/cookies_dir: is a folder"),
+    "unknown browser": (["--cookies_from_browser", "netscape"], "unknown browser 'netscape'"),
+    "manifest is a folder": (["--manifest", "{tmp}/cookies_dir"], "manifest {tmp}/cookies_dir: is a folder"),
+    "output dir under a file": (["--output_dir", "{tmp}/a_file/videos"], "output folder {tmp}/a_file/videos"),
+    "manifest under a file": (["--manifest", "{tmp}/a_file/m.json"], "manifest folder {tmp}/a_file"),
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_refused_before_anything_is_written(workspace, name):
+    args, culprit = CASES[name]
+    args = [a.replace("{tmp}", str(workspace)) for a in args]
+    culprit = culprit.replace("{tmp}", str(workspace))
+    before = tree(workspace)
+    proc = run_script("--dataset_name", "demo", "--output_dir", str(workspace / "videos"), *args)
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr
+    error_lines = [ln for ln in proc.stderr.splitlines() if " ERROR " in ln or ": error: " in ln]
+    assert len(error_lines) == 1, proc.stderr
+    assert culprit in error_lines[0], error_lines[0]
+    assert proc.stdout == ""
+    assert tree(workspace) == before  # no demo video generated, the earlier outputs unchanged
+
+
+def test_the_same_command_with_good_input_does_generate(workspace):
+    """The control: with valid flags the demo videos are generated and verified."""
+    proc = run_script("--dataset_name", "demo", "--output_dir", str(workspace / "videos"), "--workers", "2", "-q")
+    assert proc.returncode == 0, proc.stderr
+    names = {p.name for p in (workspace / "videos").iterdir()}
+    assert {"demoVid0001.mp4", "demoVid0002.mp4", "demoVid0003.mp4", "earlier.mp4", "download_manifest.json"} <= names
+
+
+def test_library_callers_get_the_same_checks(tmp_path):
+    """A DownloadConfig built in code (eval_video_llm.py --auto_download) is checked by the same rules."""
+    from k9bench.download import DownloadConfig, DownloadInputError, download_videos
+
+    for bad, needle in [
+        (dict(timeout=float("nan")), "timeout must be a finite number"),
+        (dict(timeout=float("inf")), "timeout must be a finite number"),
+        (dict(sleep_interval=float("nan")), "sleep_interval must be a finite number"),
+        (dict(workers=True), "workers must be at least 1"),
+    ]:
+        with pytest.raises(DownloadInputError) as info:
+            download_videos({"aaaaaaaaaaa": "https://youtu.be/aaaaaaaaaaa"}, tmp_path / "v", DownloadConfig(progress=False, **bad))
+        assert needle in str(info.value) and "\n" not in str(info.value)
+    assert not (tmp_path / "v").exists()
