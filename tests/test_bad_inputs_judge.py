@@ -1,0 +1,212 @@
+"""Issue 15 for the judge: every bad input refused before the first request (exit 2, one line naming
+the culprit, no traceback, nothing written, earlier outputs unchanged), and malformed 200 replies
+turned into skipped entries with a clear reason instead of a crash."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import subjective_evals
+from tests.fake_openai_server import FakeOpenAIServer, Fault, RecordedRequest, Reply
+from tests.test_judge_run import FAST, good, idx_of, make_records, write_eval
+
+KEY = "sk-test-bad-inputs-0123456789abcdef"
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(good) as s:
+        yield s
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def call(argv: list[str]) -> int:
+    try:
+        return subjective_evals.main(argv)
+    except SystemExit as exc:  # argparse's exit
+        return int(exc.code)
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if " ERROR " in line or ": error: " in line]
+
+
+@pytest.fixture
+def workdir(tmp_path, server):
+    """A folder holding an evaluations file and the complete outputs of an earlier good run."""
+    write_eval(tmp_path / "eval.json", make_records(4))
+    base = ["--evaluations", str(tmp_path / "eval.json"), "--base_url", server.base_url, *FAST, "-q"]
+    assert call([*base, "--output", str(tmp_path / "earlier.json")]) == 0
+    server.clear()
+    return tmp_path
+
+
+def _nan_record(field: str):
+    def edit(folder: Path) -> list[str]:
+        records = make_records(4)
+        records[2][field] = float("nan")
+        path = folder / "bad.json"
+        path.write_text(json.dumps({"individual_results": records}))  # json writes NaN, as numpy-based tools do
+        return ["--evaluations", str(path)]
+
+    return edit
+
+
+def _record_value(field: str, value):
+    def edit(folder: Path) -> list[str]:
+        records = make_records(4)
+        records[1][field] = value
+        path = folder / "bad.json"
+        path.write_text(json.dumps({"individual_results": records}))
+        return ["--evaluations", str(path)]
+
+    return edit
+
+
+def _args(*extra: str):
+    return lambda folder: [a.replace("{dir}", str(folder)) for a in extra]
+
+
+BAD = [
+    # (case, argv edit, culprit fragments in the one error line)
+    ("output is the current folder", _args("--output", "."), ["--output .", "not a file name"]),
+    ("output is a folder", _args("--output", "{dir}"), ["--output", "is a folder"]),
+    ("output in a read-only folder", _args("--output", "/sys/judge.json"), ["--output /sys/judge.json", "cannot write in /sys"]),
+    ("output under a file", _args("--output", "{dir}/eval.json/judge.json"), ["--output", "eval.json is not a folder"]),
+    ("output is the input", _args("--output", "{dir}/eval.json"), ["--output", "is the input file"]),
+    ("skipped in a read-only folder", _args("--skipped", "/sys/skipped.json"), ["--skipped /sys/skipped.json", "cannot write"]),
+    ("skipped is the output", _args("--output", "{dir}/j.json", "--skipped", "{dir}/j.json"), ["--skipped", "is also --output"]),
+    ("skipped is the output's sidecar", _args("--output", "{dir}/j.json", "--skipped", "{dir}/j.json.meta.json"), ["--skipped", "meta sidecar"]),
+    ("NaN answer", _nan_record("answer"), ["bad.json", "idx 2", "answer is nan"]),
+    ("NaN question", _nan_record("question"), ["bad.json", "idx 2", "question is nan"]),
+    ("dict answer", _record_value("answer", {"text": "sits"}), ["bad.json", "idx 1", "answer is {'text': 'sits'}"]),
+    ("number answer", _record_value("answer", 7), ["bad.json", "idx 1", "answer is 7"]),
+    ("list question", _record_value("question", ["what?"]), ["bad.json", "idx 1", "question is ['what?']"]),
+    ("idx that is text", _record_value("idx", "seven"), ["bad.json", "record #1", "idx 'seven' is not an integer"]),
+    ("unknown secret flag", _args("--api_key", "sk-live-canary-do-not-echo-123"), ["unrecognized arguments: --api_key ***"]),
+    ("unknown secret flag with =", _args("--api_key=sk-live-canary-do-not-echo-123"), ["unrecognized arguments: --api_key=***"]),
+    ("temperature NaN", _args("--temperature", "nan"), ["--temperature", "finite"]),
+    ("timeout inf", _args("--timeout", "inf"), ["--timeout", "finite"]),
+    ("concurrency 0", _args("--concurrency", "0"), ["--concurrency", ">= 1"]),
+    ("negative limit", _args("--limit", "-10"), ["--limit", ">= 0"]),
+    ("prompt file missing", _args("--prompt_file", "{dir}/nope.txt"), ["nope.txt"]),
+]
+
+
+@pytest.mark.parametrize("case, edit, fragments", BAD, ids=[c[0] for c in BAD])
+def test_bad_input_is_refused_before_any_request(case, edit, fragments, workdir, server, capsys):
+    extra = edit(workdir)
+    before = snapshot(workdir)  # the edit may have added the bad input file itself
+    capsys.readouterr()
+    argv = ["--evaluations", str(workdir / "eval.json"), "--base_url", server.base_url, *FAST, *extra]
+    assert call(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = error_lines(err)
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    assert "sk-live-canary" not in err
+    assert snapshot(workdir) == before  # nothing written, earlier outputs unchanged
+    assert server.chat_requests() == []  # no request was paid for
+
+
+def test_output_dot_in_a_real_process_is_one_line(workdir, server, repo_root):
+    """The README's promise, checked as a user meets it: exit 2 and one line, no ValueError about an empty name."""
+    before = snapshot(workdir)
+    env = {**os.environ, "OPENAI_API_KEY": KEY}
+    proc = subprocess.run([sys.executable, str(repo_root / "subjective_evals.py"), "--evaluations", "eval.json", "--output", ".",
+                           "--base_url", server.base_url], cwd=workdir, env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "--output .: not a file name" in proc.stderr and "PosixPath" not in proc.stderr
+    assert snapshot(workdir) == before and server.chat_requests() == []
+
+
+# -- malformed but well-formed 200 replies: skipped with a reason, never a crash -------------------
+
+
+def completion(content, usage=None) -> Fault:
+    """A 200 chat completion with any ``content`` and ``usage`` (sent as given)."""
+    body = {"id": "chatcmpl-odd", "object": "chat.completion", "created": 1, "model": "gpt-4o",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+            "usage": usage if usage is not None else {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}}
+    return Fault(malformed=True, body=json.dumps(body))
+
+
+ODD_REPLIES = [
+    # (case, reply, reason fragment)
+    ("content is an integer", completion(8), "content is 8 (type int), not text"),
+    ("content is a list", completion([{"type": "text", "text": "CoT: x {'Logic': 8}"}]), "(type list), not text"),
+    ("content is an object", completion({"Logic": 8}), "(type dict), not text"),
+    ("usage count is text", completion("CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",
+                                       {"prompt_tokens": "many", "completion_tokens": 5, "total_tokens": 15}), "usage.prompt_tokens is 'many'"),
+    ("usage is a string", completion("CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "lots"),
+     "usage is 'lots'"),
+    ("usage count is negative", completion("CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",
+                                           {"prompt_tokens": -3}), "usage.prompt_tokens is -3"),
+]
+
+
+@pytest.mark.parametrize("case, reply, reason", ODD_REPLIES, ids=[c[0] for c in ODD_REPLIES])
+def test_odd_200_reply_is_a_skipped_entry_with_its_reason(case, reply, reason, tmp_path, server, capsys):
+    write_eval(tmp_path / "eval.json", make_records(3))
+
+    def respond(req: RecordedRequest):
+        return reply if idx_of(req) == 1 else good(req)
+
+    server.responder = respond
+    argv = ["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "judge.json"), "--base_url", server.base_url, *FAST]
+    assert call(argv) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and reason in err
+    skipped = json.loads((tmp_path / "judge_skipped.json").read_text())
+    assert [s["idx"] for s in skipped] == [1]
+    assert skipped[0]["kind"] == "api_error" and skipped[0]["error_kind"] == "bad_response" and reason in skipped[0]["error"]
+    assert [idx_of(r) for r in server.chat_requests()].count(1) == 1  # the server answered: not asked again
+    assert [e["idx"] for e in json.loads((tmp_path / "judge.json").read_text())] == [0, 2]
+    # a rerun against a sane server scores it
+    server.responder = good
+    assert call(argv) == 0
+    assert [e["idx"] for e in json.loads((tmp_path / "judge.json").read_text())] == [0, 1, 2]
+
+
+def test_openai_backend_gets_the_same_clear_reason():
+    """The OpenAI inference backend shares the client: its failed record carries the reason, not
+    ``'int' object has no attribute 'strip'``."""
+    import random
+
+    from k9bench.openai_api import ChatClient, RetryPolicy
+
+    with FakeOpenAIServer(lambda req: completion(5)) as s:
+        client = ChatClient(api_key=KEY, base_url=s.base_url, retry=RetryPolicy(max_retries=2, backoff_base=0.01), rng=random.Random(0))
+        result = client.chat([{"role": "user", "content": "hi"}], model="m")
+        assert len(s.chat_requests()) == 1
+    assert not result.ok and result.error_kind == "bad_response" and result.attempts == 1
+    assert "content is 5 (type int), not text" in result.error
+    assert result.usage.total_tokens == 15  # the tokens it reported are still counted
+
+
+def test_null_content_is_an_empty_reply_not_a_failure(server):
+    """Reply(text=None) (a null content) stays an empty reply, not a failure."""
+    import random
+
+    from k9bench.openai_api import ChatClient, RetryPolicy
+
+    server.responder = lambda req: Reply(None)
+    client = ChatClient(api_key=KEY, base_url=server.base_url, retry=RetryPolicy(max_retries=0), rng=random.Random(0))
+    result = client.chat([{"role": "user", "content": "hi"}], model="m")
+    assert result.ok and result.text == ""
