@@ -494,3 +494,72 @@ def test_an_unreachable_endpoint_stops_the_run_instead_of_retrying_every_entry(t
     assert subjective_evals.main(argv) == 0
     assert [e["idx"] for e in load(tmp_path / "judge.json")] == list(range(40))
     assert load(tmp_path / "skipped.json") == [] and not ckpt.exists()
+
+
+# -- the reference's files and replies (issue 14 items 4 and 5, SPEC section 9) ---------------------
+
+
+def test_reference_style_scores_are_read_and_flagged(tmp_path, server):
+    write_eval(tmp_path / "eval.json", make_records(4))
+    replies = {
+        1: "CoT: x\n{'Logic': '9', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",  # numeric string
+        2: 'CoT: y\n{"Logic": 7.5, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 10.9}',  # non-integers
+        3: "CoT: z\n{'Logic': 0, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",  # out of range: refused
+    }
+    server.responder = per_idx({i: [Reply(text)] for i, text in replies.items()})
+    assert run(tmp_path, server) == 1
+    entries = {e["idx"]: e for e in load(tmp_path / "judge.json")}
+    assert sorted(entries) == [0, 1, 2]
+    assert entries[1]["scores"]["Logic"] == 9 and entries[1]["score_adjustments"] == {"Logic": "9"}
+    assert entries[2]["scores"]["Logic"] == 7 and entries[2]["scores"]["Overall"] == 10
+    assert entries[2]["score_adjustments"] == {"Logic": 7.5, "Overall": 10.9}
+    assert "score_adjustments" not in entries[0]
+    skipped = load(tmp_path / "skipped.json")
+    assert [s["idx"] for s in skipped] == [3] and "score 'Logic' is 0, outside 1-10" in skipped[0]["error"]
+    summary = load(tmp_path / "judge.json.summary.json")
+    assert summary["score_adjusted_idx"] == [1, 2]
+
+
+def test_dataset_questions_without_an_answer_are_skipped_as_missing_model_answer(tmp_path, server, capsys):
+    from k9bench.dataset import load_questions
+
+    questions = load_questions("demo").questions
+    answered = [q for q in questions if q.idx % 3 != 1]
+    records = []
+    for q in answered:
+        rec = q.record_fields()
+        rec.update(response="r", answer=f"answer-{q.idx} the dog sits")
+        records.append(rec)
+    write_eval(tmp_path / "eval.json", records)
+    assert run(tmp_path, server, "--dataset_name", "demo") == 0  # nothing a rerun could fix
+    missing = sorted(q.idx for q in questions if q.idx % 3 == 1)
+    skipped = load(tmp_path / "skipped.json")
+    assert [s["idx"] for s in skipped] == missing
+    assert all(s["error"] == "missing_model_answer" and s["kind"] == "missing_model_answer" and s["timestamp"] for s in skipped)
+    assert sorted(idx_of(r) for r in server.chat_requests()) == sorted(q.idx for q in answered)
+    summary = load(tmp_path / "judge.json.summary.json")
+    assert summary["missing_model_answer_idx"] == missing and summary["counts"]["scored"] == len(answered)
+    assert load(tmp_path / "judge.json.meta.json")["dataset_check"]["missing_model_answer"] == missing
+    assert f"{len(missing)} question(s) of demo have no record" in capsys.readouterr().err
+    # a rerun sends nothing and keeps the list
+    server.clear()
+    assert run(tmp_path, server, "--dataset_name", "demo") == 0
+    assert server.chat_requests() == [] and [s["idx"] for s in load(tmp_path / "skipped.json")] == missing
+
+
+def test_reference_failed_records_are_failed_at_inference_not_a_crash(tmp_path, server):
+    from k9bench.artifacts import ArtifactError, QuestionRecord
+
+    try:
+        QuestionRecord.from_dict({"example_id": 2, "error": "CUDA out of memory"})
+    except ArtifactError:
+        pytest.skip("k9bench/artifacts.py does not read the reference's {'example_id', 'error'} records yet (issue 14 item 2)")
+    records = make_records(4)
+    records[2] = {"example_id": 2, "error": "CUDA out of memory"}  # the reference's failed sample
+    write_eval(tmp_path / "eval.json", records)
+    assert run(tmp_path, server) == 0
+    assert [e["idx"] for e in load(tmp_path / "judge.json")] == [0, 1, 3]
+    meta = load(tmp_path / "judge.json.meta.json")
+    assert [f["idx"] for f in meta["failed_at_inference"]] == [2]
+    assert "CUDA out of memory" in meta["failed_at_inference"][0]["error"]
+    assert load(tmp_path / "judge.json.summary.json")["counts"]["failed_at_inference"] == 1
