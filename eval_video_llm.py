@@ -20,6 +20,9 @@ Usage::
     python eval_video_llm.py --model_name_or_path /tmp/tiny --dataset_name demo --video_dir /tmp/videos \\
         --max_frames 4 --max_new_tokens 16 --max_samples -1
 
+Settings: every flag is a field of :mod:`k9bench.inference.settings` (type, default, help in one
+place); the raw file's ``inference`` block holds them as run.
+
 Exit codes: 0 done (failed questions are records with ``error``), 1 unexpected error,
 2 bad input, 3 model could not be loaded, 75 stopped by SIGTERM/SIGUSR1 (rerun to resume),
 130 Ctrl-C (rerun to resume).
@@ -31,87 +34,68 @@ import argparse
 import logging
 import sys
 
-from k9bench.cli import add_dataset_args, add_logging_args, setup_logging
-from k9bench.validators import str2bool
+from k9bench.cli import ArgumentParser, add_dataset_args, add_logging_args, setup_logging
 
 log = logging.getLogger("eval_video_llm")
 
-DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
-
 
 def build_parser() -> argparse.ArgumentParser:
-    from k9bench.inference.backend import add_backend_args
-    from k9bench.inference.hf import ATTN_IMPLEMENTATIONS, DTYPES
-    from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
+    """The flags, generated from the settings classes of :mod:`k9bench.inference.settings`."""
+    from k9bench.inference.settings import (
+        DataSettings,
+        FrameSettings,
+        GenerationSettings,
+        HFSettings,
+        ModelSettings,
+        OutputSettings,
+        PromptSettings,
+        add_openai_arguments,
+    )
+    from k9bench.settings import add_arguments, default_of
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         description="Run a video LLM on K9-Bench and write the raw results JSON (resumable, batched).",
     )
     model = parser.add_argument_group("model (reference flags)")
-    model.add_argument("--model_name_or_path", default=DEFAULT_MODEL, help="Hub model id or local folder (default: %(default)s)")
-    model.add_argument("--bf16", nargs="?", const=True, default=None, type=str2bool,
-                       help="load bf16 weights (default: bf16 on GPU, float32 on CPU); '--bf16 False' forces float32")
-    model.add_argument("--torch_dtype", default=None, choices=DTYPES, help="weight dtype; overrides --bf16")
-    model.add_argument("--trust_remote_code", action="store_true", help="allow model code from the model repository")
-    model.add_argument("--attn_implementation", default=None, choices=ATTN_IMPLEMENTATIONS,
-                       help="attention kernel (default: flash_attention_2 on GPU when flash-attn is installed, otherwise sdpa with a warning)")
-    model.add_argument("--device", default="auto", help="cuda, cuda:1, cpu, or auto (default: %(default)s)")
-    add_backend_args(parser)
+    add_arguments(model, ModelSettings, only=("model_name_or_path",))
+    add_arguments(model, HFSettings)
+    add_arguments(model, ModelSettings, only=("backend",))
+    add_openai_arguments(parser.add_argument_group("OpenAI-compatible backend (--backend openai)"))
 
     data = parser.add_argument_group("data (reference flags)")
     add_dataset_args(data)
-    data.add_argument("--video_dir", default="./k9bench_videos", help="folder of {scene_name}.mp4 files (default: %(default)s)")
-    data.add_argument("--auto_download", action="store_true", help="fetch missing videos first (k9bench.download)")
-    data.add_argument("--download_cookies", default=None, metavar="FILE",
-                      help="with --auto_download: cookies.txt for yt-dlp (YouTube's bot checks; see download_videos.py --cookies)")
-    data.add_argument("--download_cookies_from_browser", default=None, metavar="BROWSER",
-                      help="with --auto_download: read yt-dlp cookies from this browser (see download_videos.py --cookies_from_browser)")
-    data.add_argument("--download_workers", type=int, default=4, help="with --auto_download: parallel downloads (default: %(default)s)")
-    data.add_argument("--start_idx", type=int, default=0, help="first question position (0-based, dataset order; default: 0)")
-    data.add_argument("--end_idx", type=int, default=None, help="stop before this position (default: the end)")
-    data.add_argument("--max_samples", type=int, default=-1, help="at most this many questions after the range (default: -1 = all)")
-    data.add_argument("--num_shards", type=int, default=1, help="split the videos into this many shards, e.g. for a SLURM array (default: 1)")
-    data.add_argument("--shard_id", type=int, default=0, help="which shard this process runs (0-based; default: 0)")
+    add_arguments(data, DataSettings)
 
-    frames = parser.add_argument_group("video frames")
-    frames.add_argument("--max_frames", type=int, default=DEFAULT_MAX_FRAMES, help="frame budget per video; 0 = text only, no video (default: %(default)s)")
-    frames.add_argument("--fps", type=float, default=DEFAULT_FPS, help="frames per second sampled before the frame budget applies (default: %(default)s)")
-    frames.add_argument("--max_pixels", type=int, default=DEFAULT_MAX_PIXELS, help="max pixels per resized frame (default: %(default)s = 360*420)")
-    frames.add_argument("--min_pixels", type=int, default=None, help="min pixels per resized frame (default: qwen-vl-utils' video default)")
-    frames.add_argument("--video_decoder", default=DEFAULT_DECODER, choices=DECODERS, help="video decoder, never swapped silently (default: %(default)s)")
-    frames.add_argument("--frame_cache_dir", default=None, help="store sampled frames here and reuse them across runs")
-    frames.add_argument("--prefetch_videos", type=int, default=2, help="decode this many upcoming videos in the background (default: %(default)s)")
+    add_arguments(parser.add_argument_group("video frames"), FrameSettings)
 
     gen = parser.add_argument_group("prompt and generation")
-    gen.add_argument("--use_system_message", type=str2bool, default=True,
-                     help="True (default): the prompt is a system message; False: it opens the user turn")
-    gen.add_argument("--system_prompt_file", default=None, help="use this file's text verbatim as the system prompt")
-    gen.add_argument("--thinking_mode", action="store_true", help="Thinking model: default --max_new_tokens 3072")
-    gen.add_argument("--max_new_tokens", type=int, default=None, help="default 2048, or 3072 with --thinking_mode")
+    add_arguments(gen, PromptSettings)
+    add_arguments(gen, GenerationSettings)
     sampling = gen.add_mutually_exclusive_group()
-    sampling.add_argument("--do_sample", dest="do_sample", action="store_true", default=None, help="sample (default: the model's generation config)")
+    sampling.add_argument("--do_sample", dest="do_sample", action="store_true", default=default_of(GenerationSettings, "do_sample"),
+                          help="sample (default: the model's generation config)")
     sampling.add_argument("--greedy", dest="do_sample", action="store_false", help="greedy decoding (default: the model's generation config)")
-    gen.add_argument("--temperature", type=float, default=None, help="override the model's temperature")
-    gen.add_argument("--top_p", type=float, default=None, help="override the model's top_p")
-    gen.add_argument("--top_k", type=int, default=None, help="override the model's top_k")
-    gen.add_argument("--seed", type=int, default=0, help="torch seed set before each batch (default: %(default)s)")
-    gen.add_argument("--batch_size", type=int, default=1, help="questions of one video per generate call, left-padded (default: %(default)s)")
 
-    out = parser.add_argument_group("output")
-    out.add_argument("--output_file", default=None,
-                     help="raw JSON path (default: raw_<model>_mf<frames>_n<samples>.json; .shard<i>of<n> is added when sharded)")
-    out.add_argument("--no_retry_failed", action="store_true", help="on resume, keep failed records instead of retrying them")
+    add_arguments(parser.add_argument_group("output"), OutputSettings)
     add_logging_args(parser)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # a bad flag value (argparse printed one line) or --help
+        return exc.code if isinstance(exc.code, int) else 2
     setup_logging(args.verbose, args.quiet)
-    from k9bench.inference.runner import run
+    from k9bench.redact import install_log_filter
 
-    return run(args, argv if argv is not None else sys.argv[1:])
+    install_log_filter()
+    from k9bench.inference.runner import run
+    from k9bench.inference.settings import config_from_namespace, resolve
+
+    config = resolve(config_from_namespace(args))
+    return run(config, argv if argv is not None else sys.argv[1:])
 
 
 if __name__ == "__main__":

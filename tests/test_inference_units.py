@@ -96,7 +96,7 @@ class FakeBackend:
 @pytest.fixture
 def use_backend(monkeypatch):
     def _install(backend):
-        monkeypatch.setattr(runner, "create_backend", lambda args: backend)
+        monkeypatch.setattr(runner, "create_backend", lambda config: backend)
         return backend
 
     return _install
@@ -287,8 +287,9 @@ def test_system_prompt_file_and_user_turn_mode(use_backend, demo_video_dir, tmp_
     prompt.write_text("Custom prompt text.\n")
     use_backend(FakeBackend())
     out = tmp_path / "raw.json"
+    # the instructions-in-the-user-turn variant has its own flag (--use_system_message False is the reference's empty system turn)
     assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "1", "--system_prompt_file", str(prompt),
-                                        "--use_system_message", "False")) == EXIT_OK
+                                        "--instructions_in_user_turn", "--use_system_message", "False")) == EXIT_OK
     data = json.loads(out.read_text())
     rec = data["individual_results"][0]
     messages = json.loads(rec["prompt"])
@@ -302,10 +303,10 @@ def test_system_prompt_file_and_user_turn_mode(use_backend, demo_video_dir, tmp_
 
 
 def test_build_messages_shapes():
-    msgs = build_messages("Q?", "SYS", True, True)
+    msgs = build_messages("Q?", "SYS", "system", True)
     assert msgs == [{"role": "system", "content": [{"type": "text", "text": "SYS"}]},
                     {"role": "user", "content": [{"type": "video"}, {"type": "text", "text": "Q?"}]}]
-    assert build_messages("Q?", "SYS", False, False) == [{"role": "user", "content": [{"type": "text", "text": "SYS\n\nQ?"}]}]
+    assert build_messages("Q?", "SYS", "user_turn", False) == [{"role": "user", "content": [{"type": "text", "text": "SYS\n\nQ?"}]}]
 
 
 def test_grouping_and_sharding_keep_videos_whole():

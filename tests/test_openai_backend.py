@@ -122,30 +122,35 @@ def test_parse_frame_size_rejects(text):
         parse_frame_size(text)
 
 
+def config_of(*argv: str):
+    """The run config as eval_video_llm.main builds it."""
+    from k9bench.inference.settings import config_from_namespace, resolve
+
+    return resolve(config_from_namespace(eval_video_llm.build_parser().parse_args(list(argv))))
+
+
 def parse(*argv: str) -> argparse.Namespace:
-    args = eval_video_llm.build_parser().parse_args(["--backend", "openai", *argv])
-    args.max_new_tokens = args.max_new_tokens or 2048  # what the runner resolves before creating the backend
-    return args
+    """The resolved config's values by flag name (``.config``: the config itself)."""
+    config = config_of("--backend", "openai", *argv)
+    return argparse.Namespace(**config.flat(), config=config)
 
 
 def test_flags_of_the_other_backend_are_warned_and_recorded():
     from k9bench.inference.hf import HFBackend
 
-    backend = OpenAIBackend.from_args(parse("--api_model", "gpt-4o", "--attn_implementation", "flash_attention_2", "--torch_dtype", "float16"))
+    backend = OpenAIBackend(parse("--api_model", "gpt-4o", "--attn_implementation", "flash_attention_2", "--torch_dtype", "float16").config)
     assert any("--torch_dtype, --attn_implementation have no effect" in w for w in backend.warnings)
-    assert not OpenAIBackend.from_args(parse("--api_model", "gpt-4o")).warnings
-    args = eval_video_llm.build_parser().parse_args(["--frame_size", "512x512", "--concurrency", "4", "--video_fps", "1"])
-    args.max_new_tokens = 2048
-    hf = HFBackend.from_args(args)
+    assert not OpenAIBackend(parse("--api_model", "gpt-4o").config).warnings
+    hf = HFBackend(config_of("--frame_size", "512x512", "--concurrency", "4", "--video_fps", "1"))
     assert hf.warnings == ["--concurrency, --frame_size apply to --backend openai only; ignored by the transformers backend"]
-    assert not HFBackend.from_args(eval_video_llm.build_parser().parse_args([])).warnings
+    assert not HFBackend(config_of()).warnings
 
 
 def test_flags_map_onto_the_run():
     args = parse("--api_model", "gpt-4o", "--video_fps", "1", "--frame_size", "512x512", "--concurrency", "16")
     assert args.model_name_or_path == "gpt-4o"  # names the run: model_name and the default file name
     assert (args.fps, args.max_frames) == (1.0, VIDEO_FPS_MAX_FRAMES)
-    backend = OpenAIBackend.from_args(args)
+    backend = OpenAIBackend(args.config)
     assert backend.max_batches_in_flight() == 16
     assert args.max_pixels == 2 * 512 * 512  # frames are sampled large enough, then scaled down to 512x512
     assert set(backend.adjustments) == {"max_pixels"}
@@ -155,23 +160,23 @@ def test_flags_map_onto_the_run():
 
 def test_api_model_and_model_path_must_agree():
     with pytest.raises(BackendError, match="disagree"):
-        OpenAIBackend.from_args(parse("--api_model", "gpt-4o", "--model_name_or_path", "other/model"))
+        OpenAIBackend(parse("--api_model", "gpt-4o", "--model_name_or_path", "other/model").config)
 
 
 def test_request_params_pass_sampling_through():
     args = parse("--temperature", "0.7", "--top_p", "0.9", "--top_k", "20", "--seed", "3", "--max_new_tokens", "99",
                  "--extra_body", '{"chat_template_kwargs": {"enable_thinking": false}, "top_k": 5}')
-    params = OpenAIBackend.from_args(args).request_params(3)
+    params = OpenAIBackend(args.config).request_params(3)
     assert params["max_tokens"] == 99 and params["temperature"] == 0.7 and params["top_p"] == 0.9 and params["seed"] == 3
     assert params["extra_body"] == {"top_k": 5, "chat_template_kwargs": {"enable_thinking": False}}  # --extra_body wins
-    greedy = OpenAIBackend.from_args(parse("--greedy", "--no_seed_param", "--max_tokens_param", "max_completion_tokens"))
+    greedy = OpenAIBackend(parse("--greedy", "--no_seed_param", "--max_tokens_param", "max_completion_tokens").config)
     params = greedy.request_params(0)
     assert params["temperature"] == 0.0 and "seed" not in params and "max_tokens" not in params
     assert params["max_completion_tokens"] == 2048
 
 
 def test_context_overflow_counts_as_out_of_memory():
-    backend = OpenAIBackend.from_args(parse())
+    backend = OpenAIBackend(parse().config)
     overflow = ApiCallError("client_error (HTTP 400) after 1 attempt(s): maximum context length is 8192 tokens",
                             kind="client_error", status_code=400)
     other = ApiCallError("client_error (HTTP 400) after 1 attempt(s): invalid image", kind="client_error", status_code=400)
@@ -426,7 +431,7 @@ def test_encoded_frames_are_cached_per_video_and_dropped_with_it():
 
     from k9bench.video import Frames
 
-    backend = OpenAIBackend.from_args(parse("--frame_size", "16x16"))
+    backend = OpenAIBackend(parse("--frame_size", "16x16").config)
     frames = Frames(frames=torch.zeros((2, 3, 28, 28), dtype=torch.uint8), indices=[0, 5], source_fps=10.0, total_frames=10,
                     sample_fps=2.0, height=28, width=28, duration=1.0, decoder="decord")
     first = backend._frame_parts(frames)

@@ -7,20 +7,21 @@ hands a backend a batch of :class:`GenerationRequest` (chat messages whose user 
 :class:`Backend`; it is registered in :data:`BACKENDS` under the name ``--backend`` takes, as
 ``"module:Class"`` so that nothing heavy is imported until it is chosen.
 
-To add one (e.g. an OpenAI-compatible HTTP server): write a module with a class that has
-``from_args(args)`` and the methods below, optionally ``add_args(parser)`` for its own flags,
-and add its entry to :data:`BACKENDS`. The main loop does not change.
+To add one: write a module with a class built as ``Cls(config)`` from the run's
+:class:`k9bench.inference.settings.RunConfig` (its own flags go in a settings class there, a
+section of the config) with the methods below, and add its entry to :data:`BACKENDS`. The main
+loop does not change.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from k9bench.inference.settings import RunConfig
     from k9bench.video import Frames
 
 log = logging.getLogger(__name__)
@@ -29,9 +30,7 @@ BACKENDS: dict[str, str] = {
     "hf": "k9bench.inference.hf:HFBackend",
     "openai": "k9bench.inference.openai_backend:OpenAIBackend",
 }
-"""``--backend`` name -> ``"module:Class"``. Modules are imported only when chosen (or for ``add_args``)."""
-
-DEFAULT_BACKEND = "hf"
+"""``--backend`` name -> ``"module:Class"``. Modules are imported only when chosen."""
 
 
 class BackendError(RuntimeError):
@@ -133,27 +132,7 @@ def backend_class(name: str) -> type:
     return getattr(module, cls_name)
 
 
-def add_backend_args(parser: argparse.ArgumentParser) -> None:
-    """``--backend`` plus the flags of every available backend that defines ``add_args``."""
-    parser.add_argument(
-        "--backend",
-        default=DEFAULT_BACKEND,
-        choices=sorted(BACKENDS),
-        help="model backend: hf (transformers, local weights) or openai (an OpenAI-compatible server) (default: %(default)s)",
-    )
-    for name in BACKENDS:
-        if name == DEFAULT_BACKEND:
-            continue  # the HF flags are the reference's, added by the script itself
-        try:
-            cls = backend_class(name)
-        except BackendError:
-            continue
-        add_args = getattr(cls, "add_args", None)
-        if add_args is not None:
-            add_args(parser)
-
-
-def create_backend(args: argparse.Namespace) -> Backend:
-    """Instantiate the backend chosen by ``args.backend`` from the parsed arguments."""
-    cls = backend_class(args.backend)
-    return cls.from_args(args)
+def create_backend(config: "RunConfig") -> Backend:
+    """Instantiate the backend chosen by ``config.model.backend`` from the run's config."""
+    cls = backend_class(config.model.backend)
+    return cls(config)

@@ -18,7 +18,6 @@ honoured is an error instead). On CPU the default dtype is float32 (recorded too
 
 from __future__ import annotations
 
-import argparse
 import copy
 import gc
 import importlib.util
@@ -26,14 +25,9 @@ import logging
 from typing import Any
 
 from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
+from k9bench.inference.settings import ATTN_IMPLEMENTATIONS, DTYPES, OpenAISettings, RunConfig
 
 log = logging.getLogger(__name__)
-
-DTYPES = ("auto", "bfloat16", "float16", "float32")
-"""Accepted ``--torch_dtype`` values."""
-
-ATTN_IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager", "flash_attention_3", "flex_attention")
-"""Accepted ``--attn_implementation`` values."""
 
 GENERATION_KEYS = ("do_sample", "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "num_beams")
 """Generation settings recorded with every record."""
@@ -96,33 +90,22 @@ class HFBackend:
 
     name = "hf"
 
-    def __init__(
-        self,
-        model_name_or_path: str,
-        *,
-        torch_dtype: str | None = None,
-        bf16: bool | None = None,
-        attn_implementation: str | None = None,
-        trust_remote_code: bool = False,
-        device: str | None = "auto",
-        max_new_tokens: int = 2048,
-        do_sample: bool | None = None,
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-    ):
-        self.model_name_or_path = model_name_or_path
+    def __init__(self, config: RunConfig):
+        from k9bench.settings import flags_given
+
+        hf, gen = config.hf, config.generation
+        self.model_name_or_path = config.model.model_name_or_path
         self.requested = {
-            "torch_dtype": torch_dtype,
-            "bf16": bf16,
-            "attn_implementation": attn_implementation,
-            "device": device,
+            "torch_dtype": hf.torch_dtype,
+            "bf16": hf.bf16,
+            "attn_implementation": hf.attn_implementation,
+            "device": hf.device,
         }
-        self.trust_remote_code = trust_remote_code
-        self.overrides: dict[str, Any] = {"max_new_tokens": max_new_tokens}
-        for key, value in (("do_sample", do_sample), ("temperature", temperature), ("top_p", top_p), ("top_k", top_k)):
-            if value is not None:
-                self.overrides[key] = value
+        self.trust_remote_code = hf.trust_remote_code
+        self.overrides: dict[str, Any] = {"max_new_tokens": gen.max_new_tokens}
+        for key in ("do_sample", "temperature", "top_p", "top_k"):
+            if getattr(gen, key) is not None:
+                self.overrides[key] = getattr(gen, key)
         self.warnings: list[str] = []
         self.model = None
         self.processor = None
@@ -132,35 +115,10 @@ class HFBackend:
         self._patch_size: int | None = None
         self._resize_in_processor = True
         self._stop_ids: set[int] = set()
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "HFBackend":
-        backend = cls._from_args(args)
-        try:
-            from k9bench.inference.openai_backend import openai_flags_given
-        except ImportError:  # pragma: no cover - the openai backend module is part of the package
-            return backend
-        given = openai_flags_given(args)
+        given = flags_given(OpenAISettings, config.openai)
         if given:
-            backend._warn(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend openai only; "
-                          "ignored by the transformers backend")
-        return backend
-
-    @classmethod
-    def _from_args(cls, args: argparse.Namespace) -> "HFBackend":
-        return cls(
-            args.model_name_or_path,
-            torch_dtype=args.torch_dtype,
-            bf16=args.bf16,
-            attn_implementation=args.attn_implementation,
-            trust_remote_code=args.trust_remote_code,
-            device=args.device,
-            max_new_tokens=args.max_new_tokens,
-            do_sample=args.do_sample,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-        )
+            self._warn(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend openai only; "
+                       "ignored by the transformers backend")
 
     # ------------------------------------------------------------------ loading
 

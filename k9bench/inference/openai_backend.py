@@ -44,40 +44,33 @@ placeholder), is scrubbed from every error text, and is written nowhere.
 
 from __future__ import annotations
 
-import argparse
 import base64
 import json
 import logging
 import re
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from k9bench.inference.backend import BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
+from k9bench.inference.settings import (  # noqa: F401 (re-exported: the flags' types and choices live in settings)
+    IMAGE_DETAILS,
+    MAX_TOKENS_PARAMS,
+    TRANSPORTS,
+    VIDEO_FPS_MAX_FRAMES,
+    HFSettings,
+    RunConfig,
+    frame_size_tuple,
+    parse_frame_size,
+    parse_json_object,
+)
 
 if TYPE_CHECKING:
     from k9bench.video import Frames
 
 log = logging.getLogger(__name__)
-
-TRANSPORTS = ("frames", "video_url")
-"""``--video_transport`` choices."""
-
-IMAGE_DETAILS = ("auto", "low", "high")
-"""``--image_detail`` choices (OpenAI's ``detail`` of an image part)."""
-
-MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
-"""How the token budget is named in the request (newer OpenAI models want the second)."""
-
-VIDEO_FPS_MAX_FRAMES = 1800
-"""The frame cap ``--video_fps`` sets: 30 minutes at 1 FPS, i.e. the whole of any K9-Bench video."""
-
-DEFAULT_CONCURRENCY = 8
-DEFAULT_TIMEOUT = 180.0
-DEFAULT_MAX_RETRIES = 5
-DEFAULT_JPEG_QUALITY = 90
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[ _]length|maximum context|context window|too many tokens|prompt is too long|too long for the model"
@@ -86,148 +79,70 @@ _CONTEXT_OVERFLOW = re.compile(
 )
 
 
-# --------------------------------------------------------------------------- flags
-
-
-def parse_frame_size(text: str) -> str:
-    """``"512x512"`` (also ``512X512``, ``512×512``, ``512*512``) -> ``"512x512"``; width first."""
-    match = re.fullmatch(r"\s*(\d+)\s*[xX×*]\s*(\d+)\s*", str(text))
-    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-        raise argparse.ArgumentTypeError(f"--frame_size {text!r}: expected WIDTHxHEIGHT in pixels, e.g. 512x512")
-    return f"{int(match.group(1))}x{int(match.group(2))}"
-
-
-def frame_size_tuple(text: str | None) -> tuple[int, int] | None:
-    """``"512x384"`` -> ``(512, 384)`` (width, height); None stays None."""
-    if not text:
-        return None
-    width, height = parse_frame_size(text).split("x")
-    return int(width), int(height)
-
-
-def parse_json_object(text: str) -> dict:
-    """``--extra_body`` value: a JSON object."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"--extra_body is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("--extra_body must be a JSON object, e.g. '{\"top_k\": 20}'")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1 (got {text})")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {text})")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
-    return value
-
-
-def _jpeg_quality(text: str) -> int:
-    value = int(text)
-    if not 1 <= value <= 100:
-        raise argparse.ArgumentTypeError(f"must be in 1..100 (got {text})")
-    return value
-
-
-class _ApiModelAction(argparse.Action):
-    """``--api_model NAME`` also sets ``--model_name_or_path`` (the run's model_name and file name)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        namespace.model_name_or_path = values
-
-
-class _VideoFpsAction(argparse.Action):
-    """``--video_fps F`` sets ``--fps F`` and the frame cap to :data:`VIDEO_FPS_MAX_FRAMES` (whole video)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        namespace.fps = values
-        namespace.max_frames = VIDEO_FPS_MAX_FRAMES
-
-
-def openai_flags_given(args: argparse.Namespace) -> list[str]:
-    """The ``--backend openai`` flags given with values other than their defaults (they do nothing
-    with another backend, which says so). ``--api_model`` and ``--video_fps`` are left out: they set
-    shared flags."""
-    defaults = {
-        "base_url": None, "concurrency": DEFAULT_CONCURRENCY, "max_retries": DEFAULT_MAX_RETRIES, "timeout": DEFAULT_TIMEOUT,
-        "retry_backoff": 1.0, "video_transport": "frames", "frame_size": None, "jpeg_quality": DEFAULT_JPEG_QUALITY,
-        "image_detail": None, "video_url_base": None, "max_tokens_param": "max_tokens", "extra_body": None, "no_seed_param": False,
-    }
-    return [f"--{name}" for name, default in defaults.items() if getattr(args, name, default) != default]
-
-
-HF_ONLY_FLAGS = {"torch_dtype": None, "bf16": None, "attn_implementation": None, "device": "auto", "trust_remote_code": False}
-"""Flags of the transformers backend (and their defaults) that the server decides instead."""
-
-
 # --------------------------------------------------------------------------- settings
 
 
-@dataclass
-class OpenAISettings:
-    """Everything the backend needs, resolved from the flags."""
+@dataclass(frozen=True)
+class RequestSettings:
+    """What each request is built from: the run's config seen from this backend (no defaults of its
+    own: every value comes from :class:`~k9bench.inference.settings.RunConfig`)."""
 
     api_model: str
     """Model name sent in each request (``--api_model``, else ``--model_name_or_path``)."""
-    base_url: str | None = None
+    base_url: str | None
     """Endpoint (``.../v1``); None: the OpenAI API."""
-    concurrency: int = DEFAULT_CONCURRENCY
+    concurrency: int
     """Requests in flight at most."""
-    max_retries: int = DEFAULT_MAX_RETRIES
+    max_retries: int
     """Retries per request after the first attempt."""
-    timeout: float = DEFAULT_TIMEOUT
+    timeout: float
     """Seconds per HTTP attempt."""
-    retry_backoff: float = 1.0
+    retry_backoff: float
     """Seconds before the first retry (doubled each time, jittered; Retry-After wins when longer)."""
-    video_transport: str = "frames"
+    video_transport: str
     """``frames`` or ``video_url``."""
-    frame_size: str | None = None
+    frame_size: str | None
     """``WxH`` every frame is resized to before encoding (None: as sampled)."""
-    jpeg_quality: int = DEFAULT_JPEG_QUALITY
+    jpeg_quality: int
     """JPEG quality of the frames."""
-    image_detail: str | None = None
+    image_detail: str | None
     """OpenAI's image ``detail`` (None: not sent)."""
-    video_url_base: str | None = None
+    video_url_base: str | None
     """With ``video_url``: URL folder holding ``{scene}.mp4`` (None: a data URL of the file)."""
-    video_fps: float | None = None
+    video_fps: float | None
     """``--video_fps`` when given (whole-video sampling at this rate)."""
-    fps: float = 1.0
+    fps: float
     """Sampling rate of the run (passed to the server with ``video_url``)."""
-    max_frames: int = 32
+    max_frames: int
     """Frame cap of the run (passed to the server with ``video_url``)."""
-    max_new_tokens: int = 2048
+    max_new_tokens: int
     """Token budget of the reply."""
-    max_tokens_param: str = "max_tokens"
+    max_tokens_param: str
     """Name of the token-budget parameter."""
-    do_sample: bool | None = None
+    do_sample: bool | None
     """False (``--greedy``): temperature 0 unless ``--temperature`` is given."""
-    temperature: float | None = None
+    temperature: float | None
     """Sent when set."""
-    top_p: float | None = None
+    top_p: float | None
     """Sent when set."""
-    top_k: int | None = None
+    top_k: int | None
     """Sent in the body when set (vLLM/SGLang; the OpenAI API rejects it)."""
-    send_seed: bool = True
+    send_seed: bool
     """Send the run's ``--seed`` as ``seed``."""
-    extra_body: dict = field(default_factory=dict)
+    extra_body: dict
     """Extra JSON merged into every request body (wins over ours)."""
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> "RequestSettings":
+        o, g, f = config.openai, config.generation, config.frames
+        return cls(
+            api_model=o.api_model or config.model.model_name_or_path, base_url=o.base_url, concurrency=o.concurrency,
+            max_retries=o.max_retries, timeout=o.timeout, retry_backoff=o.retry_backoff, video_transport=o.video_transport,
+            frame_size=o.frame_size, jpeg_quality=o.jpeg_quality, image_detail=o.image_detail, video_url_base=o.video_url_base,
+            video_fps=o.video_fps, fps=f.fps, max_frames=f.max_frames, max_new_tokens=g.max_new_tokens,
+            max_tokens_param=o.max_tokens_param, do_sample=g.do_sample, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
+            send_seed=not o.no_seed_param, extra_body=dict(o.extra_body or {}),
+        )
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -272,10 +187,38 @@ class OpenAIBackend:
 
     name = "openai"
 
-    def __init__(self, settings: OpenAISettings, *, warnings: list[str] | None = None, adjustments: dict | None = None):
+    def __init__(self, config: RunConfig):
+        from k9bench.settings import flags_given
+
+        if config.generation.max_new_tokens is None:
+            raise BackendError("max_new_tokens is not resolved (build the config with k9bench.inference.settings.resolve)")
+        o = config.openai
+        if o.api_model and config.model.model_name_or_path != o.api_model:
+            raise BackendError(
+                f"--api_model {o.api_model!r} and --model_name_or_path {config.model.model_name_or_path!r} disagree; "
+                "with --backend openai give --api_model only (it names the run too)"
+            )
+        settings = RequestSettings.from_config(config)
+        warnings: list[str] = []
+        size = frame_size_tuple(o.frame_size)
+        max_pixels = config.frames.max_pixels
+        if size and not config.frames.text_only and max_pixels is not None and max_pixels < size[0] * size[1]:
+            warnings.append(f"--max_pixels {max_pixels} is below {o.frame_size} ({size[0] * size[1]} pixels): frames are scaled up to {o.frame_size}")
+        if o.video_transport == "video_url" and o.frame_size:
+            warnings.append("--frame_size has no effect with --video_transport video_url (the server samples and resizes the video)")
+        if o.video_transport != "video_url" and o.video_url_base:
+            warnings.append("--video_url_base has no effect unless --video_transport video_url")
+        ignored = flags_given(HFSettings, config.hf)
+        if ignored:
+            warnings.append(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend openai "
+                            "(the server's weights, dtype, attention kernel and device apply)")
+        for text in warnings:
+            log.warning("%s", text)
+        for name, change in config.adjustments.items():
+            log.info("--%s raised from %s to %s (%s)", name, change["from"], change["to"], change["why"])
         self.settings = settings
-        self.warnings: list[str] = list(warnings or [])
-        self.adjustments = dict(adjustments or {})
+        self.warnings: list[str] = warnings
+        self.adjustments = dict(config.adjustments)
         self.client = None
         self.api_key_source: str | None = None
         self._lock = threading.Lock()
@@ -290,112 +233,6 @@ class OpenAIBackend:
         self._unreachable_streak = 0  # requests in a row that could not connect
         self.unreachable_limit = max(10, 3 * max(1, settings.concurrency))
         """Requests in a row that could not connect (after their retries) before the run stops."""
-
-    # ------------------------------------------------------------------ flags
-
-    @classmethod
-    def add_args(cls, parser: argparse.ArgumentParser) -> None:
-        """The ``--backend openai`` flags (cheap: nothing heavy is imported)."""
-        group = parser.add_argument_group("OpenAI-compatible backend (--backend openai)")
-        group.add_argument("--api_model", default=None, action=_ApiModelAction,
-                           help="model name sent to the server (gpt-4o, the served name of a vLLM model...); "
-                                "also names the run (model_name, default output file), like --model_name_or_path "
-                                "(default: --model_name_or_path)")
-        group.add_argument("--base_url", default=None,
-                           help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
-                                "(default: the OpenAI API). The key comes from OPENAI_API_KEY only")
-        group.add_argument("--concurrency", type=_positive_int, default=DEFAULT_CONCURRENCY,
-                           help="requests in flight at most (questions of one video are sent next to each other)")
-        group.add_argument("--max_retries", type=_non_negative_int, default=DEFAULT_MAX_RETRIES,
-                           help="retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)")
-        group.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT, help="seconds per HTTP attempt")
-        group.add_argument("--retry_backoff", type=_positive_float, default=1.0,
-                           help="seconds before the first retry, doubled each time with jitter; a longer Retry-After wins")
-        group.add_argument("--video_transport", choices=TRANSPORTS, default="frames",
-                           help="frames: the sampled frames as base64 JPEG image parts (any vision API); "
-                                "video_url: one video part, sampled by the server (vLLM, SGLang)")
-        group.add_argument("--frame_size", type=parse_frame_size, default=None, metavar="WxH",
-                           help="resize every frame to exactly this size before sending (512x512: the paper's GPT-4o protocol)")
-        group.add_argument("--video_fps", type=_positive_float, default=None, action=_VideoFpsAction,
-                           help=f"whole-video sampling at this many frames per second: sets --fps and raises --max_frames "
-                                f"to {VIDEO_FPS_MAX_FRAMES} (pass --max_frames after it to cap differently)")
-        group.add_argument("--jpeg_quality", type=_jpeg_quality, default=DEFAULT_JPEG_QUALITY, help="JPEG quality of the frames")
-        group.add_argument("--image_detail", choices=IMAGE_DETAILS, default=None,
-                           help="OpenAI's image detail for each frame (default: not sent)")
-        group.add_argument("--video_url_base", default=None,
-                           help="with --video_transport video_url: URL of a folder holding {scene}.mp4 "
-                                "(file:///abs/dir for vllm serve --allowed-local-media-path, or http://...); "
-                                "default: the file itself as a base64 data URL")
-        group.add_argument("--max_tokens_param", choices=MAX_TOKENS_PARAMS, default="max_tokens",
-                           help="request field for --max_new_tokens (newer OpenAI models want max_completion_tokens)")
-        group.add_argument("--extra_body", type=parse_json_object, default=None,
-                           help="JSON object merged into every request body, e.g. "
-                                "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}' for vLLM")
-        group.add_argument("--no_seed_param", action="store_true",
-                           help="do not send --seed as the request's seed (for APIs that reject it)")
-
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> "OpenAIBackend":
-        """Settings from the parsed flags; with ``--frame_size``, raises the sampler's default ``--max_pixels``."""
-        from k9bench.video import DEFAULT_MAX_PIXELS
-
-        warnings: list[str] = []
-        adjustments: dict[str, Any] = {}
-        api_model = getattr(args, "api_model", None) or args.model_name_or_path
-        if getattr(args, "api_model", None) and args.model_name_or_path != args.api_model:
-            raise BackendError(
-                f"--api_model {args.api_model!r} and --model_name_or_path {args.model_name_or_path!r} disagree; "
-                "with --backend openai give --api_model only (it names the run too)"
-            )
-        concurrency = getattr(args, "concurrency", DEFAULT_CONCURRENCY)
-        frame_size = getattr(args, "frame_size", None)
-        if frame_size and args.max_frames > 0:
-            width, height = frame_size_tuple(frame_size)
-            needed = 2 * width * height
-            if args.max_pixels is not None and args.max_pixels < needed:
-                if args.max_pixels == DEFAULT_MAX_PIXELS:
-                    adjustments["max_pixels"] = {"from": args.max_pixels, "to": needed,
-                                                 "why": f"--frame_size {frame_size}: sample at up to 2*W*H pixels, then resize down to exactly {frame_size}"}
-                    log.info("--frame_size %s: the sampler's --max_pixels raised from %d to %d", frame_size, args.max_pixels, needed)
-                    args.max_pixels = needed
-                else:
-                    warnings.append(f"--max_pixels {args.max_pixels} is below {frame_size} ({width * height} pixels): frames are scaled up to {frame_size}")
-        transport = getattr(args, "video_transport", "frames")
-        if transport == "video_url" and frame_size:
-            warnings.append("--frame_size has no effect with --video_transport video_url (the server samples and resizes the video)")
-        if transport != "video_url" and getattr(args, "video_url_base", None):
-            warnings.append("--video_url_base has no effect unless --video_transport video_url")
-        ignored = [f"--{name}" for name, default in HF_ONLY_FLAGS.items() if getattr(args, name, default) != default]
-        if ignored:
-            warnings.append(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend openai "
-                            "(the server's weights, dtype, attention kernel and device apply)")
-        for text in warnings:
-            log.warning("%s", text)
-        settings = OpenAISettings(
-            api_model=api_model,
-            base_url=getattr(args, "base_url", None),
-            concurrency=concurrency,
-            max_retries=getattr(args, "max_retries", DEFAULT_MAX_RETRIES),
-            timeout=getattr(args, "timeout", DEFAULT_TIMEOUT),
-            retry_backoff=getattr(args, "retry_backoff", 1.0),
-            video_transport=transport,
-            frame_size=frame_size,
-            jpeg_quality=getattr(args, "jpeg_quality", DEFAULT_JPEG_QUALITY),
-            image_detail=getattr(args, "image_detail", None),
-            video_url_base=getattr(args, "video_url_base", None),
-            video_fps=getattr(args, "video_fps", None),
-            fps=args.fps,
-            max_frames=args.max_frames,
-            max_new_tokens=args.max_new_tokens,
-            max_tokens_param=getattr(args, "max_tokens_param", "max_tokens"),
-            do_sample=args.do_sample,
-            temperature=args.temperature,
-            top_p=args.top_p,
-            top_k=args.top_k,
-            send_seed=not getattr(args, "no_seed_param", False),
-            extra_body=dict(getattr(args, "extra_body", None) or {}),
-        )
-        return cls(settings, warnings=warnings, adjustments=adjustments)
 
     # ------------------------------------------------------------------ loading
 
@@ -521,7 +358,9 @@ class OpenAIBackend:
         params = self.request_params(0 if self.settings.send_seed else None)
         if "seed" in params:
             params["seed"] = "--seed"
-        return params
+        from k9bench.redact import redact
+
+        return redact(params)  # a key inside --extra_body is written nowhere
 
     def describe(self) -> dict[str, Any]:
         return {**self._info, "warnings": self.warnings}
@@ -716,6 +555,9 @@ class OpenAIBackend:
             status = f" (HTTP {result.status_code})" if result.status_code else ""
             return ApiCallError(f"{result.error_kind}{status} after {result.attempts} attempt(s): {result.error}",
                                 kind=result.error_kind, status_code=result.status_code, attempts=result.attempts)
+        if result.text is not None and not isinstance(result.text, str):
+            return ApiCallError(f"the server's reply content is a {type(result.text).__name__}, not text", kind="bad_response",
+                                attempts=result.attempts)
         if not (result.text or "").strip():
             return ApiCallError(f"the server returned an empty reply (finish_reason={result.finish_reason!r})",
                                 kind="empty_reply", attempts=result.attempts)
@@ -774,13 +616,19 @@ def _env_name() -> str:
     return API_KEY_ENV
 
 
-def encode_frames_jpeg(frames: Any, size: tuple[int, int] | None = None, quality: int = DEFAULT_JPEG_QUALITY) -> list[str]:
+def encode_frames_jpeg(frames: Any, size: tuple[int, int] | None = None, quality: int | None = None) -> list[str]:
     """uint8 (T, 3, H, W) frames -> ``data:image/jpeg;base64,...`` URLs, in order.
 
     ``size`` (width, height) resizes each frame to exactly that size first (bicubic, antialiased,
-    as the sampler resizes).
+    as the sampler resizes). ``quality`` None: ``--jpeg_quality``'s default.
     """
     import io
+
+    from k9bench.inference.settings import OpenAISettings
+    from k9bench.settings import default_of
+
+    if quality is None:
+        quality = default_of(OpenAISettings, "jpeg_quality")
 
     from PIL import Image
 
@@ -798,6 +646,6 @@ def encode_frames_jpeg(frames: Any, size: tuple[int, int] | None = None, quality
 
 
 __all__ = [
-    "ApiCallError", "BatchPartlyFailed", "OpenAIBackend", "OpenAISettings", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES",
+    "ApiCallError", "BatchPartlyFailed", "OpenAIBackend", "RequestSettings", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES",
     "encode_frames_jpeg", "frame_size_tuple", "parse_frame_size",
 ]

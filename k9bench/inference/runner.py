@@ -7,9 +7,10 @@ thread decodes the frames of the next videos (:class:`FramePrefetcher`), each vi
 (:class:`k9bench.video.FrameCache`).
 
 Every finished question, failed or not, is appended at once to ``<output>.partial.jsonl``
-(:class:`k9bench.artifacts.CheckpointLog`, fsynced). Rerunning the same command skips what is
+(:class:`k9bench.resume.ResumableStage`, fsynced). Rerunning the same command skips what is
 there (failed records are retried unless ``--no_retry_failed``) and also reuses the records of an
-existing final file. SIGTERM and SIGUSR1 stop the run at once (the checkpoint already holds
+existing final file, unless they were made with other settings
+(:mod:`k9bench.inference.resume_check`). SIGTERM and SIGUSR1 stop the run at once (the checkpoint already holds
 every finished question) with exit code :data:`EXIT_INTERRUPTED`; Ctrl-C gives
 :data:`EXIT_SIGINT`. When every question has a record, the raw JSON (SPEC section 2 plus our
 keys) is written atomically and the checkpoint removed.
@@ -21,7 +22,7 @@ question; a question that runs out of accelerator memory is retried once with ha
 
 from __future__ import annotations
 
-import argparse
+import dataclasses
 import logging
 import signal
 import threading
@@ -32,10 +33,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
 from k9bench.answers import extract_answer, prompt_opens_thinking
-from k9bench.artifacts import CheckpointLog, QuestionRecord, RecordsArtifact, checkpoint_path, load_records_artifact, now_iso, provenance, write_json_atomic
-from k9bench.layout import short_model_name
+from k9bench.artifacts import QuestionRecord, RecordsArtifact, now_iso, provenance
+from k9bench.layout import artifact_name, shard_path, short_model_name
 from k9bench.progress import progress_enabled
+from k9bench.resume import OutputLocationError, ResumableStage, ResumeRefused, check_output_location
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest, create_backend
+from k9bench.inference.resume_check import expected_after_load, masked, expected_before_load, read_raw_records, record_fingerprint, run_settings
+from k9bench.inference.settings import RunConfig
 from k9bench.video import DEFAULT_IMAGE_PATCH_SIZE
 
 if TYPE_CHECKING:
@@ -57,8 +61,6 @@ EXIT_INTERRUPTED = 75
 EXIT_SIGINT = 130
 """Stopped by Ctrl-C (SIGINT); rerun the same command to resume."""
 
-DEFAULT_MAX_NEW_TOKENS = 2048
-DEFAULT_MAX_NEW_TOKENS_THINKING = 3072
 ERROR_CLASSES = ("missing_video", "decode_error", "oom", "generation_error")
 _MAX_ERROR_CHARS = 2000
 
@@ -117,34 +119,37 @@ def chunks(items: list, size: int) -> Iterator[list]:
 
 
 def default_output_file(model: str, max_frames: int, max_samples: int) -> str:
-    """The launcher's file name: ``raw_<model>_mf<frames>_n<samples>.json``."""
-    return f"raw_{short_model_name(model)}_mf{max_frames}_n{max_samples}.json"
+    """The launcher's file name: ``raw_<model>_mf<frames>_n<samples>.json`` (:func:`k9bench.layout.artifact_name`)."""
+    return artifact_name("raw", model, max_frames, max_samples)
 
 
 def shard_output_file(output: str | Path, num_shards: int, shard_id: int) -> Path:
-    """``x.json`` -> ``x.shard{i}of{n}.json`` for a sharded run (unchanged when not sharded or already named so)."""
-    output = Path(output)
-    tag = f"shard{shard_id}of{num_shards}"
-    if num_shards <= 1 or tag in output.name:
-        return output
-    suffix = output.suffix or ".json"
-    return output.with_name(f"{output.name[: -len(output.suffix)] if output.suffix else output.name}.{tag}{suffix}")
+    """``x.json`` -> ``x.shard{i}of{n}.json`` for a sharded run (:func:`k9bench.layout.shard_path`)."""
+    return shard_path(output, num_shards, shard_id)
 
 
-def build_messages(question: str, system_prompt: str, use_system_message: bool, with_video: bool) -> list[dict]:
-    """The chat for one question: system message, then a user turn with the video and the question.
+PLACEMENTS = ("system", "empty_system", "user_turn")
+"""Where the instructions stand (:attr:`k9bench.inference.settings.PromptSettings.placement`)."""
 
-    With ``use_system_message`` False, the system text opens the user turn instead (for models
-    whose template has no system role); the options are never shown (SPEC section 3).
+
+def build_messages(question: str, system_prompt: str, placement: str, with_video: bool) -> list[dict]:
+    """The chat for one question: a system turn, then a user turn with the video and the question.
+
+    ``placement`` ``system``: the instructions are the system turn (the default); ``empty_system``:
+    an empty system turn, no instructions at all (the reference's ``--use_system_message False``);
+    ``user_turn``: no system turn, the instructions open the user turn (``--instructions_in_user_turn``,
+    for templates without a system role). The options are never shown (SPEC section 3).
     """
+    if placement not in PLACEMENTS:
+        raise ValueError(f"placement {placement!r}: one of {', '.join(PLACEMENTS)}")
     user: list[dict] = []
     if with_video:
         user.append({"type": "video"})
-    text = question if use_system_message else f"{system_prompt}\n\n{question}"
+    text = f"{system_prompt}\n\n{question}" if placement == "user_turn" else question
     user.append({"type": "text", "text": text})
     messages: list[dict] = []
-    if use_system_message:
-        messages.append({"role": "system", "content": [{"type": "text", "text": system_prompt}]})
+    if placement != "user_turn":
+        messages.append({"role": "system", "content": [{"type": "text", "text": system_prompt if placement == "system" else ""}]})
     messages.append({"role": "user", "content": user})
     return messages
 
@@ -206,81 +211,19 @@ class RunContext:
     attn_implementation: str | None
     text_only: bool
     settings: dict = field(default_factory=dict)
-    """Other settings that shape the answers (see :func:`run_settings`), kept in each record as
-    ``run_settings`` so that a resume cannot mix records made with different ones."""
+    """Other settings that shape the answers (:func:`k9bench.inference.resume_check.run_settings`), kept
+    in each record as ``run_settings`` so that a resume cannot mix records made with different ones."""
+    placement: str | None = None
+    """Where the instructions stand (see :func:`build_messages`); None: from ``use_system_message``."""
+
+    @property
+    def prompt_placement(self) -> str:
+        return self.placement or ("system" if self.use_system_message else "empty_system")
 
 
-RESUME_CHECKED_KEYS = ("generation", "seed", "attn_implementation", "text_only", "run_settings")
-"""Record keys that must equal this run's values for a finished record to be reused on resume."""
-
-BACKEND_SETTING_KEYS = ("dtype", "video_transport", "frame_size", "jpeg_quality", "image_detail", "request_params")
-"""Keys of a backend's ``describe()`` copied into ``run_settings`` when the backend has them."""
-
-
-def run_settings(args: argparse.Namespace, describe: dict, system_prompt: str, text_only: bool, image_patch_size: int | None) -> dict:
-    """The settings besides model, frame budget, generation, seed and attention kernel that change
-    what the model sees or how it computes: backend, weight dtype, system prompt, frame sampling."""
-    from k9bench.prompts import sha256
-
-    out: dict[str, Any] = {"backend": describe.get("name")}
-    out.update({k: describe[k] for k in BACKEND_SETTING_KEYS if k in describe})
-    out["system_prompt_sha256"] = sha256(system_prompt)
-    out["use_system_message"] = args.use_system_message
-    out["frames"] = None if text_only else {
-        "fps": args.fps, "max_pixels": args.max_pixels, "min_pixels": args.min_pixels,
-        "image_patch_size": image_patch_size, "decoder": args.video_decoder,
-    }
-    return out
-
-
-def _json_normal(value: Any) -> Any:
-    import json
-
-    return json.loads(json.dumps(value))
-
-
-def _setting_diffs(have: Any, want: Any, path: str) -> list[str]:
-    if isinstance(want, dict) and isinstance(have, dict):
-        return [d for k in sorted(want) for d in _setting_diffs(have.get(k), want[k], f"{path}.{k}")]
-    return [] if have == want else [f"{path}: {have!r} there, {want!r} now"]
-
-
-def settings_mismatch(done: dict, expected: dict) -> str | None:
-    """Why a finished record cannot be reused by this run (it was made with other settings), or None.
-
-    ``expected`` maps record keys (:data:`RESUME_CHECKED_KEYS`) to this run's values; for a dict
-    value only its keys are compared (recursively), so a partial dict checks part of the settings.
-    Keys a record lacks are not compared (records written before a key existed are not refused).
-    """
-    expected = _json_normal(expected)
-    for idx in sorted(done):
-        rec = done[idx]
-        diffs = [d for key, want in expected.items() if key in rec for d in _setting_diffs(rec[key], want, key)]
-        if diffs:
-            return f"idx {idx} was produced with other settings ({'; '.join(diffs)})"
-    return None
-
-
-def settings_known_before_load(args: argparse.Namespace, system_prompt: str, text_only: bool) -> dict:
-    """The part of the resume check that needs no backend (a finished file is checked before any load).
-
-    ``max_pixels`` and the patch size are left to the full check: a backend may adjust them.
-    """
-    from k9bench.prompts import sha256
-
-    generation: dict[str, Any] = {"max_new_tokens": args.max_new_tokens}
-    for key in ("do_sample", "temperature", "top_p", "top_k"):
-        if getattr(args, key, None) is not None:
-            generation[key] = getattr(args, key)
-    settings: dict[str, Any] = {"system_prompt_sha256": sha256(system_prompt), "use_system_message": args.use_system_message}
-    if not text_only:
-        settings["frames"] = {"fps": args.fps, "min_pixels": args.min_pixels, "decoder": args.video_decoder}
-    return {"generation": generation, "seed": args.seed, "text_only": text_only, "run_settings": settings}
-
-
-def _resume_refused(where: Path, mismatch: str) -> int:
-    log.error("%s: %s; rerun with the flags that produced it (its records keep generation, seed, attn_implementation "
-              "and run_settings), or use another --output_file", where, mismatch)
+def _resume_refused(mismatch: str) -> int:
+    log.error("%s; rerun with the flags that produced it (its records keep generation, seed, attn_implementation "
+              "and run_settings), or use another --output_file", mismatch)
     return EXIT_USAGE
 
 
@@ -391,14 +334,13 @@ class RunStats:
 class Runner:
     """One invocation of the inference loop (see the module doc)."""
 
-    def __init__(self, args: argparse.Namespace, backend: Backend, ctx: RunContext, sampling: Any, frame_cache_dir: str | None):
-        self.args = args
+    def __init__(self, config: RunConfig, backend: Backend, ctx: RunContext, sampling: Any):
+        self.config = config
         self.backend = backend
         self.ctx = ctx
         self.sampling = sampling
-        self.frame_cache_dir = frame_cache_dir
         self.stats = RunStats()
-        self.checkpoint: CheckpointLog | None = None
+        self.checkpoint: ResumableStage | None = None
         self.bar = None
         self._half_cache: dict = {}
         self._emit_lock = threading.RLock()
@@ -410,7 +352,7 @@ class Runner:
         return [
             GenerationRequest(
                 key=q.idx,
-                messages=build_messages(q.question, self.ctx.system_prompt, self.ctx.use_system_message, frames is not None),
+                messages=build_messages(q.question, self.ctx.system_prompt, self.ctx.prompt_placement, frames is not None),
                 frames=frames,
                 seed=self.ctx.seed,
                 video_path=str(path) if frames is not None and path is not None else None,
@@ -420,7 +362,7 @@ class Runner:
 
     def _prompt_for(self, question: "Question", with_video: bool) -> str:
         try:
-            return self.backend.render_prompt(build_messages(question.question, self.ctx.system_prompt, self.ctx.use_system_message, with_video))
+            return self.backend.render_prompt(build_messages(question.question, self.ctx.system_prompt, self.ctx.prompt_placement, with_video))
         except Exception:  # a failed record still gets written without its prompt
             return ""
 
@@ -532,7 +474,7 @@ class Runner:
 
     # -- the loop --------------------------------------------------------
 
-    def run(self, groups: list[VideoGroup], done: dict, checkpoint: CheckpointLog, frame_cache: Any) -> None:
+    def run(self, groups: list[VideoGroup], done: dict, checkpoint: ResumableStage, frame_cache: Any) -> None:
         from tqdm.auto import tqdm
 
         from k9bench.video import VideoError
@@ -544,7 +486,7 @@ class Runner:
         total = sum(len(qs) for _, qs in pending)
         log.info("%d question(s) to run over %d video(s); %d already done", total, len(pending), self.stats.resumed)
         prefetch = FramePrefetcher(frame_cache) if frame_cache is not None else None
-        depth = max(0, self.args.prefetch_videos)
+        depth = max(0, self.config.frames.prefetch_videos)
         t0 = time.perf_counter()
         self.bar = tqdm(total=total, unit="q", desc="inference", disable=progress_enabled(), dynamic_ncols=True)
         in_flight = int(getattr(self.backend, "max_batches_in_flight", lambda: 1)() or 1)
@@ -563,9 +505,9 @@ class Runner:
                         prefetch.release(group.path)
                         continue
                 if pipeline is not None:
-                    pipeline.submit(group, chunks(questions, self.args.batch_size), frames)
+                    pipeline.submit(group, chunks(questions, self.config.generation.batch_size), frames)
                     continue
-                for batch in chunks(questions, self.args.batch_size):
+                for batch in chunks(questions, self.config.generation.batch_size):
                     self._run_batch(group, batch, frames)
                 if prefetch is not None:
                     prefetch.release(group.path)
@@ -680,67 +622,49 @@ def _restore_signal_handlers(previous: dict) -> None:
         signal.signal(sig, handler)
 
 
-def resolve_max_new_tokens(args: argparse.Namespace) -> int:
-    if args.max_new_tokens is not None:
-        return args.max_new_tokens
-    return DEFAULT_MAX_NEW_TOKENS_THINKING if args.thinking_mode else DEFAULT_MAX_NEW_TOKENS
+def looks_like_local_path(name: str) -> bool:
+    """True for a model given as a path rather than a Hub id (``./m``, ``/abs/m``, ``~/m``, ``a/b/c``)."""
+    text = str(name)
+    return text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/") or "\\" in text
 
 
-def validate_args(args: argparse.Namespace) -> None:
-    """Raise :class:`UsageError` for flag values that cannot work."""
+def preflight(config: RunConfig) -> None:
+    """Raise :class:`UsageError` for flag values that cannot work together (the flags' own ranges are
+    checked by their argparse types). Runs before any file is read or model loaded."""
+    f, g, d = config.frames, config.generation, config.data
     checks = [
-        (args.batch_size >= 1, f"--batch_size must be >= 1 (got {args.batch_size})"),
-        (args.max_frames == 0 or args.max_frames >= 2,
-         f"--max_frames must be 0 (text only) or at least 2 (qwen-vl-utils rounds frame counts to even numbers) (got {args.max_frames})"),
-        (args.fps > 0, f"--fps must be > 0 (got {args.fps})"),
-        (args.max_new_tokens is None or args.max_new_tokens >= 1, f"--max_new_tokens must be >= 1 (got {args.max_new_tokens})"),
-        (args.num_shards >= 1, f"--num_shards must be >= 1 (got {args.num_shards})"),
-        (0 <= args.shard_id < args.num_shards, f"--shard_id must be in [0, {args.num_shards}) (got {args.shard_id})"),
-        (args.start_idx >= 0, f"--start_idx must be >= 0 (got {args.start_idx})"),
-        (args.max_pixels is None or args.max_pixels > 0, f"--max_pixels must be > 0 (got {args.max_pixels})"),
-        (args.min_pixels is None or args.min_pixels > 0, f"--min_pixels must be > 0 (got {args.min_pixels})"),
-        (args.prefetch_videos >= 0, f"--prefetch_videos must be >= 0 (got {args.prefetch_videos})"),
-        (args.temperature is None or args.temperature >= 0, f"--temperature must be >= 0 (got {args.temperature})"),
-        (not (args.do_sample is True and args.temperature == 0), "--do_sample with --temperature 0 cannot sample; use --greedy"),
-        (args.top_p is None or 0 < args.top_p <= 1, f"--top_p must be in (0, 1] (got {args.top_p})"),
-        (args.top_k is None or args.top_k >= 0, f"--top_k must be >= 0 (got {args.top_k})"),
+        (f.max_frames == 0 or f.max_frames >= 2,
+         f"--max_frames must be 0 (text only) or at least 2 (qwen-vl-utils rounds frame counts to even numbers) (got {f.max_frames})"),
+        (d.shard_id < d.num_shards, f"--shard_id must be in [0, {d.num_shards}) (got {d.shard_id})"),
+        (d.max_samples == -1 or d.max_samples >= 1, f"--max_samples must be -1 (all) or at least 1 (got {d.max_samples})"),
+        (d.end_idx is None or d.end_idx > d.start_idx, f"--end_idx {d.end_idx} must be above --start_idx {d.start_idx}"),
+        (not (g.do_sample is True and g.temperature == 0), "--do_sample with --temperature 0 cannot sample; use --greedy"),
+        (g.top_p is None or g.top_p > 0, f"--top_p must be in (0, 1] (got {g.top_p})"),
+        (not (config.prompt.instructions_in_user_turn and config.prompt.use_system_message),
+         "--instructions_in_user_turn goes with --use_system_message False (the instructions are then not the system turn)"),
     ]
     for ok, message in checks:
         if not ok:
             raise UsageError(message)
 
 
-def _load_done(output: Path, checkpoint: CheckpointLog, selected: dict, ctx: RunContext, retry_failed: bool) -> dict:
-    """Records already finished (final file first, then the checkpoint), restricted to the selection."""
-    from k9bench.artifacts import ArtifactError
+def check_model_path(config: RunConfig) -> str | None:
+    """Why the model cannot be loaded, known without loading it (a local path that does not exist), or None."""
+    name = config.model.model_name_or_path
+    if config.model.backend == "hf" and looks_like_local_path(name):
+        path = Path(name).expanduser()
+        if not path.exists():
+            return f"--model_name_or_path {name}: no such folder (a local model path; a Hub id looks like org/name)"
+        if not path.is_dir():
+            return f"--model_name_or_path {name}: not a folder (a local model is a folder with config.json and the weights)"
+    return None
 
-    done: dict[int, dict] = {}
-    if output.exists():
-        try:
-            art = load_records_artifact(output)
-        except ArtifactError as exc:
-            raise UsageError(f"{output}: exists but cannot be resumed from ({exc}); move it away or pick another --output_file") from None
-        for rec in art.records:
-            done[rec.idx] = rec.to_dict()
-    try:
-        done.update(checkpoint.load())
-    except Exception as exc:
-        raise UsageError(f"{checkpoint.path}: cannot be resumed from ({exc}); move it away to start over") from None
-    done = {k: v for k, v in done.items() if k in selected}
-    for idx, rec in done.items():
-        for key, expected in (("model_name", ctx.model_name), ("max_frames", ctx.max_frames)):
-            if rec.get(key) != expected:
-                raise UsageError(
-                    f"{checkpoint.path if checkpoint.path.exists() else output}: idx {idx} was produced with {key}={rec.get(key)!r}, "
-                    f"this run has {key}={expected!r}; use another --output_file or remove the old files"
-                )
-    if retry_failed:
-        failed = [k for k, v in done.items() if v.get("error") is not None]
-        if failed:
-            log.info("retrying %d failed record(s) from the previous run", len(failed))
-        for k in failed:
-            del done[k]
-    return done
+
+def output_path(config: RunConfig) -> Path:
+    """The raw file this process writes: ``--output_file`` or the launcher's name, plus the shard suffix."""
+    d = config.data
+    output = config.output.output_file or default_output_file(config.model.model_name_or_path, config.frames.max_frames, d.max_samples)
+    return shard_output_file(output, d.num_shards, d.shard_id)
 
 
 def auto_download(groups: list[VideoGroup], video_dir: str, *, cookies: str | None = None,
@@ -763,18 +687,46 @@ def auto_download(groups: list[VideoGroup], video_dir: str, *, cookies: str | No
     return {"requested": len(missing), "counts": report.counts, "failed": failed}
 
 
-def final_meta(args: argparse.Namespace, argv: list[str] | None, *, records: list, failures: dict, model_name: str, describe: dict | None,
-               text_only: bool, image_patch_size: int | None, prompt: tuple[str, str], loaded: Any, stats: RunStats, started: str,
-               frame_cache: Any, download_summary: dict | None) -> dict:
-    """The raw file's top-level keys besides ``individual_results`` (see the README section)."""
+def inference_block(config: RunConfig, *, describe: dict | None, image_patch_size: int | None, prompt: tuple[str, str],
+                    loaded: Any) -> dict:
+    """The raw file's ``inference`` block: the run's settings as written (``dataclasses.asdict`` of each
+    section of :class:`~k9bench.inference.settings.RunConfig`, documented by
+    :func:`k9bench.inference.settings.settings_docs`), with what the run resolved beside them. Per-process
+    values (shard, output path) are top-level keys instead, so that shards of one run share this block."""
     from k9bench.prompts import sha256
 
+    asdict = dataclasses.asdict
+    text_only = config.frames.text_only
+    backend_settings = asdict(config.hf) if config.model.backend == "hf" else asdict(config.openai)
+    dataset = {k: v for k, v in asdict(config.data).items() if k not in ("num_shards", "shard_id")}
+    return masked({
+        "backend": describe,
+        "text_only": text_only,
+        "model": asdict(config.model),
+        "backend_settings": backend_settings,
+        **asdict(config.generation),
+        "frames": None if text_only else {**asdict(config.frames), "image_patch_size": image_patch_size, "decoder": config.frames.video_decoder},
+        "prompt": {
+            **asdict(config.prompt),
+            "placement": config.prompt.placement,
+            "system_prompt_source": prompt[1],
+            "system_prompt_sha256": sha256(prompt[0]),
+        },
+        "dataset": {**dataset, "source": loaded.source, "dropped_rows": len(loaded.dropped)},
+        "adjusted_settings": dict(config.adjustments),
+    })
+
+
+def final_meta(config: RunConfig, argv: list[str] | None, *, records: list, failures: dict, model_name: str, describe: dict | None,
+               image_patch_size: int | None, prompt: tuple[str, str], loaded: Any, stats: RunStats, started: str,
+               frame_cache: Any, download_summary: dict | None) -> dict:
+    """The raw file's top-level keys besides ``individual_results`` (see the README section)."""
     return {
         "total_count": len(records),
         "model_name": model_name,
-        "model_name_or_path": args.model_name_or_path,
-        "num_shards": args.num_shards,
-        "shard_id": args.shard_id,
+        "model_name_or_path": config.model.model_name_or_path,
+        "num_shards": config.data.num_shards,
+        "shard_id": config.data.shard_id,
         "failed_count": sum(failures.values()),
         "failures_by_class": failures,
         # answers taken from a reply cut inside its <think> block (raise --max_new_tokens for these)
@@ -785,28 +737,8 @@ def final_meta(args: argparse.Namespace, argv: list[str] | None, *, records: lis
             "output": sum((r.extra.get("num_output_tokens") or 0) for r in records),
             "records_with_counts": sum(1 for r in records if r.extra.get("num_input_tokens") is not None),
         },
-        "inference": {
-            "backend": describe,
-            "text_only": text_only,
-            "batch_size": args.batch_size,
-            "seed": args.seed,
-            "thinking_mode": args.thinking_mode,
-            "max_new_tokens": args.max_new_tokens,
-            "frames": None if text_only else {
-                "fps": args.fps, "max_frames": args.max_frames, "max_pixels": args.max_pixels, "min_pixels": args.min_pixels,
-                "image_patch_size": image_patch_size, "decoder": args.video_decoder,
-                "frame_cache_dir": args.frame_cache_dir,
-            },
-            "prompt": {
-                "system_prompt_source": prompt[1],
-                "system_prompt_sha256": sha256(prompt[0]),
-                "use_system_message": args.use_system_message,
-            },
-            "dataset": {
-                "source": loaded.source, "split": args.split, "start_idx": args.start_idx, "end_idx": args.end_idx,
-                "max_samples": args.max_samples, "dropped_rows": len(loaded.dropped),
-            },
-        },
+        "inference": inference_block(config, describe=describe, image_patch_size=image_patch_size, prompt=prompt,
+                                     loaded=loaded),
         "run_stats": {
             "started_at": started,
             "finished_at": now_iso(),
@@ -815,78 +747,76 @@ def final_meta(args: argparse.Namespace, argv: list[str] | None, *, records: lis
             "frame_cache": frame_cache.summary() if frame_cache is not None else None,
             "auto_download": download_summary,
         },
-        "provenance": provenance("eval_video_llm.py", argv, args),
+        "provenance": provenance("eval_video_llm.py", argv, config.flat()),
     }
 
 
-def run(args: argparse.Namespace, argv: list[str] | None) -> int:
-    """Run the whole inference (called by ``eval_video_llm.main``); returns the exit code."""
+def run(config: RunConfig, argv: list[str] | None) -> int:
+    """Run the whole inference (called by ``eval_video_llm.main`` with the resolved config, see
+    :func:`k9bench.inference.settings.resolve`); returns the exit code."""
     from k9bench.dataset import DatasetError, load_questions, select_range
     from k9bench.prompts import load_prompt, sha256
 
     started = now_iso()
+    data, frames = config.data, config.frames
+    text_only = frames.text_only
     try:
-        validate_args(args)
-        args.max_new_tokens = resolve_max_new_tokens(args)
-        system_prompt, prompt_source = load_prompt("system_prompt", args.system_prompt_file)
-        loaded = load_questions(args.dataset_name, args.split, drop_invalid=args.drop_invalid_rows)
+        preflight(config)
+        output = check_output_location(output_path(config), inputs=[data.dataset_name])
+    except (UsageError, OutputLocationError) as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
+    why = check_model_path(config)
+    if why:
+        log.error("%s", why)
+        return EXIT_BACKEND
+    try:
+        system_prompt, prompt_source = load_prompt("system_prompt", config.prompt.system_prompt_file)
+        loaded = load_questions(data.dataset_name, data.split, drop_invalid=data.drop_invalid_rows)
     except (UsageError, DatasetError, FileNotFoundError) as exc:
         log.error("%s", exc)
         return EXIT_USAGE
-    end_idx = None if args.end_idx is None or args.end_idx < 0 else args.end_idx
-    selection = select_range(loaded.questions, args.start_idx, end_idx, args.max_samples)
+    selection = select_range(loaded.questions, data.start_idx, data.end_idx, data.max_samples)
     if not selection:
-        log.error("no question selected (--start_idx %s, --end_idx %s, --max_samples %s out of %d)", args.start_idx, args.end_idx, args.max_samples, len(loaded.questions))
+        log.error("no question selected (--start_idx %s, --end_idx %s, --max_samples %s out of %d)", data.start_idx, data.end_idx,
+                  data.max_samples, len(loaded.questions))
         return EXIT_USAGE
-    text_only = args.max_frames == 0
-    groups = shard_groups(group_by_video(selection, args.video_dir), args.num_shards, args.shard_id)
+    groups = shard_groups(group_by_video(selection, data.video_dir), data.num_shards, data.shard_id)
     selected = {q.idx: q for g in groups for q in g.questions}
-    if args.num_shards > 1:
-        log.info("shard %d of %d: %d video(s), %d question(s)", args.shard_id, args.num_shards, len(groups), len(selected))
+    if data.num_shards > 1:
+        log.info("shard %d of %d: %d video(s), %d question(s)", data.shard_id, data.num_shards, len(groups), len(selected))
     if len(selected) < sum(len(g.questions) for g in groups):
         log.error("the selection holds duplicate idx values; each question needs a unique idx")
         return EXIT_USAGE
 
-    output = Path(args.output_file or default_output_file(args.model_name_or_path, args.max_frames, args.max_samples))
-    output = shard_output_file(output, args.num_shards, args.shard_id)
-    if output.is_dir():
-        log.error("--output_file %s is a folder; give the path of the raw JSON file to write", output)
-        return EXIT_USAGE
-    checkpoint = CheckpointLog(checkpoint_path(output))
-    model_name = short_model_name(args.model_name_or_path)
+    stage = ResumableStage(output, read_final=read_raw_records)
+    model_name = short_model_name(config.model.model_name_or_path)
+    prompt_sha = sha256(system_prompt)
 
-    # Cheap checks of resumable state come before the model load.
-    pre_ctx = RunContext(model_name, args.max_frames, system_prompt, args.use_system_message, args.seed, {}, None, text_only)
+    # Cheap checks of resumable state, and the settings known before the model loads, come first.
     try:
-        done = _load_done(output, checkpoint, selected, pre_ctx, not args.no_retry_failed)
-    except UsageError as exc:
-        log.error("%s", exc)
-        return EXIT_USAGE
-    # The settings known before the model loads (the rest are checked once it is loaded).
-    mismatch = settings_mismatch(done, settings_known_before_load(args, system_prompt, text_only))
-    if mismatch:
-        return _resume_refused(checkpoint.path if checkpoint.path.exists() else output, mismatch)
+        done = stage.load(selected=selected, retry_failed=not config.output.no_retry_failed)
+        stage.check(done, expected_before_load(config, model_name, prompt_sha), fingerprint_of=record_fingerprint)
+    except ResumeRefused as exc:
+        return _resume_refused(str(exc))
     pending_groups = [g for g in groups if any(q.idx not in done for q in g.questions)]
 
     download_summary = None
-    if args.auto_download and not text_only and pending_groups:
+    if data.auto_download and not text_only and pending_groups:
         try:
-            download_summary = auto_download(
-                pending_groups, args.video_dir, cookies=getattr(args, "download_cookies", None),
-                cookies_from_browser=getattr(args, "download_cookies_from_browser", None),
-                workers=getattr(args, "download_workers", 4),
-            )
+            download_summary = auto_download(pending_groups, data.video_dir, cookies=data.download_cookies,
+                                             cookies_from_browser=data.download_cookies_from_browser, workers=data.download_workers)
         except ValueError as exc:  # DownloadInputError
             log.error("--auto_download: %s", exc)
             return EXIT_USAGE
 
-    if not text_only and pending_groups and not Path(args.video_dir).is_dir():
+    if not text_only and pending_groups and not Path(data.video_dir).is_dir():
         # not one failed "missing_video" record per question for a mistyped folder
         log.error("--video_dir %s is not a folder; fetch the videos first (download_videos.py --output_dir %s) or pass --auto_download",
-                  args.video_dir, args.video_dir)
+                  data.video_dir, data.video_dir)
         return EXIT_USAGE
 
-    if not pending_groups and output.exists() and not checkpoint.path.exists():
+    if not pending_groups and output.exists() and not stage.checkpoint.exists():
         log.info("%s already holds a record for every selected question; nothing to do", output)
         return _all_failed_exit(list(done.values()), output)
 
@@ -899,68 +829,67 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
     previous_handlers = _install_signal_handlers()
     try:
         try:
-            backend = create_backend(args)
+            backend = create_backend(config)
             backend.load()
         except BackendError as exc:
             log.error("%s", exc)
             return EXIT_BACKEND
-        describe = backend.describe()
+        describe = backend.describe()  # live (usage counters); masked when written
         patch = None if text_only else (backend.frame_patch_size() or DEFAULT_IMAGE_PATCH_SIZE)
         if not text_only and pending_groups:
             from k9bench.frame_cache import FrameCache, SamplingSettings
             from k9bench.video import DecoderUnavailable, default_min_pixels
 
-            floor = args.min_pixels or default_min_pixels(patch)
-            if args.max_pixels is not None and args.max_pixels < floor:
+            floor = frames.min_pixels or default_min_pixels(patch)
+            if frames.max_pixels is not None and frames.max_pixels < floor:
                 log.error("--max_pixels %d is below the per-frame minimum %d (--min_pixels, or qwen-vl-utils' default for patch size %d); "
-                          "raise --max_pixels or lower --min_pixels", args.max_pixels, floor, patch)
+                          "raise --max_pixels or lower --min_pixels", frames.max_pixels, floor, patch)
                 return EXIT_USAGE
             sampling = SamplingSettings(
-                fps=args.fps, max_frames=args.max_frames, max_pixels=args.max_pixels, min_pixels=args.min_pixels,
-                image_patch_size=patch, decoder=args.video_decoder,
+                fps=frames.fps, max_frames=frames.max_frames, max_pixels=frames.max_pixels, min_pixels=frames.min_pixels,
+                image_patch_size=patch, decoder=frames.video_decoder,
             )
             try:
-                frame_cache = FrameCache(sampling, disk_dir=args.frame_cache_dir)
+                frame_cache = FrameCache(sampling, disk_dir=frames.frame_cache_dir)
             except DecoderUnavailable as exc:
                 log.error("%s", exc)
                 return EXIT_USAGE
         ctx = RunContext(
             model_name=model_name,
-            max_frames=args.max_frames,
+            max_frames=frames.max_frames,
             system_prompt=system_prompt,
-            use_system_message=args.use_system_message,
-            seed=args.seed,
+            use_system_message=config.prompt.use_system_message,
+            seed=config.generation.seed,
             generation=describe.get("generation") or {},
             attn_implementation=describe.get("attn_implementation"),
             text_only=text_only,
-            settings=run_settings(args, describe, system_prompt, text_only, patch),
+            settings=run_settings(config, describe, prompt_sha, patch),
+            placement=config.prompt.placement,
         )
-        mismatch = settings_mismatch(done, {
-            "generation": ctx.generation, "seed": ctx.seed, "attn_implementation": ctx.attn_implementation,
-            "text_only": ctx.text_only, "run_settings": ctx.settings,
-        })
-        if mismatch:
-            return _resume_refused(checkpoint.path if checkpoint.path.exists() else output, mismatch)
-        runner_obj = Runner(args, backend, ctx, sampling, args.frame_cache_dir)
+        try:
+            stage.check(done, expected_after_load(ctx), fingerprint_of=record_fingerprint)
+        except ResumeRefused as exc:
+            return _resume_refused(str(exc))
+        runner_obj = Runner(config, backend, ctx, sampling)
         runner_obj.stats.resumed = len(done)
         runner_obj.done = done
         if pending_groups:
-            runner_obj.run(pending_groups, done, checkpoint, frame_cache)
+            runner_obj.run(pending_groups, done, stage, frame_cache)
         else:
-            log.info("every selected question already has a record in %s; writing the final file", checkpoint.path)
+            log.info("every selected question already has a record in %s; writing the final file", stage.checkpoint)
     except Interrupted as exc:
         log.warning("stopped by %s: %d record(s) are safe in %s; rerun the same command to resume (exit %d)",
-                    exc, len(done), checkpoint.path, EXIT_INTERRUPTED)
+                    exc, len(done), stage.checkpoint, EXIT_INTERRUPTED)
         return EXIT_INTERRUPTED
     except BackendUnavailable as exc:
         log.error("%s; %d record(s) are safe in %s: rerun the same command once the backend is back (exit %d)",
-                  exc, len(done), checkpoint.path, EXIT_BACKEND)
+                  exc, len(done), stage.checkpoint, EXIT_BACKEND)
         return EXIT_BACKEND
     except KeyboardInterrupt:
-        log.warning("interrupted: %d record(s) are safe in %s; rerun the same command to resume (exit %d)", len(done), checkpoint.path, EXIT_SIGINT)
+        log.warning("interrupted: %d record(s) are safe in %s; rerun the same command to resume (exit %d)", len(done), stage.checkpoint, EXIT_SIGINT)
         return EXIT_SIGINT
     finally:
-        checkpoint.close()
+        stage.close()
         # From here on a signal has its default effect: the final write below is atomic and
         # the checkpoint stays until it has succeeded.
         _restore_signal_handlers(previous_handlers)
@@ -968,7 +897,7 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
             backend.close()
 
     runner = runner_obj
-    records = [QuestionRecord.from_dict(done[q.idx], where=f"{checkpoint.path}: idx {q.idx}") for g in groups for q in g.questions]
+    records = [QuestionRecord.from_dict(done[q.idx], where=f"{stage.where}: idx {q.idx}") for g in groups for q in g.questions]
     order = {q.idx: n for n, q in enumerate(selection)}
     records.sort(key=lambda r: order[r.idx])
     failures: dict[str, int] = {}
@@ -976,16 +905,15 @@ def run(args: argparse.Namespace, argv: list[str] | None) -> int:
         if r.failed:
             failures[r.error_class or "error"] = failures.get(r.error_class or "error", 0) + 1
     meta = final_meta(
-        args, argv, records=records, failures=failures, model_name=model_name, describe=describe, text_only=text_only,
+        config, argv, records=records, failures=failures, model_name=model_name, describe=describe,
         image_patch_size=patch, prompt=(system_prompt, prompt_source), loaded=loaded, stats=runner.stats, started=started,
         frame_cache=frame_cache, download_summary=download_summary,
     )
     try:
-        write_json_atomic(output, RecordsArtifact(records, meta).to_dict())
+        stage.finish(RecordsArtifact(records, meta).to_dict())
     except (OSError, ValueError, TypeError) as exc:
-        log.error("cannot write %s: %s (the checkpoint %s is kept)", output, exc, checkpoint.path)
+        log.error("cannot write %s: %s (the checkpoint %s is kept)", output, exc, stage.checkpoint)
         return EXIT_ERROR
-    checkpoint.remove()
     log.info("wrote %s: %d record(s), %d failed%s", output, len(records), meta["failed_count"],
              f" ({', '.join(f'{k}: {v}' for k, v in sorted(failures.items()))})" if failures else "")
     return _all_failed_exit([r.to_dict() for r in records], output)
@@ -1011,6 +939,6 @@ def _all_failed_exit(records: list[dict], output: Path) -> int:
 
 __all__ = [
     "EXIT_BACKEND", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SIGINT", "EXIT_USAGE",
-    "FramePrefetcher", "Runner", "VideoGroup", "build_messages", "default_output_file", "group_by_video",
-    "make_record", "run", "shard_groups", "shard_output_file",
+    "FramePrefetcher", "PLACEMENTS", "Runner", "VideoGroup", "build_messages", "default_output_file", "group_by_video",
+    "make_record", "output_path", "preflight", "run", "shard_groups", "shard_output_file",
 ]

@@ -1,0 +1,353 @@
+"""The typed settings of one inference run (``eval_video_llm.py``): one frozen dataclass per
+concern, composed into :class:`RunConfig`.
+
+Each field declares its flag, default and help in one place (:func:`k9bench.settings.setting`);
+``eval_video_llm.py`` generates its flags from these classes and builds the config once in
+``main()``. Frame defaults come from :mod:`k9bench.video`'s constants, the dataset defaults from
+:mod:`k9bench.dataset`'s, so each value exists once. The engines (runner, backends) take the
+config; values derived from several flags (``max_new_tokens`` from ``--thinking_mode``,
+``max_pixels`` raised for ``--frame_size``) are filled in by :func:`resolve` with
+:func:`dataclasses.replace`, never written into an object after it is built.
+
+The raw file's ``inference.settings`` block is :func:`k9bench.settings.to_dict` of the config as
+run (secrets masked); :func:`settings_docs` documents its keys.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
+from k9bench.settings import setting
+from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
+from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
+
+DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
+"""The reference's model."""
+
+BACKEND_NAMES = ("hf", "openai")
+"""``--backend`` choices (see :data:`k9bench.inference.backend.BACKENDS`)."""
+
+DTYPES = ("auto", "bfloat16", "float16", "float32")
+"""Accepted ``--torch_dtype`` values."""
+
+ATTN_IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager", "flash_attention_3", "flex_attention")
+"""Accepted ``--attn_implementation`` values."""
+
+DEFAULT_MAX_NEW_TOKENS = 2048
+DEFAULT_MAX_NEW_TOKENS_THINKING = 3072
+
+TRANSPORTS = ("frames", "video_url")
+"""``--video_transport`` choices."""
+
+IMAGE_DETAILS = ("auto", "low", "high")
+"""``--image_detail`` choices (OpenAI's ``detail`` of an image part)."""
+
+MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
+"""How the token budget is named in an OpenAI request (newer OpenAI models want the second)."""
+
+VIDEO_FPS_MAX_FRAMES = 1800
+"""The frame cap ``--video_fps`` sets: 30 minutes at 1 FPS, i.e. the whole of any K9-Bench video."""
+
+_jpeg_quality = int_in_range(1, 100)
+"""``--jpeg_quality``: an integer in 1..100."""
+
+
+def parse_frame_size(text: str) -> str:
+    """``"512x512"`` (also ``512X512``, ``512×512``, ``512*512``) -> ``"512x512"``; width first."""
+    match = re.fullmatch(r"\s*(\d+)\s*[xX×*]\s*(\d+)\s*", str(text))
+    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
+        raise argparse.ArgumentTypeError(f"--frame_size {text!r}: expected WIDTHxHEIGHT in pixels, e.g. 512x512")
+    return f"{int(match.group(1))}x{int(match.group(2))}"
+
+
+def frame_size_tuple(text: str | None) -> tuple[int, int] | None:
+    """``"512x384"`` -> ``(512, 384)`` (width, height); None stays None."""
+    if not text:
+        return None
+    width, height = parse_frame_size(text).split("x")
+    return int(width), int(height)
+
+
+def parse_json_object(text: str) -> dict:
+    """``--extra_body`` value: a JSON object."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--extra_body is not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--extra_body must be a JSON object, e.g. '{\"top_k\": 20}'")
+    return value
+
+
+# --------------------------------------------------------------------------- the sections
+
+
+@dataclass(frozen=True)
+class ModelSettings:
+    """Which model answers, through which backend (shared by every backend)."""
+
+    backend: str = setting("hf", "model backend: hf (transformers, local weights) or openai (an OpenAI-compatible server) "
+                           "(default: %(default)s)", choices=BACKEND_NAMES, result=True)
+    model_name_or_path: str = setting(DEFAULT_MODEL, "Hub model id or local folder (default: %(default)s)")
+
+
+@dataclass(frozen=True)
+class HFSettings:
+    """The transformers backend's own flags (the server decides these with ``--backend openai``)."""
+
+    bf16: bool | None = setting(None, "load bf16 weights (default: bf16 on GPU, float32 on CPU); '--bf16 False' forces float32",
+                                nargs="?", const=True, type=str2bool)
+    torch_dtype: str | None = setting(None, "weight dtype; overrides --bf16", choices=DTYPES)
+    trust_remote_code: bool = setting(False, "allow model code from the model repository", action="store_true")
+    attn_implementation: str | None = setting(
+        None, "attention kernel (default: flash_attention_2 on GPU when flash-attn is installed, otherwise sdpa with a warning)",
+        choices=ATTN_IMPLEMENTATIONS)
+    device: str = setting("auto", "cuda, cuda:1, cpu, or auto (default: %(default)s)")
+
+
+@dataclass(frozen=True)
+class OpenAISettings:
+    """The ``--backend openai`` flags (``--api_model`` and ``--video_fps`` are added by hand: they set
+    shared flags too, see :func:`add_openai_arguments`)."""
+
+    api_model: str | None = setting(None, "model name sent to the server (gpt-4o, the served name of a vLLM model...); "
+                                    "also names the run (model_name, default output file), like --model_name_or_path "
+                                    "(default: --model_name_or_path)", cli=False)
+    base_url: str | None = setting(None, "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
+                                   "(default: the OpenAI API). The key comes from OPENAI_API_KEY only")
+    concurrency: int = setting(8, "requests in flight at most (questions of one video are sent next to each other)", type=positive_int)
+    max_retries: int = setting(5, "retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)",
+                               type=non_negative_int)
+    timeout: float = setting(180.0, "seconds per HTTP attempt", type=positive_float)
+    retry_backoff: float = setting(1.0, "seconds before the first retry, doubled each time with jitter; a longer Retry-After wins",
+                                   type=positive_float)
+    video_transport: str = setting("frames", "frames: the sampled frames as base64 JPEG image parts (any vision API); "
+                                   "video_url: one video part, sampled by the server (vLLM, SGLang)", choices=TRANSPORTS, result=True)
+    frame_size: str | None = setting(None, "resize every frame to exactly this size before sending (512x512: the paper's GPT-4o protocol)",
+                                     type=parse_frame_size, metavar="WxH", result=True)
+    video_fps: float | None = setting(None, f"whole-video sampling at this many frames per second: sets --fps and raises --max_frames "
+                                      f"to {VIDEO_FPS_MAX_FRAMES} (pass --max_frames after it to cap differently)", cli=False)
+    jpeg_quality: int = setting(90, "JPEG quality of the frames", type=_jpeg_quality, result=True)
+    image_detail: str | None = setting(None, "OpenAI's image detail for each frame (default: not sent)", choices=IMAGE_DETAILS, result=True)
+    video_url_base: str | None = setting(None, "with --video_transport video_url: URL of a folder holding {scene}.mp4 "
+                                         "(file:///abs/dir for vllm serve --allowed-local-media-path, or http://...); "
+                                         "default: the file itself as a base64 data URL")
+    max_tokens_param: str = setting("max_tokens", "request field for --max_new_tokens (newer OpenAI models want max_completion_tokens)",
+                                    choices=MAX_TOKENS_PARAMS)
+    extra_body: dict | None = setting(None, "JSON object merged into every request body, e.g. "
+                                      "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}' for vLLM",
+                                      type=parse_json_object, result=True)
+    no_seed_param: bool = setting(False, "do not send --seed as the request's seed (for APIs that reject it)", action="store_true")
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """What the model is told and where the instructions stand."""
+
+    use_system_message: bool = setting(True, "True (default): the instructions are the system turn; False: the reference's "
+                                       "empty system turn, the model gets no instructions at all", result=True)
+    instructions_in_user_turn: bool = setting(False, "with --use_system_message False: send no system turn and open the user "
+                                              "turn with the instructions (for chat templates without a system role; not the "
+                                              "reference's setup)", action="store_true", result=True)
+    system_prompt_file: str | None = setting(None, "use this file's text verbatim as the system prompt")
+
+    @property
+    def placement(self) -> str:
+        """``system`` (instructions in the system turn), ``empty_system`` (the reference's
+        ``--use_system_message False``: an empty system turn) or ``user_turn``."""
+        if self.use_system_message:
+            return "system"
+        return "user_turn" if self.instructions_in_user_turn else "empty_system"
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """How the answer is generated."""
+
+    thinking_mode: bool = setting(False, f"Thinking model: default --max_new_tokens {DEFAULT_MAX_NEW_TOKENS_THINKING}", action="store_true")
+    max_new_tokens: int | None = setting(None, f"default {DEFAULT_MAX_NEW_TOKENS}, or {DEFAULT_MAX_NEW_TOKENS_THINKING} with --thinking_mode",
+                                         type=positive_int, result=True)
+    do_sample: bool | None = setting(None, "sample (True) or decode greedily (False); None: the model's generation config",
+                                     cli=False, result=True)
+    temperature: float | None = setting(None, "override the model's temperature", type=non_negative_float, result=True)
+    top_p: float | None = setting(None, "override the model's top_p", type=unit_interval, result=True)
+    top_k: int | None = setting(None, "override the model's top_k", type=non_negative_int, result=True)
+    seed: int = setting(0, "torch seed set before each batch (default: %(default)s)", result=True)
+    batch_size: int = setting(1, "questions of one video per generate call, left-padded (default: %(default)s)", type=positive_int)
+
+
+@dataclass(frozen=True)
+class FrameSettings:
+    """How frames are sampled from each video (defaults: :mod:`k9bench.video`'s constants)."""
+
+    max_frames: int = setting(DEFAULT_MAX_FRAMES, "frame budget per video; 0 = text only, no video (default: %(default)s)",
+                              type=non_negative_int, result=True)
+    fps: float = setting(DEFAULT_FPS, "frames per second sampled before the frame budget applies (default: %(default)s)",
+                         type=positive_float, result=True)
+    max_pixels: int | None = setting(DEFAULT_MAX_PIXELS, "max pixels per resized frame (default: %(default)s = 360*420)",
+                                     type=positive_int, result=True)
+    min_pixels: int | None = setting(None, "min pixels per resized frame (default: qwen-vl-utils' video default)",
+                                     type=positive_int, result=True)
+    video_decoder: str = setting(DEFAULT_DECODER, "video decoder, never swapped silently (default: %(default)s)",
+                                 choices=DECODERS, result=True)
+    frame_cache_dir: str | None = setting(None, "store sampled frames here and reuse them across runs")
+    prefetch_videos: int = setting(2, "decode this many upcoming videos in the background (default: %(default)s)", type=non_negative_int)
+
+    @property
+    def text_only(self) -> bool:
+        """No video at all (``--max_frames 0``)."""
+        return self.max_frames == 0
+
+
+@dataclass(frozen=True)
+class DataSettings:
+    """Which questions, videos and shard (``--dataset_name``/``--split``/``--drop_invalid_rows`` are
+    the flags every script shares, added by :func:`k9bench.cli.add_dataset_args`)."""
+
+    dataset_name: str = setting(DEFAULT_DATASET, "Hub dataset id, a local file or folder, or 'demo'", cli=False)
+    split: str = setting(DEFAULT_SPLIT, "dataset split", cli=False)
+    drop_invalid_rows: bool = setting(False, "drop rows that fail validation instead of stopping", cli=False)
+    video_dir: str = setting("./k9bench_videos", "folder of {scene_name}.mp4 files (default: %(default)s)")
+    auto_download: bool = setting(False, "fetch missing videos first (k9bench.download)", action="store_true")
+    download_cookies: str | None = setting(None, "with --auto_download: cookies.txt for yt-dlp (YouTube's bot checks; "
+                                           "see download_videos.py --cookies)", metavar="FILE")
+    download_cookies_from_browser: str | None = setting(None, "with --auto_download: read yt-dlp cookies from this browser "
+                                                        "(see download_videos.py --cookies_from_browser)", metavar="BROWSER")
+    download_workers: int = setting(4, "with --auto_download: parallel downloads (default: %(default)s)", type=positive_int)
+    start_idx: int = setting(0, "first question position (0-based, dataset order; default: 0)", type=non_negative_int)
+    end_idx: int | None = setting(None, "stop before this position (default: the end)", type=non_negative_int)
+    max_samples: int = setting(-1, "at most this many questions after the range (default: -1 = all)")
+    num_shards: int = setting(1, "split the videos into this many shards, e.g. for a SLURM array (default: 1)", type=positive_int)
+    shard_id: int = setting(0, "which shard this process runs (0-based; default: 0)", type=non_negative_int)
+
+
+@dataclass(frozen=True)
+class OutputSettings:
+    """Where the raw JSON goes and how a rerun treats it."""
+
+    output_file: str | None = setting(None, "raw JSON path (default: raw_<model>_mf<frames>_n<samples>.json; "
+                                      ".shard<i>of<n> is added when sharded)")
+    no_retry_failed: bool = setting(False, "on resume, keep failed records instead of retrying them", action="store_true")
+
+
+SECTIONS: dict[str, type] = {
+    "model": ModelSettings,
+    "hf": HFSettings,
+    "openai": OpenAISettings,
+    "prompt": PromptSettings,
+    "generation": GenerationSettings,
+    "frames": FrameSettings,
+    "data": DataSettings,
+    "output": OutputSettings,
+}
+"""Section name of :class:`RunConfig` -> its settings class."""
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Every setting of one inference run, built once in ``eval_video_llm.main``."""
+
+    model: ModelSettings = dataclasses.field(default_factory=ModelSettings)
+    """Backend and model."""
+    hf: HFSettings = dataclasses.field(default_factory=HFSettings)
+    """The transformers backend's flags."""
+    openai: OpenAISettings = dataclasses.field(default_factory=OpenAISettings)
+    """The OpenAI-compatible backend's flags."""
+    prompt: PromptSettings = dataclasses.field(default_factory=PromptSettings)
+    """System prompt and its placement."""
+    generation: GenerationSettings = dataclasses.field(default_factory=GenerationSettings)
+    """Generation settings."""
+    frames: FrameSettings = dataclasses.field(default_factory=FrameSettings)
+    """Frame sampling."""
+    data: DataSettings = dataclasses.field(default_factory=DataSettings)
+    """Questions, videos, shard."""
+    output: OutputSettings = dataclasses.field(default_factory=OutputSettings)
+    """Output file and resume policy."""
+    adjustments: dict = dataclasses.field(default_factory=dict)
+    """Settings :func:`resolve` changed from what was given: name -> ``{"from", "to", "why"}`` (recorded)."""
+
+    def flat(self) -> dict[str, Any]:
+        """Every field by flag name, over all sections (the shape ``provenance.args`` always had)."""
+        return {f.name: getattr(getattr(self, section), f.name) for section in SECTIONS for f in dataclasses.fields(getattr(self, section))}
+
+
+def config_from_namespace(namespace: argparse.Namespace) -> RunConfig:
+    """The run's config from ``eval_video_llm.py``'s parsed flags (called once, in ``main``)."""
+    from k9bench.settings import from_namespace
+
+    return RunConfig(**{name: from_namespace(cls, namespace) for name, cls in SECTIONS.items()})
+
+
+def resolve(config: RunConfig) -> RunConfig:
+    """The config with the values that depend on several flags filled in (what was adjusted is listed
+    in its ``adjustments``).
+
+    - ``max_new_tokens``: :data:`DEFAULT_MAX_NEW_TOKENS`, or the Thinking default with ``--thinking_mode``;
+    - with ``--backend openai --frame_size WxH`` and the default ``--max_pixels``: the sampler may take
+      up to ``2*W*H`` pixels, so that frames are scaled down to ``WxH``, never up.
+    """
+    adjustments: dict[str, dict] = {}
+    gen = config.generation
+    if gen.max_new_tokens is None:
+        gen = dataclasses.replace(gen, max_new_tokens=DEFAULT_MAX_NEW_TOKENS_THINKING if gen.thinking_mode else DEFAULT_MAX_NEW_TOKENS)
+    frames = config.frames
+    size = frame_size_tuple(config.openai.frame_size)
+    if config.model.backend == "openai" and size and not frames.text_only:
+        needed = 2 * size[0] * size[1]
+        if frames.max_pixels == DEFAULT_MAX_PIXELS and frames.max_pixels < needed:
+            adjustments["max_pixels"] = {"from": frames.max_pixels, "to": needed,
+                                         "why": f"--frame_size {config.openai.frame_size}: sample at up to 2*W*H pixels, "
+                                                f"then resize down to exactly {config.openai.frame_size}"}
+            frames = dataclasses.replace(frames, max_pixels=needed)
+    return dataclasses.replace(config, generation=gen, frames=frames, adjustments={**config.adjustments, **adjustments})
+
+
+class ApiModelAction(argparse.Action):
+    """``--api_model NAME`` also sets ``--model_name_or_path`` (the run's model_name and file name)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.model_name_or_path = values
+
+
+class VideoFpsAction(argparse.Action):
+    """``--video_fps F`` sets ``--fps F`` and the frame cap to :data:`VIDEO_FPS_MAX_FRAMES` (whole video)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        namespace.fps = values
+        namespace.max_frames = VIDEO_FPS_MAX_FRAMES
+
+
+def add_openai_arguments(group: argparse._ArgumentGroup) -> None:
+    """The ``--backend openai`` flags: generated from :class:`OpenAISettings`, plus the two that set
+    shared flags as well (``--api_model``, ``--video_fps``)."""
+    from k9bench.settings import add_arguments, default_of, field_docs
+
+    docs = field_docs(OpenAISettings)
+    group.add_argument("--api_model", default=default_of(OpenAISettings, "api_model"), action=ApiModelAction, help=docs["api_model"])
+    add_arguments(group, OpenAISettings, exclude=("video_fps",))
+    group.add_argument("--video_fps", type=positive_float, default=default_of(OpenAISettings, "video_fps"), action=VideoFpsAction,
+                       help=docs["video_fps"])
+
+
+def settings_docs() -> dict[str, dict[str, str]]:
+    """Section -> field -> help: the documentation of the raw file's ``inference.settings`` block."""
+    from k9bench.settings import field_docs
+
+    return {name: field_docs(cls) for name, cls in SECTIONS.items()}
+
+
+__all__ = [
+    "ATTN_IMPLEMENTATIONS", "BACKEND_NAMES", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES",
+    "DataSettings", "FrameSettings", "GenerationSettings", "HFSettings", "IMAGE_DETAILS", "MAX_TOKENS_PARAMS", "ModelSettings",
+    "OpenAISettings", "OutputSettings", "PromptSettings", "RunConfig", "SECTIONS", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES",
+    "add_openai_arguments", "config_from_namespace", "frame_size_tuple", "parse_frame_size", "parse_json_object", "resolve",
+    "settings_docs",
+]
