@@ -1,0 +1,166 @@
+"""Issue 12 for the judge: typed settings generate subjective_evals.py's flags, a default lives in one
+place, the engine takes settings objects (never a Namespace), and resume refuses by fingerprint."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import inspect
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import subjective_evals
+from k9bench import judge
+from k9bench.judge import (
+    DEFAULT_JUDGE_MODEL,
+    JudgeConfig,
+    JudgeRunSettings,
+    JudgeSettings,
+    RequestSettings,
+    judge_fingerprint,
+    resolve_paths,
+    run_judge,
+)
+from k9bench.settings import default_of, from_namespace
+from tests.fake_openai_server import FakeOpenAIServer
+from tests.test_judge_run import FAST, good, idx_of, make_records, write_eval
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def api_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-settings-0123456789")
+
+
+@pytest.fixture
+def server():
+    with FakeOpenAIServer(good) as s:
+        yield s
+
+
+def test_every_flag_comes_from_a_settings_field_with_its_default():
+    parser = subjective_evals.build_parser()
+    fields = {f.name: (cls, f) for cls in (JudgeSettings, RequestSettings, JudgeRunSettings) for f in dataclasses.fields(cls)}
+    for action in parser._actions:
+        if not action.option_strings or isinstance(action, argparse._HelpAction) or action.dest in ("verbose", "quiet"):
+            continue
+        assert action.dest in fields, f"{action.option_strings} is not declared in a settings class"
+        cls, f = fields[action.dest]
+        assert action.default == default_of(cls, f.name), action.dest
+        assert action.help == f.metadata["help"]
+
+
+def test_settings_are_frozen_and_built_from_the_parsed_flags():
+    args = subjective_evals.build_parser().parse_args(["--evaluations", "e.json", "--judge_model", "m", "--temperature", "none",
+                                                       "--concurrency", "3", "--limit", "5"])
+    j, r, run = (from_namespace(cls, args) for cls in (JudgeSettings, RequestSettings, JudgeRunSettings))
+    assert (j.judge_model, j.temperature, r.concurrency, run.limit, run.evaluations) == ("m", None, 3, 5, "e.json")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        j.judge_model = "other"  # type: ignore[misc]
+    policy = r.retry_policy()
+    assert (policy.max_retries, policy.backoff_base, policy.backoff_max) == (5, 1.0, 60.0)
+
+
+def test_judge_model_default_is_defined_once():
+    assert default_of(JudgeSettings, "judge_model") == DEFAULT_JUDGE_MODEL == "gpt-4o"
+    hits = []
+    for path in (REPO / "subjective_evals.py", REPO / "k9bench" / "judge.py"):
+        for line in path.read_text().splitlines():
+            if re.search(r"[\"']gpt-4o[\"']", line.split("#")[0]):
+                hits.append(line.strip())
+    assert hits == ['DEFAULT_JUDGE_MODEL = "gpt-4o"']
+
+
+def test_no_namespace_below_main_and_no_private_validators():
+    engine = inspect.getsource(judge)
+    assert "args." not in engine and "Namespace" not in engine
+    assert list(inspect.signature(run_judge).parameters)[0] == "config"
+    script = (REPO / "subjective_evals.py").read_text()
+    assert not re.search(r"def _(positive|non_negative|temperature)", script)
+    assert "from k9bench.cli import ArgumentParser" in script
+
+
+def test_fingerprint_holds_what_changes_scores_only():
+    base = JudgeSettings(template="T {question} {correct_answer} {model_output}")
+    fp = judge_fingerprint(base)
+    assert set(fp) == {"judge_model", "temperature", "prompt_sha256"}
+    assert judge_fingerprint(dataclasses.replace(base, max_tokens=50, prompt_file="x.txt")) == fp  # not result settings
+    assert judge_fingerprint(dataclasses.replace(base, temperature=0.7)) != fp
+    assert judge_fingerprint(dataclasses.replace(base, template="other {question} {correct_answer} {model_output}")) != fp
+
+
+@pytest.mark.parametrize(
+    "evaluations, output, skipped",
+    [
+        ("out/eval_Qwen3-VL-4B_mf32_n10.json", "out/judge_Qwen3-VL-4B_mf32_n10.json", "out/judge_Qwen3-VL-4B_mf32_n10_skipped.json"),
+        ("sim_m.json", "judge_m.json", "judge_m_skipped.json"),
+        ("results.json", "judge_results.json", "judge_results_skipped.json"),
+    ],
+)
+def test_default_outputs_come_from_layout(tmp_path, monkeypatch, evaluations, output, skipped):
+    from k9bench import layout
+
+    monkeypatch.chdir(tmp_path)
+    paths = resolve_paths(JudgeRunSettings(evaluations=evaluations))
+    assert str(paths.output) == output == str(layout.next_stage_path(evaluations, "judge"))
+    assert str(paths.skipped) == skipped == str(layout.skipped_path(output))
+    assert not list(tmp_path.iterdir())  # the location check leaves nothing behind
+
+
+def _run(tmp: Path, server, *extra: str) -> int:
+    return subjective_evals.main(["--evaluations", str(tmp / "eval.json"), "--output", str(tmp / "judge.json"),
+                                  "--base_url", server.base_url, *FAST, *extra])
+
+
+def test_resume_refuses_another_temperature_but_not_request_settings(tmp_path, server, capsys):
+    write_eval(tmp_path / "eval.json", make_records(4))
+    assert _run(tmp_path, server, "--limit", "2") == 0
+    meta = json.loads((tmp_path / "judge.json.meta.json").read_text())
+    assert meta["judge"]["fingerprint"] == {"judge_model": "gpt-4o", "temperature": 0.0, "prompt_sha256": meta["judge"]["prompt_sha256"]}
+    server.clear()
+    capsys.readouterr()
+    assert _run(tmp_path, server, "--temperature", "0.7") == 2
+    err = capsys.readouterr().err
+    assert "temperature: 0.0 in the existing file, 0.7 now" in err and server.chat_requests() == []
+    # request settings and --max_tokens do not change a score: the run goes on
+    assert _run(tmp_path, server, "--concurrency", "2", "--max_retries", "1", "--max_tokens", "300") == 0
+    assert sorted(idx_of(r) for r in server.chat_requests()) == [2, 3]
+
+
+def test_resume_accepts_files_written_before_fingerprints(tmp_path, server):
+    """A meta sidecar and checkpoint of the earlier layout (model and prompt sha256 only) still resume."""
+    write_eval(tmp_path / "eval.json", make_records(4))
+    assert _run(tmp_path, server, "--limit", "2") == 0
+    meta_path = tmp_path / "judge.json.meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["judge"]["fingerprint"]
+    meta_path.write_text(json.dumps(meta))
+    entries = json.loads((tmp_path / "judge.json").read_text())
+    ckpt = tmp_path / "judge.json.partial.jsonl"
+    extra = {**entries[0], "idx": 2, "model_output": "answer-2 the dog sits", "question": "Question 2: what does the dog do?"}
+    ckpt.write_text(json.dumps({"idx": 2, "judge_model": "gpt-4o", "prompt_sha256": meta["judge"]["prompt_sha256"],
+                                "status": "scored", "entry": extra}) + "\n")
+    server.clear()
+    assert _run(tmp_path, server) == 0
+    assert [idx_of(r) for r in server.chat_requests()] == [3]
+
+
+def test_engine_runs_from_settings_objects_alone(tmp_path, server):
+    """run_judge needs no parser: settings objects, a task set and a client factory."""
+    from k9bench.judge import build_tasks
+    from k9bench.openai_api import ChatClient
+    from k9bench.prompts import load_prompt
+
+    write_eval(tmp_path / "eval.json", make_records(3))
+    template, source = load_prompt("judge_prompt")
+    config = JudgeConfig(judge=JudgeSettings(template=template, prompt_source=source),
+                         requests=RequestSettings(base_url=server.base_url, concurrency=2),
+                         run=JudgeRunSettings(evaluations=str(tmp_path / "eval.json")))
+    paths = resolve_paths(config.run)
+    result = run_judge(config, taskset=build_tasks(config.run.evaluations), paths=paths,
+                       make_client=lambda: ChatClient(api_key="k", base_url=server.base_url, retry=config.requests.retry_policy()))
+    assert [e["idx"] for e in result.entries] == [0, 1, 2] and paths.output.exists()
