@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench import CATEGORIES, LETTERS
+from k9bench.hub import assignment, setting_name
 from k9bench.settings import setting
 from k9bench.youtube import InvalidYouTubeURL, is_valid_scene_name, parse_youtube_id
 
@@ -305,18 +306,47 @@ def validate_rows(rows: Iterable[dict]) -> tuple[list[Question], list[RowProblem
 # Sources
 
 
+def _dataset_setting() -> str:
+    """``--dataset_name`` by hand, ``DATASET_NAME`` under the launcher."""
+    return setting_name("--dataset_name", "DATASET_NAME")
+
+
 def _hub_help(name: str, split: str, reason: str) -> str:
+    setting = _dataset_setting()
     return (
         f"Could not load the dataset {name!r} (split {split!r}) from the Hugging Face Hub: {reason}\n"
         f"K9-Bench is gated. To use it:\n"
         f"  1. accept its terms at https://huggingface.co/datasets/{name}\n"
         f"  2. log in on this machine: `hf auth login` (or set HF_TOKEN)\n"
-        f"Offline or without access, pass a local copy instead: --dataset_name path/to/k9bench.parquet "
-        f"(parquet, json, jsonl or a save_to_disk folder), or --dataset_name demo for the bundled demo set."
+        f"Offline or without access, pass a local copy instead: {assignment(setting, 'path/to/k9bench.parquet')} "
+        f"(parquet, json, jsonl or a save_to_disk folder), or {assignment(setting, DEMO_NAME)} for the bundled demo set."
     )
 
 
+def _check_hub_reachable(name: str) -> None:
+    """Fail within seconds, in one line, when ``name`` is not cached and the Hub is out of reach
+    (instead of ``datasets``' minutes of retries). In offline mode ``datasets`` answers at once
+    from its own cache, so it is left to do so (its failure gets :func:`_hub_help`)."""
+    from k9bench import hub
+
+    if hub.offline_requested("HF_DATASETS_OFFLINE"):
+        return
+    setting = _dataset_setting()
+    fixes = [
+        f"K9-Bench is gated: accept its terms at https://huggingface.co/datasets/{name} and log in "
+        f"(`hf auth login`) on a machine that is online, download it (`hf download {name} --repo-type dataset "
+        f"--local-dir k9bench_data`) and pass {assignment(setting, 'k9bench_data')}",
+        f"pass another local copy ({assignment(setting, 'path/to/k9bench.parquet')})",
+        f"use the bundled demo set ({assignment(setting, DEMO_NAME)})",
+    ]
+    try:
+        hub.check_hub_repo(name, repo_type="dataset", what="dataset", fixes=fixes, offline_vars=("HF_DATASETS_OFFLINE",))
+    except hub.HubUnavailable as exc:
+        raise DatasetError(str(exc)) from None
+
+
 def _rows_from_hub(name: str, split: str) -> list[dict]:
+    _check_hub_reachable(name)
     try:
         import datasets
     except ImportError as exc:  # pragma: no cover - datasets is a hard requirement
