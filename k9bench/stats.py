@@ -24,6 +24,10 @@ DEFAULT_SEED = 0
 """Seed of the bootstrap generator unless told otherwise."""
 DEFAULT_LEVEL = 0.95
 """Confidence level of the intervals."""
+MAX_RESAMPLES = 100_000
+"""Most replicates accepted (about 20 s for 907 videos; the intervals are stable long before)."""
+_CHUNK = 4096
+"""Replicates drawn at a time: memory stays at ``_CHUNK x videos`` whatever ``resamples`` is."""
 
 
 @dataclass
@@ -85,6 +89,8 @@ def bootstrap_accuracy(
         raise ValueError("correct, units, labels and counted must have the same length")
     if resamples < 1:
         raise ValueError(f"resamples must be at least 1, got {resamples}")
+    if resamples > MAX_RESAMPLES:
+        raise ValueError(f"resamples must be at most {MAX_RESAMPLES}, got {resamples}")
     if not 0.0 < level < 1.0:
         raise ValueError(f"level must lie strictly between 0 and 1, got {level}")
 
@@ -102,26 +108,34 @@ def bootstrap_accuracy(
         result.by_label = {name: Interval(None, None, 0) for name in label_names}
         return result
 
+    masks = [np.ones(n)]
+    if labels is not None:
+        label_arr = np.asarray(labels, dtype=object)
+        masks += [(label_arr == name).astype(float) for name in label_names]
+    # per unit and mask: hits and counted questions (units x masks)
+    hits = np.stack([np.bincount(unit_of, weights=hit * m, minlength=n_units) for m in masks], axis=1)
+    totals = np.stack([np.bincount(unit_of, weights=weight * m, minlength=n_units) for m in masks], axis=1)
     rng = np.random.default_rng(seed)
-    # draws[b, v]: how many times video v is drawn in replicate b (n_units draws per replicate)
-    draws = rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=resamples).astype(float)
+    num = np.empty((resamples, len(masks)))
+    den = np.empty((resamples, len(masks)))
+    for lo in range(0, resamples, _CHUNK):
+        size = min(_CHUNK, resamples - lo)
+        # draws[b, v]: how many times video v is drawn in replicate b (n_units draws per replicate);
+        # drawn in chunks from one generator: the same replicates as one big draw, in bounded memory
+        draws = rng.multinomial(n_units, np.full(n_units, 1.0 / n_units), size=size).astype(float)
+        num[lo:lo + size] = draws @ hits
+        den[lo:lo + size] = draws @ totals
 
-    def interval(mask) -> Interval:
-        hits = np.bincount(unit_of, weights=hit * mask, minlength=n_units)
-        totals = np.bincount(unit_of, weights=weight * mask, minlength=n_units)
-        num = draws @ hits
-        den = draws @ totals
-        ok = den > 0
+    def interval(col: int) -> Interval:
+        ok = den[:, col] > 0
         if not ok.any():
             return Interval(None, None, 0)
-        acc = num[ok] / den[ok]
+        acc = num[ok, col] / den[ok, col]
         tail = (1.0 - level) / 2.0 * 100.0
         low, high = np.percentile(acc, [tail, 100.0 - tail])
         return Interval(float(low), float(high), int(ok.sum()))
 
-    result.overall = interval(np.ones(n))
-    if labels is not None:
-        label_arr = np.asarray(labels, dtype=object)
-        for name in label_names:
-            result.by_label[name] = interval((label_arr == name).astype(float))
+    result.overall = interval(0)
+    for i, name in enumerate(label_names if labels is not None else []):
+        result.by_label[name] = interval(i + 1)
     return result
