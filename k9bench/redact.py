@@ -28,6 +28,20 @@ _MIN_SECRET_LEN = 6
 _registered: set[str] = set()
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}")
+_BASIC = re.compile(r"(?i)(basic\s+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
+
+
+def _mask_basic(match: re.Match) -> str:
+    """``Basic <base64 of user:password>`` (HTTP basic auth, e.g. from URL userinfo) -> ``Basic ***``;
+    other text after the word "basic" is left alone."""
+    import base64
+    import binascii
+
+    try:
+        decoded = base64.b64decode(match.group(2), validate=True).decode("utf-8")
+    except (binascii.Error, ValueError):
+        return match.group(0)
+    return match.group(1) + MASK if ":" in decoded else match.group(0)
 
 
 def is_secret_name(name: str) -> bool:
@@ -76,6 +90,7 @@ def redact_text(text: str) -> str:
         return text
     out = _URL_USERINFO.sub(lambda m: f"{m.group('scheme')}{MASK}@", text)
     out = _BEARER.sub(lambda m: m.group(1) + MASK, out)
+    out = _BASIC.sub(_mask_basic, out)
     for secret in known_secrets():
         if secret in out:
             out = out.replace(secret, MASK)
