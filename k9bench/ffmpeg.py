@@ -3,7 +3,8 @@
 ``find_ffmpeg`` prefers an ``ffmpeg`` on PATH and otherwise uses the binary that
 the ``imageio-ffmpeg`` package ships; the choice is logged. ``make_video`` writes
 short synthetic clips for the demo set, the tests and the benchmarks, so no video
-is ever committed.
+is ever committed; ``audio="sine"`` or ``audio="noise"`` gives them a soundtrack
+(``AUDIO_SOURCES``), without one by default.
 """
 
 from __future__ import annotations
@@ -64,6 +65,16 @@ _PATTERNS = {
     "smpte": "smptehdbars=size={w}x{h}:rate={fps}",
 }
 
+AUDIO_SOURCES = {
+    # a steady tone, and seeded pink noise (the same samples on every run)
+    "sine": "sine=frequency={freq}:sample_rate={rate}",
+    "noise": "anoisesrc=color=pink:amplitude=0.3:seed=7:sample_rate={rate}",
+}
+"""Soundtracks ``make_video(audio=...)`` can add (``audio=True`` is ``"sine"``)."""
+
+DEFAULT_AUDIO_RATE = 16000
+"""Sampling rate of a generated soundtrack."""
+
 _CODECS = {
     ".mp4": ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"],
     ".mkv": ["-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p"],
@@ -79,28 +90,33 @@ def make_video(
     width: int = 320,
     height: int = 240,
     pattern: str = "testsrc2",
-    audio: bool = False,
+    audio: bool | str = False,
     faststart: bool = True,
     fragmented: bool = False,
     extra_args: list[str] | None = None,
+    audio_rate: int = DEFAULT_AUDIO_RATE,
+    audio_frequency: float = 440.0,
 ) -> Path:
     """Write a synthetic video to ``path`` (container from the suffix: mp4, mkv, webm).
 
     ``fps`` may be a rational string such as ``"30000/1001"``. ``fragmented`` writes a
-    fragmented mp4; ``faststart`` puts the moov box first (mp4 only).
+    fragmented mp4; ``faststart`` puts the moov box first (mp4 only). ``audio`` adds a
+    soundtrack as long as the video: ``True`` or ``"sine"`` (a ``audio_frequency`` Hz tone),
+    ``"noise"`` (seeded pink noise), at ``audio_rate`` samples per second (AAC; Opus in webm).
     """
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix not in _CODECS:
         raise ValueError(f"unsupported container {suffix!r}")
+    audio_source = _audio_source(audio, audio_rate, audio_frequency)
     src = _PATTERNS[pattern].format(w=width, h=height, fps=fps)
     args = ["-f", "lavfi", "-i", src]
-    if audio:
-        args += ["-f", "lavfi", "-i", "sine=frequency=440:sample_rate=16000"]
+    if audio_source:
+        args += ["-f", "lavfi", "-i", audio_source]
     args += ["-t", f"{duration}", *_CODECS[suffix]]
     if suffix in (".mp4", ".mkv"):
         args += ["-g", str(max(1, int(float(eval_fps(fps)) * 2)))]
-    if audio:
+    if audio_source:
         args += ["-c:a", "aac" if suffix != ".webm" else "libopus", "-shortest"]
     if suffix == ".mp4":
         if fragmented:
@@ -113,6 +129,18 @@ def make_video(
     run_ffmpeg([*args, str(tmp)])
     os.replace(tmp, path)
     return path
+
+
+def _audio_source(audio: bool | str, rate: int, frequency: float) -> str | None:
+    """The lavfi source of the soundtrack ``make_video`` adds (None: no soundtrack)."""
+    if audio is False or audio is None:
+        return None
+    kind = "sine" if audio is True else audio
+    if kind not in AUDIO_SOURCES:
+        raise ValueError(f"unknown soundtrack {audio!r}; choose one of {', '.join(AUDIO_SOURCES)} (or True for sine)")
+    if int(rate) != rate or rate <= 0:
+        raise ValueError(f"audio_rate must be a positive integer, got {rate!r}")
+    return AUDIO_SOURCES[kind].format(freq=f"{frequency:g}", rate=int(rate))
 
 
 def eval_fps(fps: float | str) -> float:

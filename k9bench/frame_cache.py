@@ -13,6 +13,11 @@ settings decodes each video once in total. Entries are written atomically (tempo
 rename), hold a SHA-256 of the pixels and their metadata, and are validated on read; a damaged or
 mismatched entry is logged, removed and re-decoded. The format is plain NumPy arrays read with
 ``allow_pickle=False``.
+
+``get_audio(path, sampling_rate)`` does the same for a video's soundtrack (:mod:`k9bench.audio`):
+read once per video and rate, kept until ``release(path)``, stored beside the frames on disk
+(``<key>.audio.npz``) with ``disk_dir``; a video without one raises the same ``NoAudioStream``
+for each of its questions.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from k9bench.artifacts import atomic_file
+from k9bench.audio import Audio, AudioError, read_audio
 from k9bench.frame_sampling import (
     DEFAULT_DECODER,
     DEFAULT_FPS,
@@ -65,10 +71,22 @@ class SamplingSettings:
     """Vision patch size; frames are resized to multiples of twice this."""
     decoder: str = DEFAULT_DECODER
     """Decoder name (``decord`` or ``pyav``)."""
+    frame_size: tuple[int, int] | None = None
+    """Exact (height, width) of every frame instead of qwen-vl-utils' size rule (None: the rule)."""
 
     def sample_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`k9bench.frame_sampling.sample` (re-exported as ``k9bench.video.sample``)."""
         return asdict(self)
+
+    def key_fields(self) -> dict[str, Any]:
+        """The settings as they enter cache keys: fields left at None that older entries lacked are omitted,
+        so entries written before a field existed keep their keys."""
+        fields = asdict(self)
+        if fields["frame_size"] is None:
+            del fields["frame_size"]
+        else:
+            fields["frame_size"] = list(fields["frame_size"])
+        return fields
 
 
 @dataclass
@@ -91,6 +109,12 @@ class CacheStats:
     """Entries that could not be written (disk full, read-only...): logged, the frames still used."""
     decode_seconds: float = 0.0
     """Total decode time."""
+    audio_reads: int = 0
+    """Soundtracks read with ffmpeg (successfully)."""
+    audio_failures: int = 0
+    """Soundtracks that raised ``AudioError`` (``NoAudioStream`` included), counted once each."""
+    audio_disk_hits: int = 0
+    """Soundtracks read from the disk store."""
 
 
 @dataclass
@@ -150,6 +174,7 @@ class FrameCache:
         self._slots: dict[tuple[str, int, int], _Slot] = {}
         self._pending: dict[tuple[str, int, int], Future] = {}
         self._by_path: dict[str, tuple[str, int, int]] = {}
+        self._audio: dict[tuple[tuple[str, int, int], int], Future] = {}
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         log.info(
@@ -158,6 +183,9 @@ class FrameCache:
             "default" if self.settings.min_pixels is None else self.settings.min_pixels,
             self.settings.image_patch_size, self.disk_dir or "none",
         )
+        if self.settings.frame_size is not None:
+            log.info("video frames resized to exactly %dx%d (height x width) instead of qwen-vl-utils' size rule",
+                     *self.settings.frame_size)
 
     def _remove_stale_tmp(self) -> None:
         """Delete half-written entries that killed runs left behind (each is as large as a whole entry)."""
@@ -252,6 +280,8 @@ class FrameCache:
         with self._lock:
             self._slots.pop(fid, None)
             pending = self._pending.pop(fid, None)
+            for key in [k for k in self._audio if k[0] == fid]:
+                del self._audio[key]
         if pending is not None:
             pending.cancel()
 
@@ -260,6 +290,7 @@ class FrameCache:
         with self._lock:
             self._slots.clear()
             self._by_path.clear()
+            self._audio.clear()
             pending, self._pending = list(self._pending.values()), {}
         for fut in pending:
             fut.cancel()
@@ -285,7 +316,7 @@ class FrameCache:
         with self._lock:
             stats = asdict(self.stats)
         return {
-            "settings": asdict(self.settings),
+            "settings": self.settings.key_fields(),
             "frame_cache_dir": str(self._requested_disk_dir) if self._requested_disk_dir is not None else None,
             "frame_cache_dir_error": self.disk_error,
             "stats": stats,
@@ -301,6 +332,98 @@ class FrameCache:
             log.warning("video %s cannot be used: %s", path, exc.detail)
         return slot
 
+    # ------------------------------------------------------------------ soundtracks
+
+    def get_audio(self, path: str | os.PathLike, sampling_rate: int) -> Audio:
+        """The video's soundtrack at ``sampling_rate`` (mono float32), read on first use.
+
+        Raises ``k9bench.audio.NoAudioStream`` for a video without one and ``AudioError`` for
+        other failures, the same error again for each later call (no second read).
+        """
+        p = Path(path)
+        try:
+            fid = _file_id(p)
+        except VideoError as exc:
+            raise AudioError(p, exc.detail, "missing_video" if exc.reason_class == "missing_video" else None) from None
+        key = (fid, int(sampling_rate))
+        with self._lock:
+            fut = self._audio.get(key)
+            owner = fut is None
+            if owner:
+                fut = Future()
+                fut.set_running_or_notify_cancel()
+                self._audio[key] = fut
+                self._by_path[str(p)] = fid
+        if owner:
+            try:
+                fut.set_result(self._load_audio(p, fid, int(sampling_rate)))
+            except AudioError as exc:
+                self._count("audio_failures")
+                log.warning("soundtrack of %s cannot be used: %s", p, exc.detail)
+                fut.set_exception(exc)
+            except BaseException as exc:  # not remembered: a later call tries again
+                with self._lock:
+                    if self._audio.get(key) is fut:
+                        del self._audio[key]
+                fut.set_exception(exc)
+        return fut.result()
+
+    def audio_entry_path(self, path: str | os.PathLike, sampling_rate: int) -> Path | None:
+        """Where the soundtrack entry of ``path`` at ``sampling_rate`` lives (None without ``disk_dir``)."""
+        if self.disk_dir is None:
+            return None
+        return self.disk_dir / f"{self._audio_key(_file_id(Path(path)), int(sampling_rate))}.audio.npz"
+
+    @staticmethod
+    def _audio_key(fid: tuple[str, int, int], sampling_rate: int) -> str:
+        blob = json.dumps({"format": CACHE_FORMAT, "kind": "audio", "file": list(fid), "sampling_rate": sampling_rate}, sort_keys=True)
+        return hashlib.sha256(blob.encode()).hexdigest()
+
+    def _load_audio(self, path: Path, fid: tuple[str, int, int], sampling_rate: int) -> Audio:
+        import numpy as np
+
+        entry = key = None
+        if self.disk_dir is not None:
+            key = self._audio_key(fid, sampling_rate)
+            entry = self.disk_dir / f"{key}.audio.npz"
+            if entry.exists():
+                problem = None
+                try:
+                    with np.load(entry, allow_pickle=False) as data:
+                        meta = json.loads(bytes(data["meta"]).decode("utf-8"))
+                        samples = np.ascontiguousarray(data["samples"])
+                    if meta.get("key") != key or meta.get("sampling_rate") != sampling_rate:
+                        problem = "key mismatch"
+                    elif samples.dtype != np.float32 or samples.ndim != 1 or samples.size != meta.get("num_samples"):
+                        problem = f"bad sample array {samples.dtype} {samples.shape}"
+                    elif hashlib.sha256(samples.tobytes()).hexdigest() != meta.get("sha256"):
+                        problem = "checksum mismatch"
+                except Exception as exc:
+                    problem = f"unreadable ({type(exc).__name__}: {exc})"
+                if problem is None:
+                    self._count("audio_disk_hits")
+                    return Audio(samples=samples, sampling_rate=sampling_rate, path=str(path), from_disk_cache=True)
+                self._count("damaged")
+                log.warning("soundtrack cache entry %s for %s is damaged (%s): removing it and reading again", entry, path, problem)
+                try:
+                    entry.unlink()
+                except OSError:
+                    pass
+        audio = read_audio(path, sampling_rate)
+        self._count("audio_reads")
+        if entry is not None:
+            meta = {"format": CACHE_FORMAT, "key": key, "sampling_rate": sampling_rate, "num_samples": audio.num_samples,
+                    "sha256": hashlib.sha256(audio.samples.tobytes()).hexdigest()}
+            meta_arr = np.frombuffer(json.dumps(meta, sort_keys=True).encode("utf-8"), dtype=np.uint8)
+            try:
+                with atomic_file(entry, "wb") as fh:
+                    np.savez(fh, samples=audio.samples, meta=meta_arr)
+                self._count("disk_writes")
+            except OSError as exc:
+                self._count("disk_write_errors")
+                log.warning("cannot write soundtrack cache entry %s for %s (%s); continuing without it", entry, path, exc)
+        return audio
+
     def _count(self, name: str, amount: float = 1) -> None:
         with self._lock:
             setattr(self.stats, name, getattr(self.stats, name) + amount)
@@ -310,7 +433,7 @@ class FrameCache:
     def entry_key(self, fid: tuple[str, int, int]) -> str:
         """Hex key of the disk entry for a file id under this cache's settings."""
         blob = json.dumps(
-            {"format": CACHE_FORMAT, "file": list(fid), "settings": asdict(self.settings)}, sort_keys=True
+            {"format": CACHE_FORMAT, "file": list(fid), "settings": self.settings.key_fields()}, sort_keys=True
         )
         return hashlib.sha256(blob.encode()).hexdigest()
 
@@ -388,7 +511,7 @@ class FrameCache:
         meta = {
             "format": CACHE_FORMAT,
             "key": key,
-            "settings": asdict(self.settings),
+            "settings": self.settings.key_fields(),
             "frames": info,
             "shape": list(pixels.shape),
             "sha256": hashlib.sha256(pixels.tobytes()).hexdigest(),

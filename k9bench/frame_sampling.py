@@ -429,14 +429,23 @@ def sample(
     min_pixels: int | None = None,
     decoder: str = DEFAULT_DECODER,
     image_patch_size: int = DEFAULT_IMAGE_PATCH_SIZE,
+    frame_size: tuple[int, int] | None = None,
 ) -> Frames:
     """Decode and resize the frames qwen-vl-utils would give the model for ``path``.
 
     ``min_pixels=None`` means qwen-vl-utils' video default (``default_min_pixels``). Raises
     ``VideoError`` for a missing or unreadable file and ``DecoderUnavailable`` if ``decoder``
     cannot be loaded.
+
+    ``frame_size=(height, width)`` replaces qwen-vl-utils' size rule by one exact resize of the
+    source frames to that size (same bicubic antialiased resize), for processors that expect a
+    fixed frame size (InternVL: 448x448); the pixel bounds and patch size are then not used.
+    The frame indices are the same either way.
     """
-    check_pixel_bounds(max_pixels, min_pixels, image_patch_size)  # a settings error, not a per-video one
+    if frame_size is not None:
+        frame_size = _check_frame_size(frame_size)
+    else:
+        check_pixel_bounds(max_pixels, min_pixels, image_patch_size)  # a settings error, not a per-video one
     path = Path(path)
     _check_file(path)
     t0 = time.perf_counter()
@@ -458,7 +467,10 @@ def sample(
         raise VideoError(path, "decode_error", f"decoder returned frames of shape {tuple(raw.shape)}")
     src_h, src_w = int(raw.shape[2]), int(raw.shape[3])
     try:
-        height, width = resized_size(src_h, src_w, len(indices), max_pixels, min_pixels, image_patch_size)
+        if frame_size is not None:
+            height, width = frame_size
+        else:
+            height, width = resized_size(src_h, src_w, len(indices), max_pixels, min_pixels, image_patch_size)
     except ValueError as exc:
         raise VideoError(path, "decode_error", f"cannot resize {src_w}x{src_h} frames: {exc}") from None
     frames = resize_frames(raw, height, width)
@@ -478,7 +490,19 @@ def sample(
         source_width=src_w,
         decode_seconds=elapsed,
         settings=dict(
-            fps=fps, max_frames=max_frames, max_pixels=max_pixels, min_pixels=min_pixels, image_patch_size=image_patch_size
+            fps=fps, max_frames=max_frames, max_pixels=max_pixels, min_pixels=min_pixels, image_patch_size=image_patch_size,
+            **({"frame_size": list(frame_size)} if frame_size is not None else {}),
         ),
     )
+
+
+def _check_frame_size(frame_size: tuple[int, int]) -> tuple[int, int]:
+    """``(height, width)`` as two positive ints; ``ValueError`` otherwise (a settings error)."""
+    try:
+        height, width = (int(v) for v in frame_size)
+    except (TypeError, ValueError):
+        raise ValueError(f"frame_size must be (height, width), got {frame_size!r}") from None
+    if height <= 0 or width <= 0 or (height, width) != tuple(frame_size):
+        raise ValueError(f"frame_size must be two positive integers (height, width), got {frame_size!r}")
+    return height, width
 

@@ -1,4 +1,4 @@
-"""A tiny random-weight Qwen3-VL checkpoint, built offline, for tests, demos and benchmarks.
+"""Tiny random-weight checkpoints (Qwen3-VL and other families), built offline, for tests, demos and benchmarks.
 
 Everything is generated locally (nothing comes from the Hub): a small byte-level BPE
 tokenizer trained on a few sentences written here, with the Qwen special tokens
@@ -17,6 +17,21 @@ Usage::
     python -m k9bench.tiny_model /tmp/tiny-qwen3vl
     python -m k9bench.tiny_model /tmp/tiny-qwen3vl --seed 1
     python -m k9bench.tiny_model /tmp/tiny-qwen25vl --family qwen2_5_vl   # a tiny Qwen2.5-VL too
+    python -m k9bench.tiny_model /tmp/tiny-internvl --family internvl      # transformers-native InternVL
+    python -m k9bench.tiny_model /tmp/tiny-omni --family qwen2_5_omni      # Qwen2.5-Omni thinker (audio + video in)
+
+The other families are built the same way (local tokenizer, the family's own processor classes
+and a chat template written here; ``FAMILIES`` lists them):
+
+- ``internvl``: ``InternVLForConditionalGeneration`` with ``InternVLProcessor`` (GotOcr2 image
+  processor, ``InternVLVideoProcessor`` with a fixed 56x56 frame size, ``<video>`` expanded to
+  ``FrameN: <img><IMG_CONTEXT>...</img>`` per frame), as the Hub's ``OpenGVLab/InternVL3_5-*-HF``
+  checkpoints are laid out (Qwen3 text model);
+- ``qwen2_5_omni``: ``Qwen2_5OmniThinkerForConditionalGeneration`` (text output only) with
+  ``Qwen2_5OmniProcessor`` (Qwen2-VL image/video processors and a Whisper feature extractor at
+  16 kHz, 128 mel bins, 300 s window), which takes a video's soundtrack as audio-in-video input.
+
+Every folder loads with ``AutoProcessor`` and ``AutoModelForImageTextToText``.
 """
 
 from __future__ import annotations
@@ -121,8 +136,19 @@ def _train_bpe(vocab_size: int = VOCAB_SIZE) -> tuple[dict[str, int], list[tuple
     return vocab, merges
 
 
-def build_tokenizer(out_dir: str | Path):
-    """Build, save into ``out_dir`` and return the tiny Qwen2-style tokenizer."""
+def build_tokenizer(
+    out_dir: str | Path,
+    special_tokens: tuple[str, ...] = SPECIAL_TOKENS,
+    chat_template: str = CHAT_TEMPLATE,
+    named_tokens: dict[str, str] | None = None,
+):
+    """Build, save into ``out_dir`` and return the tiny Qwen2-style tokenizer.
+
+    ``special_tokens`` are added in order after the trained vocabulary; ``named_tokens`` maps
+    attribute names the family's processor reads (``video_token``, ``audio_bos_token``...) to
+    tokens (stored as the tokenizer's ``extra_special_tokens``, so ``tokenizer.video_token`` and
+    ``tokenizer.video_token_id`` exist after loading).
+    """
     from tokenizers import AddedToken
     from transformers import Qwen2Tokenizer
 
@@ -136,10 +162,11 @@ def build_tokenizer(out_dir: str | Path):
         pad_token="<|endoftext|>",
         errors="replace",
         model_max_length=32768,
+        **({"extra_special_tokens": dict(named_tokens)} if named_tokens else {}),
     )
-    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in SPECIAL_TOKENS], special_tokens=True)
+    tokenizer.add_tokens([AddedToken(t, special=True, normalized=False) for t in special_tokens], special_tokens=True)
     tokenizer.add_tokens([AddedToken(t, special=False, normalized=False) for t in EXTRA_TOKENS])
-    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.chat_template = chat_template
     tokenizer.padding_side = "left"
     tokenizer.save_pretrained(str(out_dir))
     return tokenizer
@@ -313,15 +340,272 @@ def build_tiny_qwen2_5vl(path: str | Path, seed: int = 0) -> Path:
     return path
 
 
+def _random_weights(model_class, config, seed: int, head, stop_ids: list[int]):
+    """``model_class(config)`` with seeded random weights; a wide LM head, stop-token logits dampened.
+
+    The caller's global RNG state is left as it was.
+    """
+    import torch
+
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)
+    try:
+        model = model_class(config)
+        with torch.no_grad():
+            # a wide init keeps greedy decoding varied; zeroed stop rows let generations run a while
+            weight = head(model).weight
+            weight.normal_(0.0, 1.0)
+            for tid in stop_ids:
+                weight[tid].mul_(0.0)
+    finally:
+        torch.random.set_rng_state(state)
+    return model.eval()
+
+
+def _save_model(model, path: Path, eos_id: int, pad_id: int) -> None:
+    from transformers import GenerationConfig
+
+    gen = GenerationConfig(bos_token_id=None, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=False, max_new_tokens=32)
+    model.generation_config = gen
+    model.save_pretrained(str(path))
+    gen.save_pretrained(str(path))
+
+
+def _tiny_text_config(model_type: str, vocab_size: int, ids: dict[str, int], **extra) -> dict:
+    """A two-layer text model of ``model_type`` (hidden 64, head dim 16)."""
+    return {
+        "model_type": model_type, "vocab_size": vocab_size, "hidden_size": 64, "intermediate_size": 128,
+        "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+        "max_position_embeddings": 4096, "initializer_range": 0.5, "pad_token_id": ids["<|endoftext|>"],
+        "bos_token_id": None, "eos_token_id": ids["<|im_end|>"], **extra,
+    }
+
+
+# ------------------------------------------------------------------ InternVL
+
+INTERNVL_TOKENS = ("<img>", "</img>", "<IMG_CONTEXT>", "<video>")
+"""InternVL's image/video tokens (added after the Qwen special tokens)."""
+
+INTERNVL_NAMED_TOKENS = {
+    "start_image_token": "<img>",
+    "end_image_token": "</img>",
+    "context_image_token": "<IMG_CONTEXT>",
+    "video_token": "<video>",
+}
+"""The tokenizer attributes ``InternVLProcessor`` reads."""
+
+INTERNVL_FRAME_SIZE = 56
+"""Frame side of the tiny InternVL (the Hub models use 448): 4x4 patches of 14, 4 tokens after pixel shuffle."""
+
+# InternVL's chat layout (ChatML turns); a video item is "<video>\n", which the processor expands to
+# "Frame1: <img><IMG_CONTEXT>...</img>\nFrame2: ..."; an image item is "<IMG_CONTEXT>\n".
+INTERNVL_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}"
+    "{{- message['content'] -}}"
+    "{%- else -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'video' or 'video' in item -%}"
+    "{{- '<video>\\n' -}}"
+    "{%- elif item['type'] == 'image' or 'image' in item -%}"
+    "{{- '<IMG_CONTEXT>\\n' -}}"
+    "{%- elif 'text' in item -%}"
+    "{{- item['text'] -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}"
+)
+"""The Jinja chat template stored with the tiny InternVL."""
+
+
+def build_tiny_internvl(path: str | Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight transformers-native InternVL checkpoint to ``path``.
+
+    Same layout as ``OpenGVLab/InternVL3_5-*-HF``: ``InternVLConfig`` (Qwen3 text model, InternVL
+    vision tower, pixel-shuffle projector), ``InternVLProcessor`` with a GotOcr2 image processor and
+    ``InternVLVideoProcessor`` (fixed frame size, no timestamps), chat template written here.
+    """
+    from transformers import GotOcr2ImageProcessor, InternVLConfig, InternVLForConditionalGeneration, InternVLProcessor, InternVLVideoProcessor
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(path, SPECIAL_TOKENS + INTERNVL_TOKENS, INTERNVL_CHAT_TEMPLATE, INTERNVL_NAMED_TOKENS)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + INTERNVL_TOKENS}
+    side, patch = INTERNVL_FRAME_SIZE, 14
+    seq_len = int((side // patch) ** 2 * 0.5**2)
+    config = InternVLConfig(
+        text_config=_tiny_text_config("qwen3", len(tokenizer), ids, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+        vision_config={
+            "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64,
+            "image_size": [side, side], "patch_size": [patch, patch], "initializer_range": 0.5,
+        },
+        image_token_id=ids["<IMG_CONTEXT>"],
+        image_seq_length=seq_len,
+        downsample_ratio=0.5,
+        tie_word_embeddings=False,
+    )
+    config.text_config.tie_word_embeddings = False
+    config.pad_token_id = ids["<|endoftext|>"]
+    config.eos_token_id = ids["<|im_end|>"]
+    model = _random_weights(InternVLForConditionalGeneration, config, seed, lambda m: m.lm_head, [config.eos_token_id, config.pad_token_id])
+    _save_model(model, path, config.eos_token_id, config.pad_token_id)
+    size = {"height": side, "width": side}
+    image_processor = GotOcr2ImageProcessor(size=size, crop_to_patches=False, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    video_processor = InternVLVideoProcessor(size=size, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    processor = InternVLProcessor(image_processor=image_processor, tokenizer=tokenizer, video_processor=video_processor,
+                                  image_seq_length=seq_len, chat_template=INTERNVL_CHAT_TEMPLATE)
+    processor.save_pretrained(str(path))
+    log.info("tiny InternVL written to %s (%d parameters)", path, sum(p.numel() for p in model.parameters()))
+    return path
+
+
+# ------------------------------------------------------------------ Qwen2.5-Omni thinker
+
+OMNI_TOKENS = ("<|AUDIO|>", "<|audio_bos|>", "<|audio_eos|>", "<|IMAGE|>", "<|VIDEO|>", "<|vision_bos|>", "<|vision_eos|>")
+"""Qwen2.5-Omni's audio and vision tokens (added after the Qwen special tokens)."""
+
+OMNI_NAMED_TOKENS = {
+    "image_token": "<|IMAGE|>",
+    "audio_token": "<|AUDIO|>",
+    "video_token": "<|VIDEO|>",
+    "vision_bos_token": "<|vision_bos|>",
+    "vision_eos_token": "<|vision_eos|>",
+    "audio_bos_token": "<|audio_bos|>",
+    "audio_eos_token": "<|audio_eos|>",
+}
+"""The tokenizer attributes ``Qwen2_5OmniProcessor`` reads."""
+
+OMNI_AUDIO_SAMPLING_RATE = 16000
+"""The Whisper feature extractor's rate (the Hub checkpoints use 16 kHz)."""
+
+# A video item is <|vision_bos|><|VIDEO|><|vision_eos|>; with the soundtrack given as
+# audio-in-video the processor expands <|VIDEO|> to <|audio_bos|>, 2-second chunks of video
+# and audio tokens, <|audio_eos|>. A separate audio item is <|audio_bos|><|AUDIO|><|audio_eos|>.
+OMNI_CHAT_TEMPLATE = (
+    "{%- for message in messages -%}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' -}}"
+    "{%- if message['content'] is string -%}"
+    "{{- message['content'] -}}"
+    "{%- else -%}"
+    "{%- for item in message['content'] -%}"
+    "{%- if item['type'] == 'video' or 'video' in item -%}"
+    "{{- '<|vision_bos|><|VIDEO|><|vision_eos|>' -}}"
+    "{%- elif item['type'] == 'image' or 'image' in item -%}"
+    "{{- '<|vision_bos|><|IMAGE|><|vision_eos|>' -}}"
+    "{%- elif item['type'] == 'audio' or 'audio' in item -%}"
+    "{{- '<|audio_bos|><|AUDIO|><|audio_eos|>' -}}"
+    "{%- elif 'text' in item -%}"
+    "{{- item['text'] -}}"
+    "{%- endif -%}"
+    "{%- endfor -%}"
+    "{%- endif -%}"
+    "{{- '<|im_end|>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}"
+    "{{- '<|im_start|>assistant\\n' -}}"
+    "{%- endif -%}"
+)
+"""The Jinja chat template stored with the tiny Qwen2.5-Omni thinker."""
+
+
+def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Qwen2.5-Omni *thinker* checkpoint (text output only) to ``path``.
+
+    ``Qwen2_5OmniThinkerForConditionalGeneration`` (audio encoder, Qwen2.5-VL style vision tower,
+    two-layer text model) with ``Qwen2_5OmniProcessor``: Qwen2-VL image and video processors
+    (patch 14, merge 2) and a Whisper feature extractor (16 kHz, 128 mel bins, 300 s window).
+    """
+    from transformers import (
+        Qwen2_5OmniProcessor,
+        Qwen2_5OmniThinkerConfig,
+        Qwen2_5OmniThinkerForConditionalGeneration,
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+        WhisperFeatureExtractor,
+    )
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(path, SPECIAL_TOKENS + OMNI_TOKENS, OMNI_CHAT_TEMPLATE, OMNI_NAMED_TOKENS)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + OMNI_TOKENS}
+    text_hidden = 64
+    config = Qwen2_5OmniThinkerConfig(
+        text_config=_tiny_text_config(
+            "qwen2_5_omni_text", len(tokenizer), ids,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+        ),
+        vision_config={
+            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 14, "spatial_merge_size": 2,
+            "temporal_patch_size": 2, "window_size": 112, "out_hidden_size": text_hidden, "fullatt_block_indexes": [1],
+            "initializer_range": 0.5,
+        },
+        audio_config={
+            "num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2, "encoder_ffn_dim": 64, "d_model": 32,
+            "output_dim": text_hidden, "max_source_positions": 1500, "n_window": 100, "initializer_range": 0.5,
+        },
+        audio_token_index=ids["<|AUDIO|>"],
+        image_token_index=ids["<|IMAGE|>"],
+        video_token_index=ids["<|VIDEO|>"],
+        audio_start_token_id=ids["<|audio_bos|>"],
+        audio_end_token_id=ids["<|audio_eos|>"],
+        vision_start_token_id=ids["<|vision_bos|>"],
+        vision_end_token_id=ids["<|vision_eos|>"],
+        user_token_id=tokenizer.convert_tokens_to_ids("user") if "user" in tokenizer.get_vocab() else 0,
+        initializer_range=0.5,
+    )
+    config.pad_token_id = ids["<|endoftext|>"]
+    config.eos_token_id = ids["<|im_end|>"]
+    model = _random_weights(Qwen2_5OmniThinkerForConditionalGeneration, config, seed, lambda m: m.lm_head,
+                            [config.eos_token_id, config.pad_token_id])
+    _save_model(model, path, config.eos_token_id, config.pad_token_id)
+    image_processor = Qwen2VLImageProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
+                                            size={"shortest_edge": 28 * 28, "longest_edge": 256 * 28 * 28})
+    video_processor = Qwen2VLVideoProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
+                                            size={"shortest_edge": 28 * 28, "longest_edge": 64 * 28 * 28 * 16})
+    feature_extractor = WhisperFeatureExtractor(feature_size=128, sampling_rate=OMNI_AUDIO_SAMPLING_RATE, hop_length=160,
+                                                chunk_length=300, n_fft=400, return_attention_mask=True)
+    processor = Qwen2_5OmniProcessor(image_processor=image_processor, video_processor=video_processor,
+                                     feature_extractor=feature_extractor, tokenizer=tokenizer, chat_template=OMNI_CHAT_TEMPLATE)
+    processor.save_pretrained(str(path))
+    log.info("tiny Qwen2.5-Omni thinker written to %s (%d parameters)", path, sum(p.numel() for p in model.parameters()))
+    return path
+
+
+FAMILIES = {
+    "qwen3_vl": build_tiny_qwen3vl,
+    "qwen2_5_vl": build_tiny_qwen2_5vl,
+    "internvl": build_tiny_internvl,
+    "qwen2_5_omni": build_tiny_qwen2_5omni,
+}
+"""Family name -> builder ``(path, seed=0) -> path``."""
+
+FAMILY_ALIASES = {"qwen3vl": "qwen3_vl", "qwen2_5vl": "qwen2_5_vl", "qwen2_5omni": "qwen2_5_omni"}
+"""Other spellings ``--family`` accepts."""
+
+
+def build_tiny(family: str, path: str | Path, seed: int = 0) -> Path:
+    """Build the tiny checkpoint of ``family`` (a ``FAMILIES`` key or alias) at ``path``."""
+    name = FAMILY_ALIASES.get(family, family)
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    return FAMILIES[name](path, seed=seed)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m k9bench.tiny_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir", help="folder to write the checkpoint into")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default: %(default)s)")
-    parser.add_argument("--family", choices=("qwen3_vl", "qwen2_5_vl"), default="qwen3_vl", help="model family (default: %(default)s)")
+    parser.add_argument("--family", choices=(*FAMILIES, *FAMILY_ALIASES), default="qwen3_vl",
+                        help="model family (default: %(default)s; qwen3vl, qwen2_5vl, qwen2_5omni are accepted spellings too)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    build = build_tiny_qwen3vl if args.family == "qwen3_vl" else build_tiny_qwen2_5vl
-    out = build(args.output_dir, seed=args.seed)
+    out = build_tiny(args.family, args.output_dir, seed=args.seed)
     print(out)
     return 0
 
