@@ -499,7 +499,19 @@ step_report() {
         log "step report: skipped (REPORT=$REPORT)"
         return 0
     fi
-    local cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode report --input_file "$EVAL" --report_dir "$REPORT_DIR"
+    # this run, and every eval file in OUT_DIR of the same model and questions at other MAX_FRAMES
+    # (the paper's frame-budget ablation: the report plots accuracy against MAX_FRAMES)
+    local inputs=() sweep
+    if sweep=$("$PYTHON" -m k9bench.report --frame_sweep "$EVAL"); then
+        mapfile -t inputs <<<"$sweep"
+    else
+        log "step report: could not look for runs at other MAX_FRAMES in $OUT_DIR; reporting this run alone"
+    fi
+    ((${#inputs[@]})) || inputs=("$EVAL")
+    if ((${#inputs[@]} > 1)); then
+        log "step report: with $((${#inputs[@]} - 1)) run(s) of the same model and questions at other MAX_FRAMES (frame-budget plot)"
+    fi
+    local cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode report --input_file "${inputs[@]}" --report_dir "$REPORT_DIR"
         --published "$PUBLISHED")
     [[ ! -s "$JUDGE" ]] || cmd+=(--judge_files "$JUDGE")
     [[ "$DEMO" != 1 ]] || cmd+=(--note "DEMO run: $DEMO_WHAT; $DEMO_MEANING.")

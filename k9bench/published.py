@@ -83,6 +83,40 @@ FRAME_ABLATION: dict[str, dict[int, float]] = {
 """Overall accuracy (%) by frame budget, from the paper's frame ablation (only the figures SPEC gives)."""
 
 
+@dataclass(frozen=True)
+class PaperSetup:
+    """The setup behind the paper's Table 1 (SPEC sections 3, 4 and 8): a run that differs in any
+    of these is not comparable to the published rows."""
+
+    embedding_model: str = "Qwen/Qwen3-Embedding-8B"
+    """Similarity model of the fine rule."""
+    threshold: float = 0.5
+    """Similarity the ground truth must exceed."""
+    max_frames: int = 32
+    """Frame budget per video."""
+    fps: float = 1.0
+    """Frames per second sampled before the budget applies."""
+    max_pixels: int = 360 * 420
+    """Pixels per resized frame."""
+    questions: int = 4744
+    """Questions of the whole benchmark."""
+    use_system_message: bool = True
+    """The instructions are sent as the system turn."""
+    short_video_seconds: float = 150.0
+    """The short-video subset: videos shorter than this."""
+    short_video_questions: int = 2693
+    """Questions of the short-video subset."""
+
+
+PAPER_SETUP = PaperSetup()
+"""The paper's Table 1 setup."""
+
+REFERENCE_PROMPT_SHA256: frozenset = frozenset()
+"""SHA-256 of the reference scripts' prompt texts, where known. Our built-in prompts are our own
+wording (never the reference's); a prompt given as a file is accepted as the reference's only
+when its hash is listed here, otherwise it is reported as unconfirmed."""
+
+
 def normalize_model_name(name: str) -> str:
     """A comparable key for a model name: short form, lower case, no ``-Instruct``, no spaces or notes.
 

@@ -26,6 +26,13 @@ What it writes into ``--report_dir`` (default ``report``):
 Accuracy counts failed samples as wrong, like the paper. Confidence intervals are
 read from the eval file when it carries them; otherwise they are computed here by
 bootstrap resampling whole videos (a video's questions move together), seeded.
+
+Each run's settings (model, embedding model, threshold, prompt sources and hashes, frame
+settings, question count) are read from the eval file's contents (the raw file's settings
+travel in it), never from its name, and stated in the report; a run whose settings differ from
+the paper's setup (:data:`k9bench.published.PAPER_SETUP`) is marked "not comparable to the
+paper's Table 1", and the paper's rows appear beside it only with that mark. The short-video
+subset (videos under 150 s, the paper's 2,693 questions) has its own table.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ import argparse
 import logging
 import math
 import re
+import sys
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -50,14 +58,17 @@ from k9bench.artifacts import (
     write_json_atomic,
     write_text_atomic,
 )
+from k9bench.layout import next_stage_path, parse_artifact_name, short_model_name
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from k9bench.published import (
     AXIS_KEYS,
     FRAME_ABLATION,
     JUDGE_AXES,
+    PAPER_SETUP,
     PUBLISHED_ACCURACY,
     PUBLISHED_JUDGE,
     RANDOM_GUESS,
+    REFERENCE_PROMPT_SHA256,
     find_published_accuracy,
     normalize_model_name,
 )
@@ -88,8 +99,11 @@ BOOTSTRAP_SAMPLES = DEFAULT_RESAMPLES
 BOOTSTRAP_SEED = DEFAULT_SEED
 """Seed of those resamples (reports are reproducible)."""
 
-FILE_NAME_RE = re.compile(r"^(?:eval|sim|raw|judge)_(?P<model>.+?)_mf(?P<frames>-?\d+)_n(?P<samples>-?\d+)(?:_.*)?$")
-"""The launcher's artifact name: ``eval_<model>_mf<frames>_n<samples>.json``."""
+COMPARABLE, NOT_COMPARABLE, UNCONFIRMED = "comparable", "not comparable", "unconfirmed"
+"""A run's standing against the paper's Table 1 setup."""
+
+NOT_COMPARABLE_MARK = "not comparable to the paper's Table 1"
+"""The mark a run carries when its settings differ from the paper's."""
 
 
 class ReportError(ArtifactError):
@@ -118,6 +132,45 @@ class Score:
 
 
 @dataclass
+class RunSettings:
+    """What a run was made with, read from its eval file's contents (never from the file name)."""
+
+    model_name_or_path: str | None = None
+    """The model as given to eval_video_llm.py (None when the file does not say)."""
+    embedding_model: str | None = None
+    """Similarity model of the sim stage."""
+    threshold: float | None = None
+    """Threshold of the fine rule."""
+    prompts: dict = field(default_factory=dict)
+    """Prompt kind (``system_prompt``...) -> ``{"source": ..., "sha256": ...}``."""
+    use_system_message: bool | None = None
+    """False: the instructions were not sent as the system turn."""
+    text_only: bool | None = None
+    """True for a run without video (MAX_FRAMES 0)."""
+    max_frames: int | None = None
+    """Frame budget per video."""
+    fps: float | None = None
+    """Frames per second sampled before the budget."""
+    max_pixels: int | None = None
+    """Pixels per resized frame."""
+    questions: int = 0
+    """Questions in the file."""
+    dataset: str | None = None
+    """Dataset source (Hub id, file, ``demo``)."""
+    differences: list = field(default_factory=list)
+    """How the run differs from the paper's Table 1 setup (empty: it does not)."""
+    unconfirmed: list = field(default_factory=list)
+    """Settings the file does not record, or that cannot be checked (a prompt file's text)."""
+
+    @property
+    def standing(self) -> str:
+        """``comparable``, ``not comparable`` or ``unconfirmed``."""
+        if self.differences:
+            return NOT_COMPARABLE
+        return UNCONFIRMED if self.unconfirmed else COMPARABLE
+
+
+@dataclass
 class RunSummary:
     """The figures of one eval file."""
 
@@ -141,6 +194,12 @@ class RunSummary:
     """Duration-bin label -> :class:`Score` (empty when records carry no duration)."""
     missing_durations: int = 0
     """Records without a usable duration."""
+    settings: RunSettings = field(default_factory=RunSettings)
+    """What the run was made with, and how it stands against the paper's setup."""
+    short: Score | None = None
+    """Accuracy over the short-video subset (videos under 150 s); None without durations."""
+    short_categories: dict = field(default_factory=dict)
+    """Category -> :class:`Score` over the short-video subset."""
 
     def to_dict(self) -> dict:
         out = asdict(self)
@@ -149,6 +208,11 @@ class RunSummary:
             out["categories"][name]["accuracy"] = score.accuracy
         for name, score in self.durations.items():
             out["durations"][name]["accuracy"] = score.accuracy
+        if self.short is not None:
+            out["short"]["accuracy"] = self.short.accuracy
+        for name, score in self.short_categories.items():
+            out["short_categories"][name]["accuracy"] = score.accuracy
+        out["settings"]["standing"] = self.settings.standing
         return out
 
 
@@ -290,6 +354,147 @@ def _file_intervals(meta: dict, overall: Score, categories: dict) -> bool:
     return True
 
 
+_SKIPPED_BLOCKS = ("backend", "backend_by_shard", "run_stats", "provenance", "input_provenance", "merged_from")
+"""Sub-objects that describe the machine or the history, not the run's settings."""
+
+
+def _holders(meta: dict) -> list[dict]:
+    """Where a run's settings sit in an eval file: its top level, then the raw file's top level
+    carried along by the scoring stages (``input_meta``)."""
+    inner = meta.get("input_meta")
+    return [meta] + ([inner] if isinstance(inner, dict) else [])
+
+
+def _top(meta: dict, key: str) -> Any:
+    for holder in _holders(meta):
+        if holder.get(key) is not None:
+            return holder[key]
+    return None
+
+
+def _find(obj: Any, key: str) -> Any:
+    """The first value of ``key`` in nested dicts (depth first; machine and history blocks skipped)."""
+    if not isinstance(obj, dict):
+        return None
+    if obj.get(key) is not None:
+        return obj[key]
+    for name, value in obj.items():
+        if isinstance(value, dict) and name not in _SKIPPED_BLOCKS:
+            found = _find(value, key)
+            if found is not None:
+                return found
+    return None
+
+
+_PROMPT_KEY = re.compile(r"(?P<kind>\w*prompt)_(?P<what>source|file|sha256)")
+
+
+def _prompts(block: dict) -> dict:
+    """Prompt kind -> source and hash, from ``<kind>_source``/``<kind>_file``/``<kind>_sha256`` keys
+    anywhere in the inference settings (a ``<kind>_file`` of None means the built-in text)."""
+    sources: dict = {}
+    files: dict = {}
+    hashes: dict = {}
+
+    def walk(obj: dict) -> None:
+        for key, value in obj.items():
+            if isinstance(value, dict):
+                if key not in _SKIPPED_BLOCKS:
+                    walk(value)
+                continue
+            match = _PROMPT_KEY.fullmatch(str(key))
+            if not match or "judge" in match["kind"]:
+                continue
+            kind, what = match["kind"], match["what"]
+            target = {"source": sources, "file": files, "sha256": hashes}[what]
+            target.setdefault(kind, value)
+
+    walk(block)
+    out = {}
+    for kind in sorted(set(sources) | set(files) | set(hashes)):
+        source = sources.get(kind)
+        if source is None and kind in files:
+            source = files[kind] if files[kind] is not None else f"builtin:{kind}"
+        out[kind] = {"source": source, "sha256": hashes.get(kind)}
+    return out
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if is_finite_number(value) else None
+
+
+def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> RunSettings:
+    """A run's settings from its eval file's top level and records (see :class:`RunSettings`)."""
+    inference = _top(meta, "inference")
+    inference = inference if isinstance(inference, dict) else {}
+    metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
+    frames = inference.get("frames") if isinstance(inference.get("frames"), dict) else {}
+    record_frames = _most_common(r.max_frames for r in records if isinstance(r.max_frames, int) and not isinstance(r.max_frames, bool))
+    max_frames = record_frames if record_frames is not None else _find(frames, "max_frames") if frames else _find(inference, "max_frames")
+    text_only = inference.get("text_only")
+    if text_only is None and max_frames is not None:
+        text_only = max_frames == 0
+    dataset = _find(inference, "dataset")
+    use_system = _find(inference, "use_system_message")
+    settings = RunSettings(
+        model_name_or_path=_top(meta, "model_name_or_path"),
+        embedding_model=metadata.get("similarity_model") or _top(meta, "similarity_model"),
+        threshold=_number(meta.get("threshold")),
+        prompts=_prompts(inference),
+        use_system_message=use_system if isinstance(use_system, bool) else None,
+        text_only=bool(text_only) if text_only is not None else None,
+        max_frames=int(max_frames) if is_finite_number(max_frames) else None,
+        fps=_number(_find(frames, "fps") if frames else _find(inference, "fps")),
+        max_pixels=int(v) if is_finite_number(v := (_find(frames, "max_pixels") if frames else _find(inference, "max_pixels"))) else None,
+        questions=questions,
+        dataset=(dataset.get("source") if isinstance(dataset, dict) else dataset) if dataset is not None else None,
+    )
+    settings.differences, settings.unconfirmed = compare_with_paper(settings)
+    return settings
+
+
+def compare_with_paper(settings: RunSettings) -> tuple[list[str], list[str]]:
+    """``(differences, unconfirmed)`` of a run's settings against the paper's Table 1 setup."""
+    paper = PAPER_SETUP
+    differences: list[str] = []
+    unconfirmed: list[str] = []
+    if settings.embedding_model is None:
+        unconfirmed.append("embedding model not recorded")
+    elif normalize_model_name(settings.embedding_model) != normalize_model_name(paper.embedding_model):
+        differences.append(f"embedding model {settings.embedding_model} (paper: {paper.embedding_model})")
+    if settings.threshold is None:
+        unconfirmed.append("threshold not recorded")
+    elif settings.threshold != paper.threshold:
+        differences.append(f"threshold {settings.threshold:g} (paper: {paper.threshold:g})")
+    if settings.use_system_message is False:
+        differences.append("instructions not sent as the system message (use_system_message False)")
+    if not settings.prompts:
+        unconfirmed.append("prompts not recorded")
+    for kind, prompt in settings.prompts.items():
+        source, digest = str(prompt.get("source")), prompt.get("sha256")
+        if digest and digest in REFERENCE_PROMPT_SHA256:
+            continue
+        if source.startswith("builtin"):
+            differences.append(f"{kind} in this project's own words ({source}), not the reference's")
+        else:
+            unconfirmed.append(f"{kind} from {source} (not confirmed as the reference's text)")
+    if settings.text_only:
+        differences.append("text only, no video (paper: 32 frames)")
+    else:
+        for name, have, want, shown in (
+            ("frames", settings.max_frames, paper.max_frames, f"{paper.max_frames}"),
+            ("fps", settings.fps, paper.fps, f"{paper.fps:g}"),
+            ("max_pixels", settings.max_pixels, paper.max_pixels, f"{paper.max_pixels} = 360x420"),
+        ):
+            if have is None:
+                unconfirmed.append(f"{name} not recorded")
+            elif have != want:
+                differences.append(f"{name} {have:g} (paper: {shown})")
+    if settings.questions != paper.questions:
+        differences.append(f"{settings.questions:,} question{'' if settings.questions == 1 else 's'} (paper: {paper.questions:,})")
+    return differences, unconfirmed
+
+
 def load_run(path: str | Path) -> RunSummary:
     """Summarize one eval file; raise :class:`ReportError` naming it when it is not one."""
     try:
@@ -302,7 +507,6 @@ def load_run(path: str | Path) -> RunSummary:
         )
     records = art.records
     meta = art.meta
-    name_match = FILE_NAME_RE.match(Path(path).stem)
 
     # counts: the file's own aggregates are authoritative; records fill any gap
     total = _count(meta, "total_count")
@@ -353,12 +557,27 @@ def load_run(path: str | Path) -> RunSummary:
                 break
     ordered = {duration_bin_label(lo, hi): durations[duration_bin_label(lo, hi)] for lo, hi in DURATION_BINS if duration_bin_label(lo, hi) in durations}
 
-    model = _most_common(r.model_name for r in records)
+    # the short-video subset (the paper's < 150 s), over the records that carry a duration
+    short = None
+    short_categories: dict[str, Score] = {}
+    timed = [(rec, record_duration(rec)) for rec in records]
+    timed = [(rec, sec) for rec, sec in timed if sec is not None]
+    if timed:
+        subset = [rec for rec, sec in timed if sec < PAPER_SETUP.short_video_seconds]
+        short = Score(correct=sum(_is_correct(r) for r in subset), total=len(subset))
+        for cat in CATEGORIES:
+            in_cat = [r for r in subset if r.question_category == cat]
+            short_categories[cat] = Score(correct=sum(_is_correct(r) for r in in_cat), total=len(in_cat))
+
+    settings = read_settings(meta, records, total)
+    # the model as the records (or the file) name it; the file name is only a last-resort label
+    model = _most_common(r.model_name for r in records) or meta.get("model_name") or _top(meta, "model_name")
+    if not model and settings.model_name_or_path:
+        model = short_model_name(settings.model_name_or_path)
     if not model:
-        model = name_match.group("model") if name_match else Path(path).stem
-    frames = _most_common(r.max_frames for r in records if isinstance(r.max_frames, int) and not isinstance(r.max_frames, bool))
-    if frames is None and name_match:
-        frames = int(name_match.group("frames"))
+        name = parse_artifact_name(path)
+        model = name.model if name else Path(path).stem
+    frames = settings.max_frames
     return RunSummary(
         path=str(path),
         label=str(model),
@@ -370,6 +589,9 @@ def load_run(path: str | Path) -> RunSummary:
         ci_source=ci_source,
         durations=ordered,
         missing_durations=missing,
+        settings=settings,
+        short=short,
+        short_categories=short_categories,
     )
 
 
@@ -411,8 +633,8 @@ def load_judge(path: str | Path) -> JudgeSummary:
         for axis, value in zip(JUDGE_AXES, values):
             sums[axis] += float(value)
     stem = Path(path).stem
-    match = FILE_NAME_RE.match(stem)
-    label = match.group("model") if match else re.sub(r"^judge_", "", stem)
+    name = parse_artifact_name(path)
+    label = name.model if name else re.sub(r"^judge_", "", stem)
     if not scored:
         log.warning("%s: no judge entry with all five scores; the judge table leaves it out", path)
         return JudgeSummary(path=str(path), label=label, scores={}, scored=0, ignored=ignored)
@@ -424,8 +646,9 @@ def match_judge_to_run(judge: JudgeSummary, runs: list[RunSummary]) -> RunSummar
     Table 1 does (``--labels`` included).
 
     The judge's ``<file>.meta.json`` sidecar (subjective_evals.py) names its input and that file's
-    sha256: an eval file of the report with the same bytes or path is the one. Otherwise the judge
-    file name (``judge_<model>_mf<frames>_n<samples>``) is matched against the runs' models and frames.
+    sha256: an eval file of the report with the same bytes or path is the one. Otherwise a judge
+    file named as the default judge output of an eval file of the report
+    (:func:`k9bench.layout.next_stage_path`: ``eval_X.json`` -> ``judge_X.json``) belongs to it.
     """
     import hashlib
 
@@ -449,11 +672,9 @@ def match_judge_to_run(judge: JudgeSummary, runs: list[RunSummary]) -> RunSummar
             match = run
             break
     if match is None:
-        name = FILE_NAME_RE.match(Path(judge.path).stem)
-        if name:
-            candidates = [r for r in runs if r.model == name.group("model") and r.max_frames == int(name.group("frames"))]
-            if len(candidates) == 1:
-                match = candidates[0]
+        candidates = [r for r in runs if next_stage_path(r.path, "judge").name == Path(judge.path).name]
+        if len(candidates) == 1:
+            match = candidates[0]
     if match is not None:
         judge.label, judge.model = match.label, match.model
     return match
@@ -487,13 +708,26 @@ def published_rows_for(runs: list[RunSummary], mode: str) -> list:
     return []
 
 
+def run_source(run: RunSummary, beside_paper: bool) -> str:
+    """The Source cell of a run: beside the paper's rows, a run that differs from the paper's setup
+    carries the mark (and one whose setup cannot be confirmed says so)."""
+    if not beside_paper:
+        return "this run"
+    standing = run.settings.standing
+    if standing == NOT_COMPARABLE:
+        return f"this run, {NOT_COMPARABLE_MARK}"
+    if standing == UNCONFIRMED:
+        return "this run, comparability to Table 1 unconfirmed"
+    return "this run"
+
+
 def leaderboard_markdown(runs: list[RunSummary], published: list) -> str:
     """The Table 1 layout: rank, model, average, five categories (with intervals), runs and paper rows ranked together."""
     rows = []
     for run in runs:
         cells = [_fmt(run.overall.accuracy, run.overall.ci)] + [_fmt(run.categories[c].accuracy, run.categories[c].ci) for c in CATEGORIES]
         frames = "—" if run.max_frames is None else str(run.max_frames)
-        rows.append((run.overall.accuracy or 0.0, run.label, "this run", frames, cells, str(run.overall.total), str(run.failed)))
+        rows.append((run.overall.accuracy or 0.0, run.label, run_source(run, bool(published)), frames, cells, str(run.overall.total), str(run.failed)))
     for pub in published:
         cells = [_fmt(pub.average)] + [_fmt(pub.categories.get(c)) for c in CATEGORIES]
         rows.append((pub.average, pub.model, "paper", pub.setting, cells, "4744", "—"))
@@ -502,6 +736,58 @@ def leaderboard_markdown(runs: list[RunSummary], published: list) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * 8) + "|"]
     for rank, (_, label, source, frames, cells, n, failed) in enumerate(rows, 1):
         lines.append("| " + " | ".join([str(rank), label.replace("|", "\\|"), source, frames, *cells, n, failed]) + " |")
+    return "\n".join(lines)
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n:,} {word}{'' if n == 1 else 's'}"
+
+
+def _short_hash(digest: Any) -> str:
+    return f"sha256 {str(digest)[:12]}…" if digest else "no hash recorded"
+
+
+def settings_markdown(runs: list[RunSummary]) -> str:
+    """One row per run: what it was made with, and how it stands against the paper's Table 1 setup."""
+    lines = ["| Model | Questions | Embedding model | Threshold | Prompts | Frames | Paper's Table 1 |",
+             "|---|---:|---|---:|---|---|---|"]
+    for run in runs:
+        st = run.settings
+        prompts = "; ".join(f"{kind}: {p.get('source') or '?'} ({_short_hash(p.get('sha256'))})" for kind, p in st.prompts.items()) or "not recorded"
+        if st.use_system_message is False:
+            prompts += "; no system message"
+        if st.text_only:
+            frames = "text only (no video)"
+        else:
+            parts = [f"{st.max_frames if st.max_frames is not None else '?'} frames",
+                     f"{st.fps:g} fps" if st.fps is not None else "fps not recorded",
+                     f"max {st.max_pixels:,} px" if st.max_pixels is not None else "max_pixels not recorded"]
+            frames = ", ".join(parts)
+        if st.standing == NOT_COMPARABLE:
+            standing = f"**{NOT_COMPARABLE_MARK}**: " + "; ".join(st.differences)
+        elif st.standing == UNCONFIRMED:
+            standing = "unconfirmed: " + "; ".join(st.unconfirmed)
+        else:
+            standing = "comparable (the paper's setup)"
+        if st.differences and st.unconfirmed:
+            standing += " (also unconfirmed: " + "; ".join(st.unconfirmed) + ")"
+        cells = [run.label, f"{st.questions:,}", st.embedding_model or "not recorded",
+                 f"{st.threshold:g}" if st.threshold is not None else "not recorded", prompts, frames, standing]
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
+    return "\n".join(lines)
+
+
+def short_video_markdown(runs: list[RunSummary]) -> str:
+    """The short-video subset (videos under 150 s) of each run, in the Table 1 layout."""
+    head = ["Model", "Questions", "Avg", *[CATEGORY_HEADERS[c] for c in CATEGORIES]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * 7) + "|"]
+    for run in runs:
+        if run.short is None:
+            why = "text only: no video" if run.settings.text_only else "no video durations in the records"
+            lines.append(f"| {run.label} | — | {why} |" + " |" * len(CATEGORIES))
+            continue
+        cells = [_fmt(run.short.accuracy)] + [_fmt(run.short_categories[c].accuracy) for c in CATEGORIES]
+        lines.append("| " + " | ".join([run.label.replace("|", "\\|"), f"{run.short.total:,}", *cells]) + " |")
     return "\n".join(lines)
 
 
@@ -614,7 +900,7 @@ def frame_series(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
     """Models run with at least two frame budgets -> their runs, sorted by frames."""
     by_model: dict[str, list[RunSummary]] = defaultdict(list)
     for run in runs:
-        if run.max_frames is not None:
+        if run.max_frames and not run.settings.text_only:  # a text-only run has no place on a frame axis
             by_model[run.model].append(run)
     return {m: sorted(rs, key=lambda r: r.max_frames) for m, rs in by_model.items() if len({r.max_frames for r in rs}) >= 2}
 
@@ -717,15 +1003,22 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
         "accuracy_by_duration": plot_durations(report.runs, report_dir / "accuracy_by_duration.png"),
         "accuracy_vs_frames": plot_frames(report.runs, report_dir / "accuracy_vs_frames.png", with_published=report.published_mode != "none"),
     }
+    text_only = [r.label for r in report.runs if r.settings.text_only]
+    if text_only:
+        notes.append(f"Text-only run{'' if len(text_only) == 1 else 's'} (MAX_FRAMES 0, no video): {', '.join(text_only)}; "
+                     "not part of the duration plot or the short-video table.")
+    with_video = [r for r in report.runs if not r.settings.text_only]
     if plots["accuracy_by_duration"] is None:
-        notes.append("No record carries a video duration (eval_video_llm.py writes one), so the duration plot is skipped.")
+        if with_video:
+            notes.append("No record carries a video duration (eval_video_llm.py writes one), so the duration plot is skipped.")
     else:
-        partial = [r.label for r in report.runs if r.missing_durations]
+        partial = [r for r in with_video if r.missing_durations]
         if partial:
             notes.append("Records without a video duration are left out of the duration plot: " + ", ".join(
-                f"{r.label} ({r.missing_durations})" for r in report.runs if r.missing_durations) + ".")
+                f"{r.label} ({r.missing_durations})" for r in partial) + ".")
     if plots["accuracy_vs_frames"] is None:
-        notes.append("The frame-count plot needs one model run with at least two MAX_FRAMES values; skipped.")
+        notes.append("The frame-count plot needs one model run with at least two MAX_FRAMES values (eval files of the same model "
+                     "and questions); skipped.")
 
     ci_sources = {r.ci_source for r in report.runs}
     ci_text = {
@@ -733,19 +1026,32 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
         "bootstrap": f"computed here by bootstrap over videos ({BOOTSTRAP_SAMPLES} resamples, seed {BOOTSTRAP_SEED})",
         "none": "not available",
     }
-    md = ["# K9-Bench report", "", f"Generated {now_iso()} from {len(report.runs)} eval file(s).", ""]
+    md = ["# K9-Bench report", "", f"Generated {now_iso()} from {_plural(len(report.runs), 'eval file')}.", ""]
     for note in report.notes:
         md += [f"**{note.strip()}**", ""]
     md += ["## MCQ accuracy (paper's Table 1 layout)", ""]
     md += [
-        "Accuracy in %, failed samples counted as wrong (comparable to the paper). "
+        "Accuracy in %, failed samples counted as wrong (as the paper counts them). "
         "Brackets hold the 95% confidence interval, " + "; ".join(ci_text[s] for s in sorted(ci_sources)) + ". "
         f"Random guessing scores {RANDOM_GUESS:.0f}%.",
         "",
     ]
     md += [leaderboard_markdown(report.runs, report.published), ""]
     if report.published:
-        md += ["Rows marked `paper` are the published numbers (K9-Bench paper, Table 1; 4,744 questions).", ""]
+        md += [f"Rows marked `paper` are the published numbers (K9-Bench paper, Table 1; {PAPER_SETUP.questions:,} questions).", ""]
+        marked = [r.label for r in report.runs if r.settings.standing == NOT_COMPARABLE]
+        if marked:
+            md += [f"Runs marked *{NOT_COMPARABLE_MARK}* were made with other settings than the paper's (see Run settings): "
+                   "their place among the paper's rows says nothing about the models.", ""]
+    md += ["## Run settings", "",
+           f"Read from each eval file. The paper's Table 1: embedding model {PAPER_SETUP.embedding_model}, threshold "
+           f"{PAPER_SETUP.threshold:g}, the reference scripts' prompts, {PAPER_SETUP.max_frames} frames at {PAPER_SETUP.fps:g} fps "
+           f"and at most 360x420 pixels, {PAPER_SETUP.questions:,} questions.", "",
+           settings_markdown(report.runs), ""]
+    md += [f"## Short-video subset (videos under {PAPER_SETUP.short_video_seconds:g} s)", "",
+           f"Accuracy in % over the questions whose video is shorter than {PAPER_SETUP.short_video_seconds:g} s "
+           f"(the paper's subset has {PAPER_SETUP.short_video_questions:,} questions).", "",
+           short_video_markdown(report.runs), ""]
     md += ["### Files", "", "| Model | Frames | Eval file | Questions | Correct | Failed | Interval |", "|---|---:|---|---:|---:|---:|---|"]
     for run in report.runs:
         md.append(f"| {run.label} | {run.max_frames if run.max_frames is not None else '—'} | `{run.path}` | {run.overall.total} | {run.overall.correct} | {run.failed} | {run.ci_source} |")
@@ -779,6 +1085,61 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
     return written
 
 
+def _run_identity(path: str | Path) -> tuple[tuple, int | None]:
+    """What makes two eval files points of one frame-budget curve: the model, the dataset, the
+    questions (their idx), the embedding model and threshold; and the file's frame budget."""
+    art = load_records_artifact(path)
+    if art.stage != "eval":
+        raise ReportError(f"{path}: not an eval file")
+    settings = read_settings(art.meta, art.records, len(art.records))
+    model = settings.model_name_or_path or _most_common(r.model_name for r in art.records)
+    questions = tuple(sorted(str(r.idx) for r in art.records))
+    identity = (str(model), str(settings.dataset), questions, str(settings.embedding_model), settings.threshold)
+    return identity, (None if settings.text_only else settings.max_frames)
+
+
+def frame_sweep_files(eval_file: str | Path, folder: str | Path | None = None) -> list[Path]:
+    """``eval_file`` and every other eval file (``eval_*.json``) in ``folder`` (default: its own)
+    of the same model, dataset, questions, embedding model and threshold with another frame
+    budget, one file per budget (``eval_file`` first): the inputs of the frame-budget plot.
+    Files that cannot be read are left out, with a log line."""
+    eval_file = Path(eval_file)
+    folder = Path(folder) if folder is not None else eval_file.parent
+    identity, frames = _run_identity(eval_file)
+    chosen = [eval_file]
+    budgets = {frames}
+    for candidate in sorted(folder.glob("eval_*.json")):
+        if candidate.resolve() == eval_file.resolve():
+            continue
+        try:
+            other, other_frames = _run_identity(candidate)
+        except ArtifactError as exc:
+            log.info("frame sweep: %s left out (%s)", candidate, exc)
+            continue
+        if other == identity and other_frames is not None and other_frames not in budgets:
+            budgets.add(other_frames)
+            chosen.append(candidate)
+    return chosen
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m k9bench.report --frame_sweep EVAL``: print the eval files of EVAL's frame-budget
+    curve (see :func:`frame_sweep_files`), one per line. The report itself is
+    ``evaluate_results.py --mode report``."""
+    parser = argparse.ArgumentParser(prog="python -m k9bench.report", description=main.__doc__)
+    parser.add_argument("--frame_sweep", required=True, metavar="EVAL_JSON", help="an eval file; its folder is searched")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        files = frame_sweep_files(args.frame_sweep)
+    except ArtifactError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 2
+    for path in files:
+        print(path)
+    return 0
+
+
 def run_report(args: argparse.Namespace) -> int:
     """Write the report; returns the exit code (1 with a message naming the file on bad input)."""
     inputs = args.input_file if isinstance(args.input_file, (list, tuple)) else [args.input_file]
@@ -797,3 +1158,7 @@ def run_report(args: argparse.Namespace) -> int:
     for name, path in written.items():
         log.info("wrote %s: %s", name, path)
     return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

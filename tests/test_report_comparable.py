@@ -1,0 +1,174 @@
+"""The report states each run's settings, read from the files' contents, and marks a run that is not
+comparable to the paper's Table 1; the short-video subset; the frame-budget inputs (issue 14)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from k9bench import CATEGORIES
+from k9bench import report as report_mod
+from k9bench.artifacts import write_json_atomic
+from k9bench.published import PAPER_SETUP
+from k9bench.report import NOT_COMPARABLE_MARK, build_report, frame_sweep_files, load_run, write_report
+
+MINILM = "sentence-transformers/all-MiniLM-L6-v2"
+PROMPT_HASH = "ab" * 32
+
+
+def inference_block(*, max_frames: int = 32, fps: float = 1.0, max_pixels: int = 360 * 420, source: str = "builtin:system_prompt",
+                    use_system_message: bool = True, text_only: bool = False) -> dict:
+    """The raw file's ``inference`` block as eval_video_llm.py writes it."""
+    return {
+        "text_only": text_only,
+        "frames": None if text_only else {"fps": fps, "max_frames": max_frames, "max_pixels": max_pixels, "min_pixels": None},
+        "prompt": {"system_prompt_source": source, "system_prompt_sha256": PROMPT_HASH, "use_system_message": use_system_message},
+        "dataset": {"source": "ogmen/K9Bench", "split": "test", "max_samples": -1},
+        "backend": {"fps": 99.0, "max_pixels": 1},  # machine description: never read as the run's settings
+    }
+
+
+def write_eval(path: Path, *, n: int = 10, model: str = "Qwen3-VL-8B-Instruct", frames: int = 32, embedding: str = "Qwen/Qwen3-Embedding-8B",
+               threshold: float = 0.5, inference: dict | None = None, durations: bool = True, idx_offset: int = 0,
+               correct_every: int = 3) -> Path:
+    """An eval file as evaluate_results.py writes it: the raw file's top level travels under input_meta."""
+    records = []
+    for i in range(n):
+        rec = {"idx": i + idx_offset, "question_category": CATEGORIES[i % 5], "video": f"v{i // 2}.mp4", "scene_name": f"v{i // 2}",
+               "ground_truth": "A", "response": "{}", "answer": "x", "question": "q", "options": [f"{k}. o" for k in "ABCDE"],
+               "prompt": "p", "model_name": model, "max_frames": frames, "timestamp": "t",
+               "cosine_similarities": {k: 0.1 for k in "ABCDE"}, "is_correct": i % correct_every == 0,
+               "evaluation_explanation": "e", "eval_mode": "fine"}
+        if durations:
+            rec["video_duration"] = None if frames == 0 else 60.0 * (i // 2)  # 0, 60, 120, 180, ... s
+        records.append(rec)
+    correct = sum(r["is_correct"] for r in records)
+    cats = {}
+    for c in CATEGORIES:
+        rows = [r for r in records if r["question_category"] == c]
+        k = sum(r["is_correct"] for r in rows)
+        cats[c] = {"accuracy": k / len(rows) if rows else 0.0, "correct": k, "total": len(rows)}
+    data = {
+        "evaluation_timestamp": "t", "eval_mode": "fine", "threshold": threshold, "accuracy": correct / n, "correct_count": correct,
+        "total_count": n, "category_wise_accuracy": cats, "individual_results": records,
+        "metadata": {"similarity_model": embedding, "similarity_calculated_at": "t"},
+        "input_meta": {"model_name": model, "model_name_or_path": f"Qwen/{model}",
+                       "inference": inference if inference is not None else inference_block(max_frames=frames)},
+    }
+    write_json_atomic(path, data)
+    return path
+
+
+def test_minilm_run_carries_the_mark_and_names_minilm(tmp_path):
+    path = write_eval(tmp_path / "eval_Qwen3-VL-8B-Instruct_mf32_n10.json", embedding=MINILM)
+    report = build_report([str(path)], published="all")
+    run = report.runs[0]
+    assert run.settings.standing == "not comparable"
+    assert any("MiniLM" in d for d in run.settings.differences)
+    md = Path(write_report(report, tmp_path / "rep")["markdown"]).read_text()
+    board = md.split("## MCQ accuracy")[1].split("## Run settings")[0]
+    run_rows = [ln for ln in board.splitlines() if "Qwen3-VL-8B-Instruct" in ln]
+    assert run_rows and all(NOT_COMPARABLE_MARK in ln for ln in run_rows)  # beside the paper's rows only with the mark
+    assert "| paper |" in board
+    settings = md.split("## Run settings")[1].split("##")[0]
+    assert MINILM in settings and NOT_COMPARABLE_MARK in settings
+    summary = json.loads((tmp_path / "rep" / "report.json").read_text())
+    assert summary["runs"][0]["settings"]["standing"] == "not comparable"
+    assert summary["runs"][0]["settings"]["embedding_model"] == MINILM
+
+
+def test_paper_setup_is_comparable_and_unmarked(tmp_path, monkeypatch):
+    monkeypatch.setattr(report_mod, "REFERENCE_PROMPT_SHA256", frozenset({PROMPT_HASH}))
+    path = write_eval(tmp_path / "eval_full.json", n=PAPER_SETUP.questions,
+                      inference=inference_block(source="prompts/reference_system.txt"))
+    report = build_report([str(path)], published="matching")
+    run = report.runs[0]
+    assert run.settings.standing == "comparable", (run.settings.differences, run.settings.unconfirmed)
+    md = Path(write_report(report, tmp_path / "rep")["markdown"]).read_text()
+    assert NOT_COMPARABLE_MARK not in md
+    assert "comparable (the paper's setup)" in md
+    assert "| Qwen3-VL-8B | paper |" in md
+
+
+@pytest.mark.parametrize(
+    "kwargs, expected",
+    [
+        ({"threshold": 0.3}, "threshold 0.3 (paper: 0.5)"),
+        ({"inference": inference_block(source="builtin:system_prompt")}, "system_prompt in this project's own words"),
+        ({"inference": inference_block(use_system_message=False)}, "not sent as the system message"),
+        ({"frames": 8, "inference": inference_block(max_frames=8)}, "frames 8 (paper: 32)"),
+        ({"inference": inference_block(fps=2.0)}, "fps 2 (paper: 1)"),
+        ({"inference": inference_block(max_pixels=1000)}, "max_pixels 1000"),
+        ({"frames": 0, "inference": inference_block(text_only=True), "durations": False}, "text only, no video"),
+        ({}, "10 questions (paper: 4,744)"),
+    ],
+)
+def test_each_difference_from_the_paper_is_named(tmp_path, kwargs, expected):
+    run = load_run(write_eval(tmp_path / "eval_x.json", **kwargs))
+    assert run.settings.standing == "not comparable"
+    assert any(expected in d for d in run.settings.differences), run.settings.differences
+
+
+def test_unverifiable_prompt_file_and_missing_settings_are_unconfirmed(tmp_path):
+    path = write_eval(tmp_path / "eval_x.json", n=PAPER_SETUP.questions, inference=inference_block(source="my_prompt.txt"))
+    run = load_run(path)
+    assert run.settings.standing == "unconfirmed"
+    assert any("my_prompt.txt" in u for u in run.settings.unconfirmed)
+    bare = tmp_path / "eval_bare.json"  # a reference-style eval file: no inference settings at all
+    data = json.loads(path.read_text())
+    data.pop("input_meta")
+    bare.write_text(json.dumps(data))
+    settings = load_run(bare).settings
+    assert settings.standing == "unconfirmed"
+    assert {"prompts not recorded", "fps not recorded", "max_pixels not recorded"} <= set(settings.unconfirmed)
+    assert settings.max_frames == 32  # from the records
+
+
+def test_settings_come_from_contents_not_the_file_name(tmp_path):
+    misleading = write_eval(tmp_path / "eval_Other-Model_mf8_n3.json", frames=32)
+    run = load_run(misleading)
+    assert (run.model, run.max_frames, run.settings.questions) == ("Qwen3-VL-8B-Instruct", 32, 10)
+    plain = write_eval(tmp_path / "results.json", frames=16, inference=inference_block(max_frames=16))
+    assert load_run(plain).max_frames == 16
+    # the settings as a future settings dump may nest them: a prompt file of None is the built-in text
+    nested = write_eval(tmp_path / "nested.json", inference={"frames": {"fps": 1.0, "max_frames": 32, "max_pixels": 151200},
+                                                             "generation": {"system_prompt_file": None, "use_system_message": True}})
+    settings = load_run(nested).settings
+    assert settings.prompts == {"system_prompt": {"source": "builtin:system_prompt", "sha256": None}}
+    assert (settings.fps, settings.max_pixels) == (1.0, 151200)
+
+
+def test_short_video_subset_is_its_own_row(tmp_path):
+    run = load_run(write_eval(tmp_path / "eval_x.json", n=10))
+    # durations 0, 0, 60, 60, 120, 120, 180, 180, 240, 240 s: six under 150 s
+    assert run.short.total == 6
+    assert run.short.correct == sum(1 for i in range(6) if i % 3 == 0)
+    md = Path(write_report(build_report([str(tmp_path / "eval_x.json")]), tmp_path / "rep")["markdown"]).read_text()
+    short = md.split("## Short-video subset (videos under 150 s)")[1].split("##")[0]
+    assert "2,693 questions" in short
+    assert f"| {run.label} | 6 | {100 * run.short.correct / 6:.1f} |" in short
+
+
+def test_text_only_wording_and_grammar(tmp_path):
+    path = write_eval(tmp_path / "eval_t.json", frames=0, inference=inference_block(text_only=True))
+    md = Path(write_report(build_report([str(path)]), tmp_path / "rep")["markdown"]).read_text()
+    assert "from 1 eval file." in md
+    assert "lack" not in md and "No record carries a video duration" not in md
+    assert "Text-only run (MAX_FRAMES 0, no video)" in md
+    assert "text only: no video" in md  # the short-video row says why it is empty
+
+
+def test_frame_sweep_files_pick_the_same_model_and_questions(tmp_path):
+    four = write_eval(tmp_path / "eval_m_mf4_n10.json", frames=4, inference=inference_block(max_frames=4))
+    six = write_eval(tmp_path / "eval_m_mf6_n10.json", frames=6, inference=inference_block(max_frames=6))
+    write_eval(tmp_path / "eval_m_mf8_n10.json", frames=8, inference=inference_block(max_frames=8), idx_offset=100)  # other questions
+    write_eval(tmp_path / "eval_o_mf8_n10.json", model="Other", frames=8, inference=inference_block(max_frames=8))  # other model
+    write_eval(tmp_path / "eval_m_mf12_n10.json", frames=12, inference=inference_block(max_frames=12), threshold=0.3)  # other scoring
+    (tmp_path / "eval_broken.json").write_text("{")
+    assert frame_sweep_files(four) == [four, six]
+    assert frame_sweep_files(six) == [six, four]
+    report = build_report([str(p) for p in frame_sweep_files(four)])
+    written = write_report(report, tmp_path / "rep")
+    assert Path(written["accuracy_vs_frames"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
