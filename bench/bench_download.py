@@ -27,11 +27,17 @@ sys.path[:0] = [str(REPO)]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--videos", type=int, default=16, help="number of videos")
-    parser.add_argument("--latency", type=float, default=1.0, help="seconds of delay per HTTP request")
-    parser.add_argument("--workers", type=int, default=4, help="parallel workers of the fast run")
-    parser.add_argument("--min_ratio", type=float, default=3.0, help="required speed-up of --workers over 1 worker")
+    from k9bench.cli import ArgumentParser
+    from k9bench.download import DownloadConfig
+    from k9bench.settings import default_of
+    from k9bench.validators import non_negative_float, positive_float, positive_int
+
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--videos", type=positive_int, default=16, help="number of videos")
+    parser.add_argument("--latency", type=non_negative_float, default=1.0, help="seconds of delay per HTTP request")
+    parser.add_argument("--workers", type=positive_int, default=default_of(DownloadConfig, "workers"),
+                        help="parallel workers of the fast run (default: the download's, %(default)s)")
+    parser.add_argument("--min_ratio", type=positive_float, default=3.0, help="required speed-up of --workers over 1 worker")
     return parser
 
 
