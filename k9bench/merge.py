@@ -42,12 +42,12 @@ from k9bench.artifacts import (
     QuestionRecord,
     is_finite_number,
     RecordsArtifact,
-    checkpoint_path,
     load_records_artifact,
     provenance,
     write_json_atomic,
 )
 from k9bench.cli import add_logging_args, setup_logging
+from k9bench.layout import checkpoint_path, shard_path
 
 log = logging.getLogger(__name__)
 
@@ -94,8 +94,9 @@ _SUMMED_STATS = ("resumed", "generated", "failed", "oom_retries", "batch_fallbac
 """``run_stats`` counters that add up over shards."""
 
 
-def _check_shard_set(shards: list) -> None:
-    """The shards' own ``num_shards``/``shard_id`` (when they carry them) form one complete set."""
+def _check_shard_set(shards: list, output: Path | None = None) -> None:
+    """The shards' own ``num_shards``/``shard_id`` (when they carry them) form one complete set
+    (``output``, the merged file, names the missing shards' files: :func:`k9bench.layout.shard_path`)."""
     ids: dict = {}
     counts: dict = {}
     for path, art in shards:
@@ -119,7 +120,8 @@ def _check_shard_set(shards: list) -> None:
         raise MergeError(f"{', '.join(unmarked)}: no shard_id, while the other shards have one")
     missing = [i for i in range(n) if i not in ids]
     if missing:
-        raise MergeError(f"shard {', '.join(map(str, missing))} of {n} missing (given: {', '.join(str(p) for p in ids.values())}); "
+        expected = f" (expected {', '.join(str(shard_path(output, n, i)) for i in missing)})" if output is not None else ""
+        raise MergeError(f"shard {', '.join(map(str, missing))} of {n} missing{expected} (given: {', '.join(str(p) for p in ids.values())}); "
                          "every shard of the run is needed")
     extra = sorted(set(ids) - set(range(n)), key=str)
     if extra:
@@ -171,11 +173,15 @@ def _comparable(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in _VOLATILE_RECORD_KEYS}
 
 
-def merge_shards(paths: list[str | Path]) -> MergeResult:
-    """Join shard raw files; raise :class:`MergeError` on anything that would make the result untrustworthy."""
+def merge_shards(paths: list[str | Path], output: str | Path | None = None) -> MergeResult:
+    """Join shard raw files; raise :class:`MergeError` on anything that would make the result untrustworthy.
+    ``output`` (the merged file, optional) must not be one of the shards; it names missing shards' files."""
     if not paths:
         raise MergeError("no shard file given")
     paths = [Path(p) for p in paths]
+    output = Path(output) if output is not None else None
+    if output is not None and any(output.resolve() == p.resolve() for p in paths):
+        raise MergeError(f"{output}: the output file is one of the shards; give the merged file another name")
     seen_paths = set()
     for path in paths:
         if path.resolve() in seen_paths:
@@ -208,7 +214,7 @@ def merge_shards(paths: list[str | Path]) -> MergeResult:
     if duplicates:
         log.warning("%d question(s) appear identically in more than one shard; kept once", duplicates)
 
-    _check_shard_set(shards)
+    _check_shard_set(shards, output)
     paths_of_model = {}
     for path, art in shards:
         if art.meta.get("model_name_or_path") is not None:
@@ -280,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         log.error("merge: %d shard files given, %d expected", len(args.shards), args.expect_shards)
         return 2
     try:
-        result = merge_shards(args.shards)
+        result = merge_shards(args.shards, args.output_file)
         result.artifact.meta["provenance"] = provenance("k9bench.merge", argv if argv is not None else sys.argv[1:], args)
         write_json_atomic(args.output_file, result.artifact.to_dict())
     except ArtifactError as exc:

@@ -197,3 +197,17 @@ def test_shard_set_must_be_complete_and_consistent(tmp_path, capsys):
     assert not out.exists()
     good = write_full_shard(tmp_path / "s2ok.json", [2], meta(2))
     assert main(["--output_file", str(out), str(s0), str(s1), str(good)]) == 0
+
+
+def test_output_that_is_a_shard_is_refused_and_missing_shards_are_named(tmp_path):
+    """The merged file never overwrites a shard; a missing shard is named as k9bench.layout names it."""
+    s0 = write_shard(tmp_path / "raw_m_mf4_n-1.shard0of2.json", [0, 1])
+    with pytest.raises(MergeError, match="the output file is one of the shards"):
+        merge_shards([s0], output=s0)
+    assert main(["--output_file", str(s0), str(s0)]) == 1
+    assert json.loads(s0.read_text())["total_count"] == 2
+    data = json.loads(s0.read_text())
+    data.update(num_shards=2, shard_id=0)
+    s0.write_text(json.dumps(data))
+    with pytest.raises(MergeError, match=r"shard 1 of 2 missing \(expected .*raw_m_mf4_n-1\.shard1of2\.json\)"):
+        merge_shards([s0], output=tmp_path / "raw_m_mf4_n-1.json")
