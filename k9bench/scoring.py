@@ -610,6 +610,30 @@ def default_output_path(input_path: str | os.PathLike, stage: str) -> Path:
     return next_stage_path(input_path, stage)
 
 
+def output_problem(path: str | os.PathLike, *, folder: bool = False) -> str | None:
+    """Why ``path`` (a file, or a folder with ``folder=True``) cannot be written, or None.
+
+    Checked before any work: the nearest existing ancestor must be a folder we may write into
+    (missing folders below it are created at write time); an existing target must be a file
+    (a folder for ``folder=True``). Nothing is created.
+    """
+    target = Path(path)
+    try:
+        if target.exists() and target.is_dir() != folder:
+            return "is a folder, not a file" if not folder else "exists and is not a folder"
+        ancestor = target if folder else target.parent
+        ancestor = ancestor if str(ancestor) else Path(".")
+        while not ancestor.exists() and ancestor.parent != ancestor:
+            ancestor = ancestor.parent
+        if not ancestor.is_dir():
+            return f"{ancestor} is not a folder"
+        if not os.access(ancestor, os.W_OK | os.X_OK):
+            return f"folder {ancestor} is not writable"
+    except OSError as exc:  # e.g. a name too long, a permission error while looking
+        return f"cannot be checked: {exc.strerror or exc}"
+    return None
+
+
 def normalise_ground_truth(records: Sequence[QuestionRecord], path: str | os.PathLike | None = None) -> int:
     """Upper-case lower-case ground-truth letters in place, as the reference does (SPEC section 9).
 

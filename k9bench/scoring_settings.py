@@ -49,7 +49,7 @@ def _unit(name: str, value: float) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{name} must be finite numbers (got {value!r})")
     if not 0.0 <= value <= 1.0:
-        raise ValueError(f"{name} must lie in [0, 1] (got {value:g}); cosine similarities above 1 never occur")
+        raise ValueError(f"{name} must lie in [0, 1] (got {value:g})")
 
 
 @dataclass(frozen=True)
