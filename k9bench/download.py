@@ -212,11 +212,11 @@ def check_config(config: DownloadConfig) -> list[str]:
     if config.cookies:
         path = Path(os.path.expanduser(config.cookies))
         if path.is_dir():
-            problems.append(f"--cookies {config.cookies}: is a folder, not a cookies.txt file")
+            problems.append(f"cookies file {config.cookies}: is a folder")
         elif not path.is_file():
-            problems.append(f"--cookies {config.cookies}: no such file")
+            problems.append(f"cookies file {config.cookies}: no such file")
         elif not os.access(path, os.R_OK):
-            problems.append(f"--cookies {config.cookies}: not readable")
+            problems.append(f"cookies file {config.cookies}: not readable")
     if config.cookies_from_browser:
         try:
             parse_browser_spec(config.cookies_from_browser)

@@ -58,10 +58,11 @@ CASES = {
     "max_samples -2": (["--max_samples", "-2"], "--max_samples"),
     # item 6: refused before the demo videos are generated
     "workers 0": (["--workers", "0"], "--workers"),
-    "missing cookies file": (["--cookies", "{tmp}/missing_cookies.txt"], "--cookies {tmp}/missing_cookies.txt: no such file"),
-    "cookies is a folder": (["--cookies", "{tmp}/cookies_dir"], "--cookies {tmp}/cookies_dir: is a folder"),
+    "missing cookies file": (["--cookies", "{tmp}/missing_cookies.txt"], "cookies file {tmp}/missing_cookies.txt: no such file"),
+    "cookies is a folder": (["--cookies", "{tmp}/cookies_dir"], "cookies file {tmp}/cookies_dir: is a folder"),
     "unknown browser": (["--cookies_from_browser", "netscape"], "unknown browser 'netscape'"),
     "manifest is a folder": (["--manifest", "{tmp}/cookies_dir"], "manifest {tmp}/cookies_dir: is a folder"),
+    "output dir is a file": (["--output_dir", "{tmp}/a_file"], "output folder {tmp}/a_file: exists and is not a folder"),
     "output dir under a file": (["--output_dir", "{tmp}/a_file/videos"], "output folder {tmp}/a_file/videos"),
     "manifest under a file": (["--manifest", "{tmp}/a_file/m.json"], "manifest folder {tmp}/a_file"),
 }
