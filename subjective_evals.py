@@ -110,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     except (JudgeInputError, FileNotFoundError) as exc:
         log.error("%s", exc)
         return 2
-    except (OSError, UnicodeDecodeError) as exc:
-        log.error("cannot read %s: %s", exc.filename if isinstance(exc, OSError) and exc.filename else "the prompt file", exc)
+    except UnicodeDecodeError as exc:
+        log.error("--prompt_file %s: not UTF-8 text (%s at byte %d)", args.prompt_file, exc.reason, exc.start)
+        return 2
+    except OSError as exc:
+        log.error("cannot read %s: %s", exc.filename or run.evaluations, exc.strerror or exc)
         return 2
     judge = from_namespace(JudgeSettings, args, template=template, prompt_source=prompt_source)
     config = JudgeConfig(judge=judge, requests=requests, run=run)

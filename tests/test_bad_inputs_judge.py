@@ -77,6 +77,12 @@ def _record_value(field: str, value):
     return edit
 
 
+def _latin1_prompt(folder: Path) -> list[str]:
+    path = folder / "prompt.txt"
+    path.write_bytes("Frage {question} \xe4 {correct_answer} {model_output}".encode("latin-1"))
+    return ["--prompt_file", str(path)]
+
+
 def _args(*extra: str):
     return lambda folder: [a.replace("{dir}", str(folder)) for a in extra]
 
@@ -104,6 +110,8 @@ BAD = [
     ("concurrency 0", _args("--concurrency", "0"), ["--concurrency", ">= 1"]),
     ("negative limit", _args("--limit", "-10"), ["--limit", ">= 0"]),
     ("prompt file missing", _args("--prompt_file", "{dir}/nope.txt"), ["nope.txt"]),
+    ("prompt file not UTF-8", _latin1_prompt, ["--prompt_file", "prompt.txt", "not UTF-8"]),
+    ("evaluations is a folder", _args("--evaluations", "{dir}"), ["Is a directory"]),
 ]
 
 
