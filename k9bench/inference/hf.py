@@ -10,7 +10,8 @@ frames and their indices, from which Qwen3-VL derives each frame's timestamp) an
 ``do_resize=False`` (no second resize), passing each video's metadata (source fps, indices,
 frame count).
 
-Defaults follow the reference: bf16 weights and ``flash_attention_2`` on a GPU. When flash-attn
+Device, dtype and attention follow :mod:`k9bench.accelerator` (one policy for every model the
+project loads): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. When flash-attn
 is not installed, or on CPU, ``sdpa`` is used instead, with a warning that is logged and
 recorded in the artifact (an explicit ``--attn_implementation flash_attention_2`` that cannot be
 honoured is an error instead). On CPU the default dtype is float32 (recorded too).
@@ -20,10 +21,19 @@ from __future__ import annotations
 
 import copy
 import gc
-import importlib.util
 import logging
 from typing import Any
 
+from k9bench.accelerator import (  # noqa: F401 (re-exported for callers of the old names)
+    AcceleratorError,
+    flash_attn_available,
+    free_accelerator_memory,
+    is_out_of_memory,
+    load_with_attention,
+    resolve_attention,
+    resolve_device,
+    resolve_dtype,
+)
 from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
 from k9bench.inference.settings import ATTN_IMPLEMENTATIONS, DTYPES, OpenAISettings, RunConfig
 
@@ -31,58 +41,6 @@ log = logging.getLogger(__name__)
 
 GENERATION_KEYS = ("do_sample", "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "num_beams")
 """Generation settings recorded with every record."""
-
-
-def flash_attn_available() -> bool:
-    """True when the flash-attn package can be imported."""
-    return importlib.util.find_spec("flash_attn") is not None
-
-
-def resolve_device(requested: str | None) -> str:
-    """``auto`` -> ``cuda`` when a GPU is visible, else ``cpu``."""
-    import torch
-
-    if requested in (None, "", "auto"):
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    return requested
-
-
-def resolve_dtype(torch_dtype: str | None, bf16: bool | None, device: str) -> tuple[str, str]:
-    """The dtype to load with and why: ``--torch_dtype`` wins, then ``--bf16``, then the device default."""
-    if torch_dtype:
-        if torch_dtype not in DTYPES:
-            raise BackendError(f"--torch_dtype {torch_dtype!r}: choose one of {', '.join(DTYPES)}")
-        if bf16 and torch_dtype != "bfloat16":
-            log.warning("--bf16 ignored: --torch_dtype %s given", torch_dtype)
-        return torch_dtype, "--torch_dtype"
-    if bf16 is True:
-        return "bfloat16", "--bf16"
-    if bf16 is False:
-        return "float32", "--bf16 False"
-    if device.startswith("cuda"):
-        return "bfloat16", "default on GPU (the reference's bf16)"
-    return "float32", "default on CPU"
-
-
-def resolve_attention(requested: str | None, device: str) -> tuple[str, str | None]:
-    """``(implementation to ask for, warning or None)``.
-
-    Default: flash_attention_2 on a GPU with flash-attn installed; otherwise sdpa, with a warning.
-    An explicit flash_attention_2 that cannot work raises :class:`BackendError`.
-    """
-    on_gpu = device.startswith("cuda")
-    if requested:
-        if requested not in ATTN_IMPLEMENTATIONS:
-            raise BackendError(f"--attn_implementation {requested!r}: choose one of {', '.join(ATTN_IMPLEMENTATIONS)}")
-        if requested == "flash_attention_2" and not (on_gpu and flash_attn_available()):
-            why = "flash-attn is not installed" if on_gpu else f"it needs a CUDA GPU (device is {device})"
-            raise BackendError(f"--attn_implementation flash_attention_2 was asked for but {why}; pass --attn_implementation sdpa to run anyway")
-        return requested, None
-    if not on_gpu:
-        return "sdpa", f"flash_attention_2 (the reference's kernel) needs a CUDA GPU; using sdpa on {device}"
-    if not flash_attn_available():
-        return "sdpa", "flash-attn is not installed; using sdpa instead of flash_attention_2 (the reference's kernel)"
-    return "flash_attention_2", None
 
 
 class HFBackend:
@@ -127,32 +85,39 @@ class HFBackend:
         self.warnings.append(text)
 
     def load(self) -> None:
-        import torch
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         from k9bench.progress import quiet_library_progress_bars
 
         quiet_library_progress_bars()
-        self.device = resolve_device(self.requested["device"])
-        dtype_name, dtype_reason = resolve_dtype(self.requested["torch_dtype"], self.requested["bf16"], self.device)
-        attn, attn_warning = resolve_attention(self.requested["attn_implementation"], self.device)
-        if attn_warning:
-            self._warn(attn_warning)
-        if dtype_name != "bfloat16" and self.requested["torch_dtype"] is None and self.requested["bf16"] is None:
-            self._warn(f"weights in {dtype_name} ({dtype_reason}), not the reference's bfloat16; pass --bf16 to use bfloat16 here")
-        log.info("loading %s (dtype %s: %s; attention %s; device %s)", self.model_name_or_path, dtype_name, dtype_reason, attn, self.device)
         try:
-            self.processor = AutoProcessor.from_pretrained(self.model_name_or_path, trust_remote_code=self.trust_remote_code)
-            kwargs: dict[str, Any] = {
-                "dtype": dtype_name if dtype_name == "auto" else getattr(torch, dtype_name),
-                "attn_implementation": attn,
-                "trust_remote_code": self.trust_remote_code,
-            }
+            self.device = resolve_device(self.requested["device"])
+            dtype = resolve_dtype(self.requested["torch_dtype"], self.device, bf16=self.requested["bf16"])
+            choice = resolve_attention(self.requested["attn_implementation"], self.device)
+        except AcceleratorError as exc:
+            raise BackendError(str(exc)) from None
+        dtype_name, dtype_reason = dtype.name, dtype.reason
+        if choice.warning:
+            self._warn(choice.warning)
+        if dtype_name != "bfloat16" and not dtype.explicit:
+            self._warn(f"weights in {dtype_name} ({dtype_reason}), not the reference's bfloat16; pass --bf16 to use bfloat16 here")
+        attn = choice.implementation
+        log.info("loading %s (dtype %s: %s; attention %s; device %s)", self.model_name_or_path, dtype_name, dtype_reason, attn, self.device)
+
+        def load_model(kernel: str) -> Any:
+            kwargs: dict[str, Any] = {"dtype": dtype.torch_dtype(), "attn_implementation": kernel, "trust_remote_code": self.trust_remote_code}
             if self.device != "cpu":
                 kwargs["device_map"] = self.device
-            self.model = AutoModelForImageTextToText.from_pretrained(self.model_name_or_path, **kwargs)
+            return AutoModelForImageTextToText.from_pretrained(self.model_name_or_path, **kwargs)
+
+        try:
+            self.processor = AutoProcessor.from_pretrained(self.model_name_or_path, trust_remote_code=self.trust_remote_code)
+            self.model, used_choice = load_with_attention(load_model, choice, what=self.model_name_or_path)
         except (OSError, ValueError, ImportError, KeyError, RuntimeError) as exc:  # RuntimeError: out of GPU memory, mismatched weights
             raise BackendError(f"cannot load model {self.model_name_or_path!r}: {type(exc).__name__}: {exc}") from exc
+        if used_choice is not choice:  # the automatic flash_attention_2 was refused at load time: sdpa, recorded
+            self.warnings.append(used_choice.warning)
+            attn = used_choice.implementation
         if self.device == "cpu":
             self.model.to("cpu")
         self.model.eval()
@@ -281,18 +246,10 @@ class HFBackend:
     # ------------------------------------------------------------------ errors
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
-        import torch
-
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            return True
-        return isinstance(exc, RuntimeError) and "out of memory" in str(exc).lower()
+        return is_out_of_memory(exc)
 
     def recover_from_out_of_memory(self) -> None:
-        import torch
-
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        free_accelerator_memory()
 
     def close(self) -> None:
         self.model = None

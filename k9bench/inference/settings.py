@@ -22,6 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from k9bench.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
 from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.settings import setting
 from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
@@ -33,11 +34,8 @@ DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
 BACKEND_NAMES = ("hf", "openai")
 """``--backend`` choices (see :data:`k9bench.inference.backend.BACKENDS`)."""
 
-DTYPES = ("auto", "bfloat16", "float16", "float32")
-"""Accepted ``--torch_dtype`` values."""
-
-ATTN_IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager", "flash_attention_3", "flex_attention")
-"""Accepted ``--attn_implementation`` values."""
+DTYPES = DTYPE_CHOICES
+"""Accepted ``--torch_dtype`` values (:data:`k9bench.accelerator.DTYPE_CHOICES`)."""
 
 DEFAULT_MAX_NEW_TOKENS = 2048
 DEFAULT_MAX_NEW_TOKENS_THINKING = 3072

@@ -1,0 +1,164 @@
+"""eval_video_llm.py's typed settings (issue 12): flags generated from frozen dataclasses, each
+default defined once, engines built from the config, the raw file's ``inference`` block as the
+settings were run; and the prompt placements of issue 14 as they reach the backend and the file."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import eval_video_llm
+from k9bench.artifacts import checkpoint_path
+from k9bench.inference import runner
+from k9bench.inference.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from k9bench.inference.settings import (
+    SECTIONS,
+    FrameSettings,
+    GenerationSettings,
+    RunConfig,
+    config_from_namespace,
+    resolve,
+    settings_docs,
+)
+from k9bench.settings import default_of
+from tests.test_inference_units import FakeBackend, args_for, records
+
+REPO = Path(__file__).resolve().parent.parent
+ENGINE_FILES = ["k9bench/inference/runner.py", "k9bench/inference/backend.py", "k9bench/inference/hf.py",
+                "k9bench/inference/openai_backend.py", "k9bench/inference/resume_check.py", "k9bench/resume.py"]
+
+
+@pytest.fixture
+def use_backend(monkeypatch):
+    def _install(backend):
+        monkeypatch.setattr(runner, "create_backend", lambda config: backend)
+        return backend
+
+    return _install
+
+
+def config_of(*argv: str) -> RunConfig:
+    return resolve(config_from_namespace(eval_video_llm.build_parser().parse_args(list(argv))))
+
+
+def test_frame_defaults_are_the_video_modules_own():
+    import k9bench.video as video
+
+    assert default_of(FrameSettings, "max_frames") == video.DEFAULT_MAX_FRAMES
+    assert default_of(FrameSettings, "fps") == video.DEFAULT_FPS
+    assert default_of(FrameSettings, "max_pixels") == video.DEFAULT_MAX_PIXELS
+    assert default_of(FrameSettings, "video_decoder") == video.DEFAULT_DECODER
+    # the frame budget is not restated anywhere in the inference package (it once was in the OpenAI backend)
+    for path in sorted((REPO / "k9bench" / "inference").glob("*.py")):
+        text = path.read_text()
+        assert "max_frames: int = 32" not in text and "max_frames=32" not in text, path
+
+
+def test_no_namespace_below_main():
+    for name in ENGINE_FILES:
+        text = (REPO / name).read_text()
+        assert "Namespace" not in text and "from_args" not in text and "getattr(args" not in text, name
+        assert "_positive_int" not in text and "openai_flags_given" not in text and "HF_ONLY_FLAGS" not in text, name
+        assert "RESUME_CHECKED_KEYS" not in text and "settings_known_before_load" not in text, name
+
+
+def test_config_is_built_once_and_derived_values_come_by_replace():
+    config = config_from_namespace(eval_video_llm.build_parser().parse_args([]))
+    assert config.generation.max_new_tokens is None
+    resolved = resolve(config)
+    assert resolved.generation.max_new_tokens == 2048 and config.generation.max_new_tokens is None  # the original is untouched
+    assert resolve(config_from_namespace(eval_video_llm.build_parser().parse_args(["--thinking_mode"]))).generation.max_new_tokens == 3072
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        resolved.generation.seed = 3  # type: ignore[misc]
+    # --frame_size raises the default --max_pixels (recorded), an explicit one is kept
+    adjusted = config_of("--backend", "openai", "--frame_size", "512x512")
+    assert adjusted.frames.max_pixels == 2 * 512 * 512 and set(adjusted.adjustments) == {"max_pixels"}
+    kept = config_of("--backend", "openai", "--frame_size", "512x512", "--max_pixels", "1000000")
+    assert kept.frames.max_pixels == 1000000 and kept.adjustments == {}
+
+
+def test_every_flag_is_a_settings_field():
+    parser = eval_video_llm.build_parser()
+    fields = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+    dests = {a.dest for a in parser._actions if a.option_strings and a.dest not in ("help", "verbose", "quiet")}
+    assert dests <= fields, dests - fields
+    assert default_of(GenerationSettings, "do_sample") is None
+
+
+@pytest.mark.parametrize("placement_flags, placement, roles", [
+    ([], "system", ["system", "user"]),
+    (["--use_system_message", "False"], "empty_system", ["system", "user"]),
+    (["--use_system_message", "False", "--instructions_in_user_turn"], "user_turn", ["user"]),
+])
+def test_prompt_placement_reaches_the_backend_and_the_file(use_backend, demo_video_dir, tmp_path, placement_flags, placement, roles):
+    from k9bench.prompts import load_prompt, sha256
+
+    use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "2", *placement_flags)) == EXIT_OK
+    data = json.loads(out.read_text())
+    text, _ = load_prompt("system_prompt")
+    for rec in data["individual_results"]:
+        messages = json.loads(rec["prompt"])
+        assert [m["role"] for m in messages] == roles
+        user_text = messages[-1]["content"][-1]["text"]
+        if placement == "system":
+            assert messages[0]["content"][0]["text"] == text and user_text == rec["question"]
+        elif placement == "empty_system":  # the reference's --use_system_message False: no instructions at all
+            assert messages[0]["content"] == [{"type": "text", "text": ""}] and user_text == rec["question"]
+        else:
+            assert user_text == f"{text}\n\n{rec['question']}"
+        assert rec["run_settings"].get("prompt_placement", "system") == placement
+    prompt = data["inference"]["prompt"]
+    assert prompt["placement"] == placement
+    assert prompt["system_prompt_source"] == "builtin:system_prompt" and prompt["system_prompt_sha256"] == sha256(text)
+
+
+def test_instructions_in_user_turn_needs_use_system_message_false(use_backend, demo_video_dir, tmp_path, capfd):
+    use_backend(FakeBackend())
+    capfd.readouterr()
+    assert eval_video_llm.main(args_for(demo_video_dir, tmp_path / "raw.json", "--instructions_in_user_turn")) == EXIT_USAGE
+    assert "--use_system_message False" in capfd.readouterr().err and not (tmp_path / "raw.json").exists()
+
+
+def test_resume_refuses_another_placement_and_reads_older_records(use_backend, demo_video_dir, tmp_path, capfd):
+    out = tmp_path / "raw.json"
+    use_backend(FakeBackend(signal_after=2))
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4", "--use_system_message", "False")) == EXIT_INTERRUPTED
+    part = checkpoint_path(out)
+    backend = use_backend(FakeBackend())
+    capfd.readouterr()
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4", "--use_system_message", "False",
+                                        "--instructions_in_user_turn")) == EXIT_USAGE
+    assert "prompt_placement" in capfd.readouterr().err and backend.answered == 0
+    # a record written before the empty system turn existed (no prompt_placement, use_system_message False)
+    # had its instructions in the user turn: the new --use_system_message False does not resume from it
+    rec = json.loads(part.read_text().splitlines()[0])
+    del rec["run_settings"]["prompt_placement"]
+    part.write_text(json.dumps(rec) + "\n")
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4", "--use_system_message", "False")) == EXIT_USAGE
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4", "--use_system_message", "False",
+                                        "--instructions_in_user_turn")) == EXIT_OK
+    assert backend.answered == 3
+
+
+def test_inference_block_is_the_settings_as_run(use_backend, demo_video_dir, tmp_path):
+    use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "1", "--seed", "5")) == EXIT_OK
+    block = json.loads(out.read_text())["inference"]
+    config = config_of(*args_for(demo_video_dir, out, "--max_samples", "1", "--seed", "5"))
+    assert block["model"] == dataclasses.asdict(config.model)
+    assert block["backend_settings"] == dataclasses.asdict(config.hf)
+    assert {k: block[k] for k in dataclasses.asdict(config.generation)} == dataclasses.asdict(config.generation)
+    assert dataclasses.asdict(config.frames).items() <= block["frames"].items()
+    assert dataclasses.asdict(config.prompt).items() <= block["prompt"].items()
+    assert block["seed"] == 5 and block["max_new_tokens"] == 2048 and block["dataset"]["split"] == "test"
+    # every key of every section is documented by its field's help
+    docs = settings_docs()
+    for section, cls in SECTIONS.items():
+        assert set(docs[section]) == {f.name for f in dataclasses.fields(cls)}
+        assert all(docs[section].values()), section
