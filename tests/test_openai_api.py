@@ -235,3 +235,45 @@ def test_usage_sums():
     total = sum_usage([Usage(1, 2, 3, 1), Usage(10, 20, 30, 1), Usage.from_dict({"prompt_tokens": 5})])
     assert total == Usage(16, 22, 33, 2)
     assert Usage.from_dict(total.to_dict()) == total
+
+
+# -- replies that are well-formed JSON but unusable (issue 15 item 2) -------------------------------
+
+
+@pytest.mark.parametrize(
+    "usage, expected",
+    [
+        (None, Usage(requests=1)),
+        ({"prompt_tokens": 3, "completion_tokens": 2}, Usage(3, 2, 5, 1)),
+        ({"prompt_tokens": 3.0, "completion_tokens": None, "total_tokens": 3}, Usage(3, 0, 3, 1)),
+    ],
+)
+def test_usage_from_response_reads_counts(usage, expected):
+    assert Usage.from_response(usage) == expected
+
+
+@pytest.mark.parametrize(
+    "usage, fragment",
+    [
+        ("lots", "usage is 'lots' (type str)"),
+        ([1, 2], "usage is [1, 2] (type list)"),
+        ({"prompt_tokens": "many"}, "usage.prompt_tokens is 'many'"),
+        ({"completion_tokens": 2.5}, "usage.completion_tokens is 2.5"),
+        ({"total_tokens": True}, "usage.total_tokens is True"),
+        ({"prompt_tokens": -1}, "usage.prompt_tokens is -1"),
+    ],
+)
+def test_usage_that_is_not_numeric_is_refused_with_the_field(usage, fragment):
+    from k9bench.openai_api import UnusableReply
+
+    with pytest.raises(UnusableReply) as info:
+        Usage.from_response(usage)
+    assert fragment in str(info.value)
+
+
+def test_scrub_masks_the_key_userinfo_and_registered_secrets():
+    from k9bench.openai_api import scrub
+
+    text = f"key {SECRET} at http://u:p4ss-word-1@host/v1"
+    assert scrub(text, SECRET) == "key *** at http://***@host/v1"
+    assert scrub(5, SECRET) == 5  # not text: returned as given, never a crash
