@@ -131,11 +131,13 @@ def engine_answers(model: Loaded, requests: list[GenerationRequest], batch_size:
     return answers, engine.stats
 
 
-def check_parity(model: Loaded, requests: list[GenerationRequest], batch_sizes=(5, 12)):
+def check_parity(model: Loaded, requests: list[GenerationRequest], batch_sizes=(5, 12)) -> dict:
+    """Engine answers at each batch size equal the batch-size-1 reference; returns the engine stats by batch size."""
     reference = [model.reference(r) for r in requests]
     assert len({a[0] for a in reference}) > 1, "the tiny model should give varied answers"
+    stats = {}
     for batch_size in batch_sizes:
-        answers, stats = engine_answers(model, requests, batch_size)
+        answers, stats[batch_size] = engine_answers(model, requests, batch_size)
         for r, want, have in zip(requests, reference, answers):
             assert have == want, f"idx {r.key}, batch size {batch_size}"
     return stats
@@ -155,6 +157,13 @@ def test_split_cuts_after_the_last_shared_special_token():
     assert prefix.endswith("<|vision_end|>") and suffixes == ["What is it?<|im_end|>"] * 2
     # nothing shared: empty prefix
     assert split_shared_prefix(["x<|im_end|>", "y"], specials) == ("", ["x<|im_end|>", "y"])
+    # with the video's closing token as anchor, one prompt alone splits where several do
+    alone, _ = split_shared_prefix([a], specials, anchor="<|vision_end|>")
+    together, _ = split_shared_prefix([a, b], specials, anchor="<|vision_end|>")
+    assert alone == together == a[:a.index("What")]
+    c = a + "\n<|im_start|>assistant\n"
+    assert split_shared_prefix([c], specials) == (a + "\n<|im_start|>", ["assistant\n"])  # without it: the last special token
+    assert split_shared_prefix([c], specials, anchor="<|vision_end|>")[0] == alone
     # a prompt that ends with a special token keeps at least that token as its suffix
     prefix, suffixes = split_shared_prefix(["<|im_start|>", "<|im_start|>"], specials)
     assert prefix == "" and suffixes == ["<|im_start|>"] * 2
@@ -178,8 +187,10 @@ def test_unsupported_settings_keep_generate(qwen3):
 def test_cross_video_batches_with_shared_prefix_match_batch_size_1(qwen3, demo_questions, demo_video_dir):
     requests = requests_for(qwen3, demo_questions, demo_video_dir, max_frames=4)
     stats = check_parity(qwen3, requests, batch_sizes=(5, 12))
-    # batch size 12: three videos, one prefill each; earlier, with 5, a video split across batches reused its prefix
-    assert stats.prefills == 3 and stats.batches == 1
+    # three videos of 4 questions, one prefill each: at batch size 12 in one batch; at 5 in three batches,
+    # where the videos split across batches (1+4, 3+2) reuse the prefix of the batch before
+    assert (stats[12].prefills, stats[12].batches) == (3, 1)
+    assert (stats[5].prefills, stats[5].prefix_reuses, stats[5].batches) == (3, 2, 3)
 
 
 @pytest.mark.slow
@@ -201,7 +212,7 @@ def test_other_system_prompt_placements(qwen3, demo_questions, demo_video_dir, p
 def test_text_only_mode_batches_without_prefix(qwen3, demo_questions):
     requests = requests_for(qwen3, demo_questions, None, max_frames=0)
     stats = check_parity(qwen3, requests, batch_sizes=(5, 12))
-    assert stats.prefills == 0
+    assert stats[5].prefills == stats[12].prefills == 0
 
 
 @pytest.mark.slow

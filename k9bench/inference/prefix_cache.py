@@ -111,13 +111,17 @@ def unsupported_reason(model: Any, generation_config: Any) -> str | None:
     return None
 
 
-def split_shared_prefix(prompts: list[str], special_tokens: Iterable[str]) -> tuple[str, list[str]]:
+def split_shared_prefix(prompts: list[str], special_tokens: Iterable[str], anchor: str | None = None) -> tuple[str, list[str]]:
     """``(prefix, suffixes)``: the prompts' longest common start, cut back to the end of a special token.
 
     Cutting right after a special token (``<|vision_end|>``, ``<|im_start|>``...) makes the split
     safe for the tokenizer: special tokens are matched before byte-pair merges, so tokenizing the
     prefix and each suffix apart gives the tokens of the whole prompt. Every suffix is non-empty:
     the cut lies at most at the end of the shortest prompt's last special token before its end.
+
+    With ``anchor`` (the video's closing token, ``<|vision_end|>``) found in that common start, the
+    cut is right after its last occurrence there instead: the prefix is then the same whether a video
+    has one question in the batch or several, so a video split across batches reuses its prefill.
     """
     if not prompts:
         raise ValueError("no prompts")
@@ -130,6 +134,12 @@ def split_shared_prefix(prompts: list[str], special_tokens: Iterable[str]) -> tu
         common = common[:n]
     shortest = min(len(p) for p in prompts)
     limit = min(len(common), shortest - 1)  # leave at least one character to each suffix
+    if anchor:
+        at = common.rfind(anchor, 0, limit + 1)
+        while at >= 0 and at + len(anchor) > limit:
+            at = common.rfind(anchor, 0, at)
+        if at >= 0:
+            return prompts[0][:at + len(anchor)], [p[at + len(anchor):] for p in prompts]
     cut = 0
     for token in special_tokens:
         if not token:
@@ -259,6 +269,10 @@ class SharedPrefixEngine:
         added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
         special += [str(t) for t in added.values() if getattr(t, "special", False)]
         self._special_tokens = sorted(set(special), key=len, reverse=True)
+        end_id = getattr(model.config, "vision_end_token_id", None)
+        self._anchor = self.tokenizer.convert_ids_to_tokens(end_id) if end_id is not None else None
+        video_id = getattr(model.config, "video_token_id", None)
+        self._video_token = self.tokenizer.convert_ids_to_tokens(video_id) if video_id is not None else None
         rope = model.model.get_rope_index
         self._rope_params = set(inspect.signature(rope).parameters)
 
@@ -307,9 +321,9 @@ class SharedPrefixEngine:
                 for i, ids in zip(members, encoded):
                     rows[i] = PreparedRow(i, prompts[i], None, list(ids))
                 continue
-            prefix, suffixes = split_shared_prefix([prompts[i] for i in members], self._special_tokens)
-            if "<|vision_end|>" not in prefix and not prefix.strip():
-                raise PrefixCacheError(f"no shared prefix holding the video in {prompts[members[0]]!r}")
+            prefix, suffixes = split_shared_prefix([prompts[i] for i in members], self._special_tokens, self._anchor)
+            if not prefix or (self._video_token and (self._video_token not in prefix or any(self._video_token in x for x in suffixes))):
+                raise PrefixCacheError(f"request {requests[members[0]].key}: the video is not in the prompt's shared start")
             vkey = _digest(fkey, prefix)
             first = requests[members[0]]
             inputs = dict(self.processor(text=[prefix], return_tensors="pt", **self._processor_kwargs(first)))
