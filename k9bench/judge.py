@@ -734,6 +734,8 @@ def check_output_location(flag: str, path: Path, *, inputs: Iterable[Path] = ())
         raise JudgeInputError(f"{flag} {str(path) or repr(str(path))}: not a file name; give a file such as judge.json")
     if path.is_dir():
         raise JudgeInputError(f"{flag} {path} is a folder; give a file name")
+    if path.exists() and not path.is_file():  # a device, a pipe: an atomic write would replace it
+        raise JudgeInputError(f"{flag} {path} is not a regular file; give a file name")
     for other in inputs:
         try:
             same = path.resolve() == Path(other).resolve()

@@ -93,6 +93,7 @@ BAD = [
     ("output is a folder", _args("--output", "{dir}"), ["--output", "is a folder"]),
     ("output in a read-only folder", _args("--output", "/sys/judge.json"), ["--output /sys/judge.json", "cannot write in /sys"]),
     ("output under a file", _args("--output", "{dir}/eval.json/judge.json"), ["--output", "eval.json is not a folder"]),
+    ("output is a device", _args("--output", "/dev/null"), ["--output /dev/null", "not a regular file"]),
     ("output is the input", _args("--output", "{dir}/eval.json"), ["--output", "is the input file"]),
     ("skipped in a read-only folder", _args("--skipped", "/sys/skipped.json"), ["--skipped /sys/skipped.json", "cannot write"]),
     ("skipped is the output", _args("--output", "{dir}/j.json", "--skipped", "{dir}/j.json"), ["--skipped", "is also --output"]),
