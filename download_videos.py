@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 
 from k9bench.cli import ArgumentParser, add_logging_args, setup_logging
 from k9bench.dataset import DatasetSettings  # light: no datasets, yt-dlp or torch behind these
@@ -65,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     run_provenance = provenance("download_videos.py", argv_list, args)
     del args  # below main() only the settings objects travel
 
+    # Where the videos would go, before the dataset is loaded (a Hub dataset is a download too);
+    # the download checks everything again, the videos and cookies included, before writing.
+    problems, _ = kd.check_destination(Path(job.output_dir).expanduser().absolute(), config)
+    if problems:
+        log.error("%s", kd.input_error(problems))
+        return 2
     try:
         loaded = load_selected(dataset)
     except DatasetError as exc:

@@ -253,14 +253,13 @@ def manifest_location(output_dir: Path, config: DownloadConfig) -> Path | None:
     return output_dir / MANIFEST_NAME
 
 
-def check_inputs(videos: Mapping[str, str], output_dir: Path, config: DownloadConfig) -> str:
-    """Every input problem at once, as one :class:`DownloadInputError` (one line); else the ffmpeg to use.
-
-    Writes nothing: the output folder and the manifest's folder are checked where they would be created.
-    """
+def check_destination(output_dir: Path, config: DownloadConfig) -> tuple[list[str], str]:
+    """Problems with where the run would write (output folder, manifest) and with ffmpeg; and
+    the ffmpeg to use. Cheap and independent of the videos: a script asks it before loading a
+    dataset. Writes nothing: folders are checked where they would be created."""
     from k9bench.ffmpeg import FFmpegNotFound, find_ffmpeg
 
-    problems = check_videos(videos) + check_config(config)
+    problems = []
     output_problem = check_writable_target(output_dir, "output folder")
     if output_problem:
         problems.append(output_problem)
@@ -277,8 +276,21 @@ def check_inputs(videos: Mapping[str, str], output_dir: Path, config: DownloadCo
     except FFmpegNotFound as exc:
         problems.append(str(exc))
         ffmpeg = ""
+    return problems, ffmpeg
+
+
+def input_error(problems: list[str]) -> DownloadInputError:
+    """One :class:`DownloadInputError` naming every problem, on one line."""
+    return DownloadInputError("cannot start the download: " + "; ".join(" ".join(p.split()) for p in problems))
+
+
+def check_inputs(videos: Mapping[str, str], output_dir: Path, config: DownloadConfig) -> str:
+    """Every input problem at once, as one :class:`DownloadInputError` (one line); else the ffmpeg to use."""
+    problems = check_videos(videos) + check_config(config)
+    destination_problems, ffmpeg = check_destination(output_dir, config)
+    problems += destination_problems
     if problems:
-        raise DownloadInputError("cannot start the download: " + "; ".join(" ".join(p.split()) for p in problems))
+        raise input_error(problems)
     return ffmpeg
 
 
@@ -680,6 +692,7 @@ __all__ = [
     "VideoFailure",
     "VideoResult",
     "check_config",
+    "check_destination",
     "check_inputs",
     "check_videos",
     "check_writable_target",

@@ -106,3 +106,14 @@ def test_library_callers_get_the_same_checks(tmp_path):
             download_videos({"aaaaaaaaaaa": "https://youtu.be/aaaaaaaaaaa"}, tmp_path / "v", DownloadConfig(progress=False, **bad))
         assert needle in str(info.value) and "\n" not in str(info.value)
     assert not (tmp_path / "v").exists()
+
+
+def test_an_unwritable_output_folder_is_refused_before_the_hub_dataset_is_loaded(workspace):
+    """A Hub dataset load is a download too: the output folder is checked before it."""
+    before = tree(workspace)
+    proc = run_script("--dataset_name", "owner/not-cached", "--output_dir", str(workspace / "a_file" / "videos"))
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    error_lines = [ln for ln in proc.stderr.splitlines() if " ERROR " in ln]
+    assert len(error_lines) == 1 and f"output folder {workspace}/a_file/videos" in error_lines[0], proc.stderr
+    assert "owner/not-cached" not in proc.stderr  # the dataset was never asked for
+    assert tree(workspace) == before
