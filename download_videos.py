@@ -54,7 +54,6 @@ def main(argv: list[str] | None = None) -> int:
 
     from k9bench import download as kd  # its parts looked up at call time: the tests substitute some
     from k9bench.artifacts import provenance
-    from k9bench.dataset import DEMO_NAME, DatasetError, load_selected, select_range, unique_videos
 
     dataset = from_namespace(DatasetSettings, args)
     job = from_namespace(DownloadJob, args)
@@ -62,9 +61,18 @@ def main(argv: list[str] | None = None) -> int:
     # fixed library-only fields (the tests pin yt-dlp to their fake extractor) keeps them.
     config_fields = {f.name for f in dataclasses.fields(DownloadConfig)}
     config = kd.DownloadConfig(**{name: value for name, value in vars(args).items() if name in config_fields})
-    argv_list = list(sys.argv[1:] if argv is None else argv)
-    run_provenance = provenance("download_videos.py", argv_list, args)
-    del args  # below main() only the settings objects travel
+    run_provenance = provenance("download_videos.py", list(sys.argv[1:] if argv is None else argv), args)
+    try:
+        return run(dataset, job, config, run_provenance)
+    except KeyboardInterrupt:
+        log.error("interrupted; finished videos are kept and a rerun resumes")
+        return 130
+
+
+def run(dataset: DatasetSettings, job: DownloadJob, config: DownloadConfig, run_provenance: dict) -> int:
+    """Check where the videos go, load the questions, download their videos; the exit status."""
+    from k9bench import download as kd
+    from k9bench.dataset import DEMO_NAME, DatasetError, load_selected, select_range, unique_videos
 
     # Where the videos would go, before the dataset is loaded (a Hub dataset is a download too);
     # the download checks everything again, the videos and cookies included, before writing.
@@ -86,9 +94,6 @@ def main(argv: list[str] | None = None) -> int:
     except kd.DownloadInputError as exc:
         log.error("%s", exc)
         return 2
-    except KeyboardInterrupt:
-        log.error("interrupted; finished videos are kept and a rerun resumes")
-        return 130
     _log_outcome(report)
     return report.exit_code
 
