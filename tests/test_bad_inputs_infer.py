@@ -1,0 +1,181 @@
+"""Issue 15 for eval_video_llm.py: every bad input refused before the model loads (exit 2, one line
+naming the culprit, no traceback, nothing written, earlier outputs unchanged); no secret written;
+a reply that is not text is a failed record with a clear reason."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import eval_video_llm
+from k9bench.inference import runner
+from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK, EXIT_USAGE
+from tests.fake_openai_server import FakeOpenAIServer, Reply, fake_openai  # noqa: F401
+from tests.test_inference_units import FakeBackend
+
+REPO = Path(__file__).resolve().parent.parent
+SECRET = "sk-canary-inference-0123456789abcdef"
+
+
+def error_lines(err: str) -> list[str]:
+    return [line for line in err.splitlines() if " ERROR " in line or ": error: " in line]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Fails the test if the run gets as far as creating a backend (loading a model)."""
+    created = []
+
+    def create(config):
+        created.append(config)
+        raise AssertionError("the model was loaded before the bad input was refused")
+
+    monkeypatch.setattr(runner, "create_backend", create)
+    return created
+
+
+def base(video_dir: Path, out: Path | str, *extra: str) -> list[str]:
+    return ["--dataset_name", "demo", "--video_dir", str(video_dir), "--max_frames", "4", "--output_file", str(out), "-q", *extra]
+
+
+def _dataset_file(folder: Path) -> str:
+    from k9bench.demo import demo_rows
+
+    path = folder / "questions.json"
+    path.write_text(json.dumps(demo_rows()))
+    return str(path)
+
+
+CASES = [
+    # (id, extra flags (OUT/DATASET/FILE substituted), exit code, words the one error line must hold)
+    ("output under a file", ["--output_file", "/etc/passwd/raw.json"], EXIT_USAGE, ["/etc/passwd", "not a folder"]),
+    ("output in a folder nobody may write", ["--output_file", "/sys/raw.json"], EXIT_USAGE, ["/sys", "not writable"]),
+    ("output is a folder", ["--output_file", "DIR"], EXIT_USAGE, ["is a folder"]),
+    ("output is the input", ["--dataset_name", "DATASET", "--output_file", "DATASET"], EXIT_USAGE, ["is the input"]),
+    ("fps inf", ["--fps", "inf"], EXIT_USAGE, ["--fps", "inf"]),
+    ("fps nan", ["--fps", "nan"], EXIT_USAGE, ["--fps", "nan"]),
+    ("negative end_idx", ["--end_idx", "-10"], EXIT_USAGE, ["--end_idx", "-10"]),
+    ("end_idx before start_idx", ["--start_idx", "5", "--end_idx", "5"], EXIT_USAGE, ["--end_idx", "--start_idx"]),
+    ("max_samples below -1", ["--max_samples", "-5"], EXIT_USAGE, ["--max_samples", "-5"]),
+    ("one frame", ["--max_frames", "1"], EXIT_USAGE, ["--max_frames"]),
+    ("temperature nan", ["--temperature", "nan"], EXIT_USAGE, ["--temperature"]),
+    ("a local model folder that does not exist", ["--model_name_or_path", "./nomodel"], EXIT_BACKEND, ["./nomodel", "no such folder"]),
+    ("a model path that is a file", ["--model_name_or_path", "FILE"], EXIT_BACKEND, ["not a folder"]),
+    ("user-turn instructions with a system turn", ["--instructions_in_user_turn"], EXIT_USAGE, ["--instructions_in_user_turn"]),
+]
+
+
+@pytest.mark.parametrize("extra, code, words", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_refused_before_the_model_loads(no_model_load, demo_video_dir, tmp_path, capfd, extra, code, words):
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "DIR").mkdir()
+    (work / "FILE").write_text("not a model")
+    dataset = _dataset_file(work)
+    earlier = work / "earlier.json"
+    earlier.write_text('{"individual_results": []}')
+    before = snapshot(work)
+    subst = {"DIR": str(work / "DIR"), "FILE": str(work / "FILE"), "DATASET": dataset}
+    argv = base(demo_video_dir, work / "raw.json", *[subst.get(a, a) for a in extra])
+    capfd.readouterr()
+    assert eval_video_llm.main(argv) == code
+    err = capfd.readouterr().err
+    lines = error_lines(err)
+    assert len(lines) == 1, err
+    assert all(word in lines[0] for word in words), lines
+    assert "Traceback" not in err
+    assert not no_model_load  # refused before any model load
+    assert snapshot(work) == before  # nothing written, earlier outputs unchanged
+
+
+def test_read_only_folder_as_another_user(tmp_path):
+    """A folder without write permission, for a user the permission applies to (root ignores it)."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    tmp_path.chmod(0o755)
+    demote = None
+    if os.geteuid() == 0:
+        def demote():  # nobody
+            os.setgid(65534)
+            os.setuid(65534)
+    env = dict(os.environ, K9BENCH_NO_PROGRESS="1", HF_HUB_OFFLINE="1", PYTHONDONTWRITEBYTECODE="1", HOME=str(tmp_path))
+    start = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, str(REPO / "eval_video_llm.py"), "--dataset_name", "demo", "--output_file", str(ro / "raw.json")],
+                              cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60, preexec_fn=demote)
+    except PermissionError as exc:  # the interpreter is not readable by another user here (/sys/raw.json above covers root)
+        pytest.skip(f"cannot run the script as another user here: {exc}")
+    elapsed = time.perf_counter() - start
+    if proc.returncode != EXIT_USAGE and "Permission denied" in proc.stderr and "eval_video_llm" not in proc.stderr:
+        pytest.skip(f"cannot run the script as another user here: {proc.stderr[-200:]}")
+    assert proc.returncode == EXIT_USAGE, proc.stderr
+    lines = error_lines(proc.stderr)
+    assert len(lines) == 1 and str(ro) in lines[0] and "not writable" in lines[0], proc.stderr
+    assert "Traceback" not in proc.stderr and os.listdir(ro) == []
+    assert elapsed < 10  # no model load, no dataset download
+
+
+def test_the_script_exits_2_without_a_traceback(tmp_path):
+    env = dict(os.environ, K9BENCH_NO_PROGRESS="1", HF_HUB_OFFLINE="1")
+    proc = subprocess.run([sys.executable, str(REPO / "eval_video_llm.py"), "--output_file", "/etc/passwd/raw.json"],
+                          cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == EXIT_USAGE and "Traceback" not in proc.stderr
+    assert len(error_lines(proc.stderr)) == 1 and "/etc/passwd" in proc.stderr
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_secret_looking_unknown_flag_is_not_echoed(tmp_path, capfd):
+    capfd.readouterr()
+    assert eval_video_llm.main(["--api_key", SECRET, "--output_file", str(tmp_path / "raw.json")]) == EXIT_USAGE
+    err = capfd.readouterr().err
+    assert "unrecognized arguments: --api_key ***" in err and SECRET not in err
+    assert os.listdir(tmp_path) == []
+
+
+# --------------------------------------------------------------------------- OpenAI backend
+
+
+def openai_args(server, out: Path, *extra: str) -> list[str]:
+    return ["--backend", "openai", "--api_model", "gpt-test", "--base_url", server.base_url, "--dataset_name", "demo",
+            "--max_frames", "0", "--max_samples", "2", "--max_retries", "0", "--output_file", str(out), "-q", *extra]
+
+
+def test_a_key_inside_extra_body_is_written_nowhere(fake_openai, tmp_path, monkeypatch, capfd):  # noqa: F811
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-real-key-0123456789")
+    out = tmp_path / "raw.json"
+    body = json.dumps({"api_key": SECRET, "chat_template_kwargs": {"enable_thinking": False}})
+    assert eval_video_llm.main(openai_args(fake_openai, out, "--extra_body", body)) == EXIT_OK
+    # the server got it (it was asked for), the artifact and the log did not
+    assert any(SECRET in json.dumps(r.body) for r in fake_openai.chat_requests())
+    text = out.read_text()
+    assert SECRET not in text and "sk-the-real-key-0123456789" not in text
+    data = json.loads(text)
+    rec = data["individual_results"][0]
+    assert rec["run_settings"]["request_params"]["extra_body"]["api_key"] == "***"
+    assert rec["run_settings"]["request_params"]["extra_body"]["chat_template_kwargs"] == {"enable_thinking": False}
+    assert data["inference"]["backend_settings"]["extra_body"]["api_key"] == "***"
+    assert SECRET not in capfd.readouterr().err
+
+
+def test_reply_content_that_is_not_text_is_a_failed_record(fake_openai, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    replies = iter([Reply(text=7, completion_tokens=1), Reply(text='{"answer": "Sits."}')])  # type: ignore[arg-type]
+    fake_openai.responder = lambda request: next(replies)
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(openai_args(fake_openai, out, "--concurrency", "1")) == EXIT_OK
+    recs = json.loads(out.read_text())["individual_results"]
+    failed = [r for r in recs if r.get("error")]
+    assert len(failed) == 1 and "not text" in failed[0]["error"] and "int" in failed[0]["error"]
+    assert "has no attribute" not in failed[0]["error"]
+    assert [r["answer"] for r in recs if not r.get("error")] == ["Sits."]
