@@ -11,7 +11,6 @@ import http.server
 import socket
 import threading
 import time
-from pathlib import Path
 
 import pytest
 
