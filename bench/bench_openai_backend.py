@@ -32,14 +32,20 @@ sys.path.insert(0, str(REPO))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--questions", type=int, default=100, help="questions to answer")
-    p.add_argument("--questions_per_video", type=int, default=5, help="questions sharing each video (K9-Bench: about 5.2)")
-    p.add_argument("--latency", type=float, default=0.3, help="seconds the server takes per request")
-    p.add_argument("--concurrency", type=int, default=16, help="requests in flight for the concurrent run")
-    p.add_argument("--max_frames", type=int, default=32, help="frames per video (sent as JPEG parts)")
-    p.add_argument("--max_pixels", type=int, default=224 * 224, help="pixels per frame (the sampler's --max_pixels)")
-    p.add_argument("--required", type=float, default=10.0, help="minimum speed-up (baseline time / concurrent time)")
+    from k9bench.cli import ArgumentParser
+    from k9bench.inference.settings import FrameSettings
+    from k9bench.settings import default_of
+    from k9bench.validators import int_at_least, non_negative_float, positive_float, positive_int
+
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--questions", type=positive_int, default=100, help="questions to answer")
+    p.add_argument("--questions_per_video", type=positive_int, default=5, help="questions sharing each video (K9-Bench: about 5.2)")
+    p.add_argument("--latency", type=non_negative_float, default=0.3, help="seconds the server takes per request")
+    p.add_argument("--concurrency", type=positive_int, default=16, help="requests in flight for the concurrent run")
+    p.add_argument("--max_frames", type=int_at_least(2), default=default_of(FrameSettings, "max_frames"),
+                   help="frames per video (sent as JPEG parts; default: eval_video_llm.py's)")
+    p.add_argument("--max_pixels", type=positive_int, default=224 * 224, help="pixels per frame (the sampler's --max_pixels)")
+    p.add_argument("--required", type=positive_float, default=10.0, help="minimum speed-up (baseline time / concurrent time)")
     return p
 
 
