@@ -34,10 +34,8 @@ import hashlib
 import json
 import logging
 import math
-import os
 import re
 import string
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable
@@ -45,7 +43,6 @@ from typing import Any, Callable, Iterable
 from k9bench import CATEGORIES, LETTERS, layout
 from k9bench.artifacts import (
     ArtifactError,
-    CheckpointLog,
     JudgeEntry,
     QuestionRecord,
     SkippedEntry,
@@ -57,7 +54,7 @@ from k9bench.artifacts import (
 )
 from k9bench.dataset import DEFAULT_SPLIT
 from k9bench.redact import redact
-from k9bench.settings import fingerprint_differences, result_fingerprint, setting, to_dict
+from k9bench.settings import result_fingerprint, setting, to_dict
 from k9bench.validators import float_in_range, non_negative_int, positive_float, positive_int
 
 log = logging.getLogger(__name__)
@@ -719,39 +716,21 @@ class RunPaths:
         return sidecar_path(self.output, "summary.json")
 
 
-def _nearest_existing(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if candidate.exists():
-            return candidate
-    return Path(".")
-
-
 def check_output_location(flag: str, path: Path, *, inputs: Iterable[Path] = ()) -> None:
     """Raise :class:`JudgeInputError` (one line naming ``flag`` and the path) unless ``path`` can be
-    written: a file name (not ``.`` or a folder), not one of ``inputs``, in a folder that exists or can
-    be made and that accepts new files (tried with a probe file, removed at once; nothing else is made)."""
+    written: a file name (not ``.``), not a folder or a device, not one of ``inputs``, in a folder that
+    exists or can be made and accepts new files (:func:`k9bench.resume.check_output_location`:
+    nothing is left behind)."""
+    from k9bench.resume import OutputLocationError, check_output_location as check_location
+
     if path.name in ("", ".", ".."):
         raise JudgeInputError(f"{flag} {str(path) or repr(str(path))}: not a file name; give a file such as judge.json")
-    if path.is_dir():
-        raise JudgeInputError(f"{flag} {path} is a folder; give a file name")
-    if path.exists() and not path.is_file():  # a device, a pipe: an atomic write would replace it
+    if path.exists() and not path.is_dir() and not path.is_file():  # a device, a pipe: an atomic write would replace it
         raise JudgeInputError(f"{flag} {path} is not a regular file; give a file name")
-    for other in inputs:
-        try:
-            same = path.resolve() == Path(other).resolve()
-        except OSError:
-            same = False
-        if same:
-            raise JudgeInputError(f"{flag} {path} is the input file; give another name")
-    folder = _nearest_existing(path.parent if str(path.parent) else Path("."))
-    if not folder.is_dir():
-        raise JudgeInputError(f"{flag} {path}: {folder} is not a folder")
     try:
-        fd, probe = tempfile.mkstemp(prefix=".k9bench-write-check-", dir=folder)
-    except OSError as exc:
-        raise JudgeInputError(f"{flag} {path}: cannot write in {folder} ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
+        check_location(path, inputs=list(inputs), flag=flag)
+    except OutputLocationError as exc:
+        raise JudgeInputError(str(exc)) from None
 
 
 def resolve_paths(run: JudgeRunSettings) -> RunPaths:
@@ -799,73 +778,89 @@ def _legacy_fingerprint(judge_model: Any, prompt_sha256: Any) -> dict:
     return {k: v for k, v in (("judge_model", judge_model), ("prompt_sha256", prompt_sha256)) if v is not None}
 
 
-def _fingerprint_mismatch(prior: dict, current: dict) -> list[str]:
-    """Differences over the keys both fingerprints hold (an older file may lack a newer setting)."""
-    common = set(prior) & set(current)
-    return fingerprint_differences({k: prior[k] for k in common}, {k: current[k] for k in common})
+def _record_fingerprint(record: dict) -> dict:
+    """A checkpoint record's fingerprint (older records carry only the model and the prompt sha256)."""
+    prior = record.get("fingerprint")
+    return prior if isinstance(prior, dict) else _legacy_fingerprint(record.get("judge_model"), record.get("prompt_sha256"))
 
 
-def _refusal(where: Path, prior: dict, diffs: list[str], what: str) -> JudgeInputError:
-    made = f"judge model {prior.get('judge_model')!r}" if "judge_model" in prior else "other settings"
-    return JudgeInputError(
-        f"{where}: {what} made with {made} and settings that differ from this run's ({'; '.join(diffs)}); "
-        "use another --output, or delete the old files to rejudge"
-    )
+def _meta_fingerprint(paths: RunPaths) -> dict:
+    """The fingerprint the meta sidecar of an earlier final output records ({} when there is no sidecar)."""
+    if not paths.meta.exists():
+        log.warning("%s has no %s sidecar: cannot confirm its entries used this prompt; keeping them", paths.output, paths.meta.name)
+        return {}
+    try:
+        meta = read_json(paths.meta)
+    except ArtifactError as exc:
+        raise JudgeInputError(str(exc)) from None
+    judge = meta.get("judge") if isinstance(meta, dict) else None
+    judge = judge if isinstance(judge, dict) else {}
+    prior = judge.get("fingerprint")
+    return prior if isinstance(prior, dict) else _legacy_fingerprint(judge.get("model"), judge.get("prompt_sha256"))
+
+
+def _final_records(paths: RunPaths) -> list[dict]:
+    """An earlier run's final files as checkpoint-shaped records (skipped first, so a scored entry of
+    the same idx wins), each with the fingerprint its meta sidecar records."""
+    fingerprint = _meta_fingerprint(paths)
+    records = []
+    if paths.skipped.exists():
+        for s in _load_list(paths.skipped, "skipped list"):
+            records.append({"idx": s["idx"], "fingerprint": fingerprint, "status": "skipped", "skipped": s, "source": str(paths.skipped)})
+    for n, e in enumerate(_load_list(paths.output, "output")):
+        try:
+            JudgeEntry.from_dict(e, where=f"{paths.output}: entry #{n}")
+            scores = e.get("scores")
+            if not isinstance(scores, dict):
+                raise JudgeParseError("scores is not a dictionary")
+            for axis in AXES:
+                _score_value(axis, scores.get(axis))
+        except ArtifactError as exc:
+            raise JudgeInputError(str(exc)) from None
+        except JudgeParseError as exc:
+            raise JudgeInputError(f"{paths.output}: idx {e['idx']}: {exc}; fix or move the file away") from None
+        records.append({"idx": e["idx"], "fingerprint": fingerprint, "status": "scored", "entry": e, "source": str(paths.output)})
+    return records
+
+
+def judge_stage(paths: RunPaths) -> Any:
+    """The judge's :class:`k9bench.resume.ResumableStage`: key idx; final files read as records; a
+    skipped record is the stage's "failed" entry (kept in the skipped list until a rerun scores it)."""
+    from k9bench.resume import ResumableStage
+
+    return ResumableStage(paths.output, read_final=lambda _final: _final_records(paths),
+                          is_failed=lambda record: record.get("status") != "scored")
 
 
 def load_prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict) -> PriorState:
-    """Read the output, skipped file and checkpoint of earlier runs, refusing any made with another
-    fingerprint (:func:`judge_fingerprint`: model, temperature, prompt) or from another input."""
+    """Read the output, skipped file and checkpoint of earlier runs (through :func:`judge_stage`),
+    refusing any made with another fingerprint (:func:`judge_fingerprint`: model, temperature,
+    prompt) or from another input. The one place the judge's resume rules live."""
+    from k9bench.resume import ResumeRefused, fingerprint_mismatch
+
     state = PriorState()
-    if paths.meta.exists() and paths.output.exists():
-        try:
-            meta = read_json(paths.meta)
-        except ArtifactError as exc:
-            raise JudgeInputError(str(exc)) from None
-        judge = meta.get("judge", {}) if isinstance(meta, dict) else {}
-        judge = judge if isinstance(judge, dict) else {}
-        prior = judge.get("fingerprint")
-        if not isinstance(prior, dict):
-            prior = _legacy_fingerprint(judge.get("model"), judge.get("prompt_sha256"))
-        diffs = _fingerprint_mismatch(prior, fingerprint)
-        if diffs:
-            raise _refusal(paths.output, prior, diffs, f"judged (see {paths.meta.name})")
-    if paths.output.exists():
-        if not paths.meta.exists():
-            log.warning("%s has no %s sidecar: cannot confirm its entries used this prompt; keeping them", paths.output, paths.meta.name)
-        for n, e in enumerate(_load_list(paths.output, "output")):
-            try:
-                JudgeEntry.from_dict(e, where=f"{paths.output}: entry #{n}")
-            except ArtifactError as exc:
-                raise JudgeInputError(str(exc)) from None
-            scores = e.get("scores")
-            try:
-                if not isinstance(scores, dict):
-                    raise JudgeParseError("scores is not a dictionary")
-                for axis in AXES:
-                    _score_value(axis, scores.get(axis))
-            except JudgeParseError as exc:
-                raise JudgeInputError(f"{paths.output}: idx {e['idx']}: {exc}; fix or move the file away") from None
-            state.entries[e["idx"]] = e
-    if paths.skipped.exists():
-        for s in _load_list(paths.skipped, "skipped list"):
-            state.skipped[s["idx"]] = s
-    log_ = CheckpointLog(paths.checkpoint)
     try:
-        records = log_.load()
-    except ArtifactError as exc:
-        raise JudgeInputError(f"{exc}; delete {paths.checkpoint} to start afresh") from None
-    for idx, rec in records.items():
-        prior = rec.get("fingerprint")
-        if not isinstance(prior, dict):
-            prior = _legacy_fingerprint(rec.get("judge_model"), rec.get("prompt_sha256"))
-        diffs = _fingerprint_mismatch(prior, fingerprint)
+        records = judge_stage(paths).load(retry_failed=False)
+    except ResumeRefused as exc:  # an unreadable checkpoint (the final files raise JudgeInputError themselves)
+        raise JudgeInputError(str(exc)) from None
+    if not paths.output.exists() and paths.skipped.exists():
+        # a skipped list whose output is gone (the stage reads the final files only with the output)
+        for s in _load_list(paths.skipped, "skipped list"):
+            records.setdefault(s["idx"], {"idx": s["idx"], "status": "skipped", "skipped": s})
+    for idx in sorted(records, key=str):
+        rec = records[idx]
+        prior = _record_fingerprint(rec)
+        diffs = fingerprint_mismatch(prior, fingerprint)
         if diffs:
-            raise _refusal(paths.checkpoint, prior, diffs, f"idx {idx} was judged")
+            where = Path(rec["source"]) if "source" in rec else paths.checkpoint
+            made = f"judge model {prior.get('judge_model')!r}" if "judge_model" in prior else "other settings"
+            raise JudgeInputError(
+                f"{where}: idx {idx} was judged with {made} and settings that differ from this run's ({'; '.join(diffs)}); "
+                "use another --output, or delete the old files to rejudge"
+            )
         if rec.get("status") == "scored":
             state.entries[idx] = rec["entry"]
-            state.skipped.pop(idx, None)
-        elif rec.get("status") == "skipped" and idx not in state.entries:
+        elif rec.get("status") == "skipped":
             state.skipped[idx] = rec["skipped"]
     model = fingerprint.get("judge_model")
     for idx, e in state.entries.items():
@@ -987,7 +982,7 @@ def run_judge(
     client = None
     if todo:
         client = make_client()
-        ckpt = CheckpointLog(paths.checkpoint)
+        ckpt = judge_stage(paths)
         bar = tqdm(total=len(todo), unit="entry", desc="judging", disable=progress_disable, dynamic_ncols=True)
         results = run_concurrent(lambda t: judge_task(t, client, settings), todo, concurrency)
         try:
@@ -1051,7 +1046,6 @@ def run_judge(
         # The checkpoint holds everything; leave the final files to the rerun.
         return RunResult(final_entries, final_skipped, summary, scored_now + skipped_now, interrupted=interrupted,
                          unreachable=unreachable)
-    write_json_atomic(paths.output, final_entries)
     write_json_atomic(paths.skipped, final_skipped)
     meta_out = dict(meta or {})
     judge_block = dict(meta_out.get("judge") or {})
@@ -1066,7 +1060,7 @@ def run_judge(
     meta_out["failed_at_inference"] = taskset.failed
     write_json_atomic(paths.meta, redact(meta_out))
     write_json_atomic(paths.summary, redact(summary))
-    CheckpointLog(paths.checkpoint).remove()
+    judge_stage(paths).finish(final_entries)  # the output last, then the checkpoint goes
     return RunResult(final_entries, final_skipped, summary, scored_now + skipped_now)
 
 
