@@ -20,7 +20,8 @@ A run (:func:`run_judge`) checkpoints each result as it arrives
 (``<output>.partial.jsonl``), writes the judge list in idx order and the skipped list
 atomically, and on a rerun of the same command skips what is done and retries what
 was skipped; it refuses earlier files made with other result settings (the
-fingerprint of :func:`judge_fingerprint`, checked by :func:`load_prior`). Records that
+fingerprint of :func:`judge_fingerprint`, checked by :func:`load_prior`; files and
+checkpoint through the shared :class:`k9bench.resume.ResumableStage`). Records that
 failed at inference (``error`` set, the reference's ``example_id`` failures included)
 are not judged; they are counted and reported. With a dataset, questions that have no
 record in the file become skipped entries with the reason ``missing_model_answer``.
