@@ -567,7 +567,8 @@ def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
     image_processor = Qwen2VLImageProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
                                             size={"shortest_edge": 28 * 28, "longest_edge": 256 * 28 * 28})
     video_processor = Qwen2VLVideoProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
-                                            size={"shortest_edge": 28 * 28, "longest_edge": 64 * 28 * 28 * 16})
+                                            size={"shortest_edge": 28 * 28, "longest_edge": 64 * 28 * 28 * 16},
+                                            cap_pixels_per_frame=True)
     feature_extractor = WhisperFeatureExtractor(feature_size=128, sampling_rate=OMNI_AUDIO_SAMPLING_RATE, hop_length=160,
                                                 chunk_length=300, n_fft=400, return_attention_mask=True)
     processor = Qwen2_5OmniProcessor(image_processor=image_processor, video_processor=video_processor,

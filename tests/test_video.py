@@ -479,3 +479,72 @@ def test_pixel_bounds_below_the_minimum_are_a_clear_settings_error(tmp_path):
     with pytest.raises(ValueError, match="max_pixels=16384 is below min_pixels"):
         sample(tmp_path / "never_opened.mp4", max_pixels=16384)
     check_pixel_bounds(16384, 4096)  # a smaller explicit min_pixels makes it valid
+
+
+# --------------------------------------------------------------------------- module layering, exact frame size
+
+
+def _k9bench_imports(module_file: Path) -> set[str]:
+    """Every k9bench module a file imports, at any depth (function-level imports included)."""
+    import ast
+
+    names = set()
+    for node in ast.walk(ast.parse(module_file.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("k9bench"):
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.startswith("k9bench"))
+    return names
+
+
+def test_frame_modules_import_one_way():
+    """frame_sampling <- frame_cache <- video: no lower module imports a higher one (issue 12)."""
+    import k9bench
+
+    pkg = Path(k9bench.__file__).parent
+    sampling = _k9bench_imports(pkg / "frame_sampling.py")
+    cache = _k9bench_imports(pkg / "frame_cache.py")
+    audio = _k9bench_imports(pkg / "audio.py")
+    assert not {n for n in sampling if "video" in n or "frame_cache" in n or "audio" in n}
+    assert not {n for n in cache if n == "k9bench.video" or n.startswith("k9bench.video.")}
+    assert not {n for n in audio if "video" in n or "frame" in n}
+
+
+def test_defaults_are_defined_once():
+    import k9bench
+
+    pkg = Path(k9bench.__file__).parent
+    for name in ("DEFAULT_MAX_FRAMES", "DEFAULT_FPS", "DEFAULT_MAX_PIXELS", "DEFAULT_DECODER"):
+        defining = [p.name for p in pkg.rglob("*.py") if f"\n{name} = " in p.read_text()]
+        assert defining == ["frame_sampling.py"], (name, defining)
+
+
+def test_exact_frame_size_replaces_the_size_rule(clips):
+    import k9bench.frame_sampling as fs
+
+    f = sample(clips["short"], max_frames=4, frame_size=(56, 72))
+    assert (f.height, f.width) == (56, 72) and tuple(f.frames.shape[-2:]) == (56, 72)
+    assert f.indices == sample(clips["short"], max_frames=4).indices
+    assert f.settings["frame_size"] == [56, 72]
+    with pytest.raises(ValueError, match="frame_size"):
+        fs.sample(clips["short"], frame_size=(0, 10))
+
+
+def test_cache_keys_without_frame_size_are_unchanged(tmp_path, clips):
+    """Entries written before ``frame_size`` existed keep their keys (the field is left out when None)."""
+    import hashlib
+    import json
+
+    from k9bench.frame_cache import CACHE_FORMAT, _file_id
+
+    cache = FrameCache(disk_dir=tmp_path / "c")
+    fid = _file_id(clips["short"])
+    old_settings = {"fps": 1.0, "max_frames": 32, "max_pixels": 360 * 420, "min_pixels": None, "image_patch_size": 14,
+                    "decoder": DEFAULT_DECODER}
+    old_key = hashlib.sha256(json.dumps({"format": CACHE_FORMAT, "file": list(fid), "settings": old_settings}, sort_keys=True).encode()).hexdigest()
+    assert cache.entry_key(fid) == old_key
+    sized = FrameCache(disk_dir=tmp_path / "c", frame_size=(56, 56))
+    assert sized.entry_key(fid) != old_key
+    assert sized.get(clips["short"]).height == 56
+    assert FrameCache(disk_dir=tmp_path / "c", frame_size=(56, 56)).get(clips["short"]).from_disk_cache
