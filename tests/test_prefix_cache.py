@@ -178,6 +178,10 @@ def test_unsupported_settings_keep_generate(qwen3):
         assert key in unsupported_reason(qwen3.model, changed) or "sampl" in unsupported_reason(qwen3.model, changed)
         with pytest.raises(PrefixCacheError):
             SharedPrefixEngine(qwen3.model, qwen3.processor, changed, qwen3.stop_ids, resize_in_processor=False)
+        engine, why = SharedPrefixEngine.create_or_explain(qwen3.model, qwen3.processor, changed, qwen3.stop_ids, resize_in_processor=False)
+        assert engine is None and why == unsupported_reason(qwen3.model, changed)
+    engine, why = SharedPrefixEngine.create_or_explain(qwen3.model, qwen3.processor, gen, qwen3.stop_ids, resize_in_processor=False)
+    assert isinstance(engine, SharedPrefixEngine) and why is None
 
 
 # --------------------------------------------------------------------------- parity (slow)

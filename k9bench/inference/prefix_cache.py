@@ -40,6 +40,7 @@ Integration (HF backend)::
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import inspect
 import logging
@@ -264,6 +265,8 @@ class SharedPrefixEngine:
         self.stats = EngineStats()
         self._states: dict[str, PrefixState] = {}
         self._lock = threading.Lock()
+        self._owner = threading.get_ident()
+        self._local = threading.local()
         self._split_checked = False
         special = list(getattr(self.tokenizer, "all_special_tokens", []) or [])
         added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
@@ -287,6 +290,17 @@ class SharedPrefixEngine:
 
     # ------------------------------------------------------------------ CPU side
 
+    def _processor(self) -> Any:
+        """The processor for this thread: fast tokenizers refuse concurrent use ("Already borrowed"),
+        so each worker thread that prepares batches gets its own copy (made once)."""
+        if threading.get_ident() == self._owner:
+            return self.processor
+        proc = getattr(self._local, "processor", None)
+        if proc is None:
+            with self._lock:
+                proc = self._local.processor = copy.deepcopy(self.processor)
+        return proc
+
     def _processor_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
             "videos": [request.frames.video_tensor() if self.resize_in_processor else request.frames.frames],
@@ -301,10 +315,10 @@ class SharedPrefixEngine:
         """Run the processor on each video's prefix and tokenize every question's suffix (CPU only).
 
         ``prompts`` are the rendered prompts (``backend.render_prompt(r.messages)``), in order.
-        Thread-safe with respect to :meth:`run`; the processor must tolerate concurrent calls if
-        several threads prepare at once.
+        Safe to call from worker threads while :meth:`run` works (each thread uses its own processor copy).
         """
         t0 = time.perf_counter()
+        processor = self._processor()
         if len(prompts) != len(requests):
             raise ValueError(f"{len(prompts)} prompts for {len(requests)} requests")
         with_frames = sum(r.frames is not None for r in requests)
@@ -317,7 +331,7 @@ class SharedPrefixEngine:
         videos: dict[str, PreparedVideo] = {}
         for fkey, members in groups.items():
             if fkey is None:
-                encoded = self.tokenizer([prompts[i] for i in members], add_special_tokens=False)["input_ids"]
+                encoded = processor.tokenizer([prompts[i] for i in members], add_special_tokens=False)["input_ids"]
                 for i, ids in zip(members, encoded):
                     rows[i] = PreparedRow(i, prompts[i], None, list(ids))
                 continue
@@ -326,25 +340,25 @@ class SharedPrefixEngine:
                 raise PrefixCacheError(f"request {requests[members[0]].key}: the video is not in the prompt's shared start")
             vkey = _digest(fkey, prefix)
             first = requests[members[0]]
-            inputs = dict(self.processor(text=[prefix], return_tensors="pt", **self._processor_kwargs(first)))
+            inputs = dict(processor(text=[prefix], return_tensors="pt", **self._processor_kwargs(first)))
             if int(inputs["input_ids"].shape[1]) == 0:
                 raise PrefixCacheError("empty prefix")
             videos[vkey] = PreparedVideo(vkey, prefix, inputs)
-            encoded = self.tokenizer(suffixes, add_special_tokens=False)["input_ids"]
+            encoded = processor.tokenizer(suffixes, add_special_tokens=False)["input_ids"]
             for i, ids in zip(members, encoded):
                 if not ids:
                     raise PrefixCacheError(f"request {requests[i].key}: nothing after the shared prefix")
                 rows[i] = PreparedRow(i, prompts[i], vkey, list(ids))
             if not self._split_checked:
-                self._check_split(first, prompts[members[0]], inputs, rows[members[0]].suffix_ids)
+                self._check_split(processor, first, prompts[members[0]], inputs, rows[members[0]].suffix_ids)
         elapsed = time.perf_counter() - t0
         with self._lock:
             self.stats.prepare_seconds += elapsed
         return PreparedBatch(rows=[r for r in rows if r is not None], videos=videos, prepare_seconds=elapsed)
 
-    def _check_split(self, request: GenerationRequest, prompt: str, prefix_inputs: dict, suffix_ids: list[int]) -> None:
+    def _check_split(self, processor: Any, request: GenerationRequest, prompt: str, prefix_inputs: dict, suffix_ids: list[int]) -> None:
         """Once per engine: the prefix and suffix tokens must be exactly the whole prompt's tokens."""
-        whole = self.processor(text=[prompt], return_tensors="pt", **self._processor_kwargs(request))
+        whole = processor(text=[prompt], return_tensors="pt", **self._processor_kwargs(request))
         want = whole["input_ids"][0].tolist()
         have = prefix_inputs["input_ids"][0].tolist() + suffix_ids
         if want != have:
@@ -513,6 +527,17 @@ class SharedPrefixEngine:
         return torch.stack(produced, dim=1).cpu()
 
     # ------------------------------------------------------------------ convenience
+
+    @classmethod
+    def create_or_explain(cls, model: Any, processor: Any, generation_config: Any, stop_ids: Iterable[int], *,
+                          resize_in_processor: bool, keep_prefixes: int = 1) -> tuple["SharedPrefixEngine | None", str | None]:
+        """``(engine, None)``, or ``(None, why)`` when this model or these settings must stay on ``generate``
+        (the caller logs ``why`` and records it, e.g. under ``inference.backend.decoding``)."""
+        try:
+            return cls(model, processor, generation_config, stop_ids, resize_in_processor=resize_in_processor,
+                       keep_prefixes=keep_prefixes), None
+        except PrefixCacheError as exc:
+            return None, str(exc)
 
     def generate(self, requests: list[GenerationRequest], prompts: list[str]) -> list[GenerationOutput]:
         """``prepare`` then ``run`` (no overlap)."""
