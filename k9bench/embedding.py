@@ -133,6 +133,18 @@ def check_model_name(name: str) -> None:
         raise EmbeddingError(f"embedding model folder {name!r} does not exist")
 
 
+def scoring_dtype(requested: str, device: str):
+    """The embedding model's :class:`~k9bench.accelerator.DtypeChoice`: ``auto`` is float32 on GPU and CPU
+    (batch-invariant similarities); bfloat16/float16 only when asked for."""
+    from k9bench.accelerator import resolve_dtype
+
+    return resolve_dtype(
+        None if requested in (None, "", "auto") else requested, device, flag="--dtype",
+        gpu_default=SCORING_GPU_DTYPE,
+        gpu_default_reason="default for scoring on GPU: float32 keeps batched similarities equal to per-record ones",
+    )
+
+
 def load_embedding_model(
     name: str | EmbeddingSettings = DEFAULT_EMBEDDING_MODEL,
     *,
@@ -165,11 +177,7 @@ def load_embedding_model(
 
     try:
         used_device = acc.resolve_device(device)
-        dtype_choice = acc.resolve_dtype(
-            None if dtype == "auto" else dtype, used_device, flag="--dtype",
-            gpu_default=SCORING_GPU_DTYPE,
-            gpu_default_reason="default for scoring on GPU: float32 keeps batched similarities equal to per-record ones",
-        )
+        dtype_choice = scoring_dtype(dtype, used_device)
         attn_choice = acc.resolve_attention(attention, used_device)
     except acc.AcceleratorError as exc:
         raise EmbeddingError(str(exc)) from None
