@@ -10,6 +10,11 @@ Usage::
     python eval_video_llm.py --model_name_or_path Qwen/Qwen3-VL-8B-Instruct --max_samples -1 \\
         --batch_size 8 --auto_download --output_file eval_results/raw_Qwen3-VL-8B-Instruct_mf32_n-1.json
 
+    # the reference's --use_system_message False: an empty system turn, the model gets no instructions;
+    # for a chat template without a system role, put the instructions in the user turn instead
+    python eval_video_llm.py --use_system_message False
+    python eval_video_llm.py --use_system_message False --instructions_in_user_turn
+
     # a Thinking model; text-only baseline (no video); shard 2 of a 4-task SLURM array
     python eval_video_llm.py --model_name_or_path Qwen/Qwen3-VL-4B-Thinking --thinking_mode
     python eval_video_llm.py --max_frames 0 --max_samples -1

@@ -342,6 +342,18 @@ def settings_docs() -> dict[str, dict[str, str]]:
     return {name: field_docs(cls) for name, cls in SECTIONS.items()}
 
 
+def main(argv: list[str] | None = None) -> int:
+    """Print every setting of the raw file's ``inference`` block with its help, section by section."""
+    import sys
+
+    del argv
+    for section, docs in settings_docs().items():
+        sys.stdout.write(f"{section}:\n")
+        for name, text in docs.items():
+            sys.stdout.write(f"  {name}: {text}\n")
+    return 0
+
+
 __all__ = [
     "ATTN_IMPLEMENTATIONS", "BACKEND_NAMES", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES",
     "DataSettings", "FrameSettings", "GenerationSettings", "HFSettings", "IMAGE_DETAILS", "MAX_TOKENS_PARAMS", "ModelSettings",
@@ -349,3 +361,7 @@ __all__ = [
     "add_openai_arguments", "config_from_namespace", "frame_size_tuple", "parse_frame_size", "parse_json_object", "resolve",
     "settings_docs",
 ]
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
