@@ -193,6 +193,25 @@ def test_judge_with_skipped_entries_still_reports_then_fails(demo_run, tiny_mode
     assert "step inference: " in proc.stdout and "exists, skipping" in proc.stdout
 
 
+@pytest.mark.slow
+def test_second_frame_budget_in_the_same_out_dir_gives_the_frame_budget_plot(demo_run, tiny_model_dir, tmp_path):
+    """DEMO=1 MAX_FRAMES=4 (the finished demo run, copied) then MAX_FRAMES=6 into the same OUT_DIR: the
+    second run's report takes both eval files (same model and questions) and plots accuracy against MAX_FRAMES."""
+    ref_tmp, _, _ = demo_run
+    copy_finished_stages(ref_tmp, tmp_path)
+    proc = run_launcher(demo_env(tmp_path, tiny_model_dir, MAX_FRAMES="6"), tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "with 1 run(s) of the same model and questions at other MAX_FRAMES" in proc.stdout
+    report = tmp_path / "out" / "report_tiny-qwen3vl_mf6_n-1"
+    assert (report / "accuracy_vs_frames.png").read_bytes()[:8] == PNG_MAGIC
+    summary = json.loads((report / "report.json").read_text())
+    assert sorted(r["max_frames"] for r in summary["runs"]) == [4, 6]
+    assert summary["plots"]["accuracy_vs_frames"]
+    md = (report / "report.md").read_text()
+    assert "tiny-qwen3vl @4f" in md and "tiny-qwen3vl @6f" in md
+    assert "all 12 questions of the synthetic demo set" in md.split("## MCQ accuracy")[0]
+
+
 def signal_launcher_during_inference(env: dict, cwd: Path, partial: Path, send) -> tuple[subprocess.Popen, str]:
     """Start the launcher, wait until inference has checkpointed two questions, ``send(proc)`` a signal,
     and return the finished process and its log (the process group is killed if it hangs)."""
