@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         sim_out, eval_out = _outputs(files, Path(files.input_file[0]))
         flag = "--output_file"
-        problem = _unwritable([("--sim_file" if files.mode == "all" and files.sim_file else flag, sim_out), (flag, eval_out)])
+        problem = _unwritable([(flag, eval_out), ("--sim_file" if files.mode == "all" and files.sim_file else flag, sim_out)])
         if problem:
             return _refuse(problem)
         return run_scoring(files, emb, ev, argv, sim_out, eval_out)

@@ -18,6 +18,7 @@ share it without importing each other).
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from k9bench.settings import setting
@@ -39,6 +40,9 @@ DTYPE_FLAG_CHOICES = ("auto", "bfloat16", "float16", "float32")
 """``--dtype`` values (``auto``: float32, see :class:`EmbeddingSettings`)."""
 ATTENTION_FLAG_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 """``--attn_implementation`` values."""
+
+
+_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 class ScoringError(Exception):
@@ -100,6 +104,8 @@ class EmbeddingSettings:
             raise ValueError(f"--attn_implementation {self.attn_implementation!r}: choose one of {', '.join(ATTENTION_FLAG_CHOICES)}")
         if not str(self.embedding_model).strip():
             raise ValueError("--embedding_model is empty")
+        if not _DEVICE_RE.match(str(self.device)):
+            raise ValueError(f"--device {self.device!r}: expected auto, cpu, cuda, cuda:N or mps")
 
 
 @dataclass(frozen=True)
