@@ -14,6 +14,10 @@ Usage::
     python bench/bench_video.py                        # 6 videos x 5 questions, needs >= 8x
     python bench/bench_video.py --videos 2 --duration 60 --min_ratio 0   # a quick look
     python bench/bench_video.py --decoder pyav
+    python bench/bench_video.py --audio --videos 2 --duration 60 --min_ratio 0   # soundtrack read time too
+
+With ``--audio`` the clips carry a sine soundtrack and the script also times reading each one once
+at 16 kHz (``FrameCache.get_audio``: ffmpeg, mono float32), then again from a disk store.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", default=None, help="also write the figures to this JSON file")
     p.add_argument("--disk_cache", action="store_true",
                    help="also time the on-disk frame cache: a first run writing it, a second run reading it")
+    p.add_argument("--audio", action="store_true",
+                   help="clips with a soundtrack; also time reading each soundtrack once (16 kHz) and from a disk store")
     return p
 
 
@@ -59,11 +65,12 @@ def make_videos(args) -> list[Path]:
     paths = []
     for i in range(args.videos):
         fps = FPS_CYCLE[i % len(FPS_CYCLE)]
-        name = f"bench_{i}_{args.width}x{args.height}_{int(args.duration)}s_{fps.replace('/', '-')}fps.mp4"
+        name = f"bench_{i}_{args.width}x{args.height}_{int(args.duration)}s_{fps.replace('/', '-')}fps{'_sine' if args.audio else ''}.mp4"
         path = folder / name
         if not path.exists():
             t0 = time.perf_counter()
-            make_video(path, duration=args.duration, fps=fps, width=args.width, height=args.height, pattern="testsrc2")
+            make_video(path, duration=args.duration, fps=fps, width=args.width, height=args.height, pattern="testsrc2",
+                       audio="sine" if args.audio else False)
             print(f"generated {path} in {time.perf_counter() - t0:.1f}s", flush=True)
         paths.append(path)
     return paths
@@ -108,6 +115,29 @@ def time_disk_cache(paths: list[Path], decoder: str, max_frames: int) -> dict:
         t_read = time.perf_counter() - t0
         size = sum(f.stat().st_size for f in Path(tmp).iterdir()) / max(len(paths), 1)
     return {"write_run_s": round(t_write, 3), "read_run_s": round(t_read, 3), "disk_hits": hits, "bytes_per_video": size}
+
+
+def time_audio(paths: list[Path], sampling_rate: int = 16000) -> dict:
+    """Seconds to read each soundtrack once (ffmpeg), then to read them all back from a disk store."""
+    from k9bench.frame_cache import FrameCache
+
+    with tempfile.TemporaryDirectory(prefix="k9bench_audio_") as tmp:
+        per_video = []
+        with FrameCache(disk_dir=tmp) as first:
+            for path in paths:
+                t0 = time.perf_counter()
+                audio = first.get_audio(path, sampling_rate)
+                per_video.append({"video": path.name, "read_s": round(time.perf_counter() - t0, 3),
+                                  "seconds_of_audio": round(audio.duration, 3)})
+        t0 = time.perf_counter()
+        with FrameCache(disk_dir=tmp) as second:
+            for path in paths:
+                second.get_audio(path, sampling_rate)
+            hits = second.stats.audio_disk_hits
+        t_disk = time.perf_counter() - t0
+    total = sum(r["read_s"] for r in per_video)
+    return {"sampling_rate": sampling_rate, "read_total_s": round(total, 3), "read_per_video_s": round(total / max(len(paths), 1), 3),
+            "disk_read_total_s": round(t_disk, 3), "disk_hits": hits, "per_video": per_video}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -162,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{ours.width}x{ours.height}  same indices {same_idx}  MAD {mad:.4f}", flush=True)
 
     disk = time_disk_cache(paths, decoder, args.max_frames) if args.disk_cache else None
+    audio = time_audio(paths) if args.audio else None
 
     ratio = ref_total / max(ours_total, 1e-9)
     figures = {
@@ -171,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratio": round(ratio, 2), "min_ratio": args.min_ratio, "cpu_count": os.cpu_count(),
         "loadavg_end": os.getloadavg() if hasattr(os, "getloadavg") else None,
         "torch_threads": torch.get_num_threads(), "stats": cache.summary()["stats"], "per_video": rows,
-        "disk_cache": disk,
+        "disk_cache": disk, "audio": audio,
     }
     print(f"reference pattern ({args.calls_per_question} qwen-vl-utils calls/question, backend {backend}): {ref_total:.2f}s")
     print(f"ours (one {decoder} decode per video, cached):  {ours_total:.2f}s")
@@ -179,6 +210,9 @@ def main(argv: list[str] | None = None) -> int:
     if disk is not None:
         print(f"disk frame cache: first run (decode + write) {disk['write_run_s']:.2f}s, "
               f"second run (read + verify) {disk['read_run_s']:.2f}s, {disk['bytes_per_video'] / 1e6:.1f} MB per video")
+    if audio is not None:
+        print(f"soundtracks at {audio['sampling_rate']} Hz: {audio['read_per_video_s']:.2f}s per video with ffmpeg "
+              f"(frames: {ours_total / max(len(paths), 1):.2f}s per video), all {len(paths)} back from disk in {audio['disk_read_total_s']:.2f}s")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=2))
     ok_frames = all(r["same_indices"] and r["mean_abs_diff"] <= 1.0 for r in rows)

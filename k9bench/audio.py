@@ -12,6 +12,10 @@ passed off as its soundtrack. Other failures raise ``AudioError`` (``missing_vid
 ``audio_decode_error``). ``k9bench.frame_cache.FrameCache.get_audio`` keeps the result with the
 video's frames (in memory, and on disk with ``disk_dir``).
 
+For an OpenAI-compatible endpoint that takes audio (Gemini's), ``input_audio_part(audio)`` gives
+the message content part ``{"type": "input_audio", "input_audio": {"data": <base64>, "format":
+"wav"}}`` (16-bit PCM WAV, or MP3 through ffmpeg with ``fmt="mp3"``, about 8x smaller).
+
 Usage::
 
     from k9bench.audio import read_audio, NoAudioStream
@@ -163,4 +167,59 @@ def read_audio(path: str | os.PathLike, sampling_rate: int, *, timeout: float = 
     return Audio(samples=samples, sampling_rate=int(sampling_rate), path=str(path), decode_seconds=elapsed)
 
 
-__all__ = ["AUDIO_READ_TIMEOUT_SECONDS", "Audio", "AudioError", "NoAudioStream", "read_audio"]
+API_AUDIO_FORMATS = ("wav", "mp3")
+"""Encodings ``encode_audio`` writes (the ``format`` values of an OpenAI ``input_audio`` part)."""
+
+MP3_BITRATE = "64k"
+"""Bit rate of the MP3 encoding (mono speech and ambient sound)."""
+
+
+def encode_audio(audio: Audio, fmt: str = "wav") -> bytes:
+    """The soundtrack as a file in memory: 16-bit PCM ``wav``, or ``mp3`` (ffmpeg, libmp3lame)."""
+    import io
+    import wave
+
+    import numpy as np
+
+    if fmt not in API_AUDIO_FORMATS:
+        raise ValueError(f"unknown audio format {fmt!r}; choose one of {', '.join(API_AUDIO_FORMATS)}")
+    if fmt == "wav":
+        pcm = np.round(np.clip(audio.samples, -1.0, 1.0) * 32767.0).astype("<i2")
+        buf = io.BytesIO()
+        with wave.open(buf, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(audio.sampling_rate)
+            w.writeframes(pcm.tobytes())
+        return buf.getvalue()
+    from k9bench.ffmpeg import find_ffmpeg
+
+    cmd = [find_ffmpeg(), "-hide_banner", "-loglevel", "error", "-nostdin", "-f", "f32le", "-ar", str(audio.sampling_rate),
+           "-ac", "1", "-i", "pipe:0", "-c:a", "libmp3lame", "-b:a", MP3_BITRATE, "-f", "mp3", "pipe:1"]
+    proc = subprocess.run(cmd, input=np.asarray(audio.samples, dtype="<f4").tobytes(), capture_output=True,
+                          timeout=AUDIO_READ_TIMEOUT_SECONDS)
+    if proc.returncode != 0 or not proc.stdout:
+        err = proc.stderr.decode("utf-8", "replace").strip()
+        raise AudioError(audio.path, f"ffmpeg cannot encode the soundtrack as mp3: {err[-300:] or proc.returncode}")
+    return proc.stdout
+
+
+def input_audio_part(audio: Audio, fmt: str = "wav") -> dict[str, Any]:
+    """An OpenAI chat ``input_audio`` content part holding the soundtrack (base64 ``fmt`` data)."""
+    import base64
+
+    data = base64.b64encode(encode_audio(audio, fmt)).decode("ascii")
+    return {"type": "input_audio", "input_audio": {"data": data, "format": fmt}}
+
+
+__all__ = [
+    "API_AUDIO_FORMATS",
+    "AUDIO_READ_TIMEOUT_SECONDS",
+    "Audio",
+    "AudioError",
+    "MP3_BITRATE",
+    "NoAudioStream",
+    "encode_audio",
+    "input_audio_part",
+    "read_audio",
+]

@@ -161,3 +161,23 @@ def test_audio_reaching_the_processor_has_the_expected_length_and_rate(tmp_path,
         type(fe).__call__ = real_call
     assert seen == [([(48000,)], 16000)]
     assert int(inputs["feature_attention_mask"].sum()) == 300  # 3 s of 10 ms mel frames
+
+
+@pytest.mark.parametrize("fmt", ["wav", "mp3"])
+def test_input_audio_part_for_openai_compatible_endpoints(clips, fmt, tmp_path):
+    import base64
+
+    from k9bench.audio import encode_audio, input_audio_part
+
+    audio = read_audio(clips["sine"], 16000)
+    part = input_audio_part(audio, fmt)
+    assert part["type"] == "input_audio" and part["input_audio"]["format"] == fmt
+    blob = base64.b64decode(part["input_audio"]["data"])
+    assert blob == encode_audio(audio, fmt)
+    path = tmp_path / f"back.{fmt}"
+    path.write_bytes(blob)
+    back = read_audio(path, 16000)  # decodes to the same length and level
+    assert back.duration == pytest.approx(audio.duration, abs=0.1)
+    assert float(np.abs(back.samples).max()) == pytest.approx(float(np.abs(audio.samples).max()), rel=0.1)
+    with pytest.raises(ValueError, match="unknown audio format"):
+        encode_audio(audio, "flac")
