@@ -35,7 +35,7 @@ from k9bench.accelerator import (  # noqa: F401 (re-exported for callers of the 
     resolve_dtype,
 )
 from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
-from k9bench.inference.settings import ATTN_IMPLEMENTATIONS, DTYPES, OpenAISettings, RunConfig
+from k9bench.inference.settings import OpenAISettings, RunConfig
 
 log = logging.getLogger(__name__)
 
