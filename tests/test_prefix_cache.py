@@ -61,8 +61,8 @@ class Loaded:
         self.stop_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
         self.patch = self.processor.video_processor.patch_size
 
-    def engine(self) -> SharedPrefixEngine:
-        return SharedPrefixEngine(self.model, self.processor, self.gen, self.stop_ids, resize_in_processor=False)
+    def engine(self, cache: str = "dynamic") -> SharedPrefixEngine:
+        return SharedPrefixEngine(self.model, self.processor, self.gen, self.stop_ids, resize_in_processor=False, cache=cache)
 
     def render(self, msgs: list[dict]) -> str:
         return self.processor.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
@@ -121,8 +121,8 @@ def requests_for(model: Loaded, questions, video_dir: Path | None, max_frames: i
     return out
 
 
-def engine_answers(model: Loaded, requests: list[GenerationRequest], batch_size: int) -> list[tuple]:
-    engine = model.engine()
+def engine_answers(model: Loaded, requests: list[GenerationRequest], batch_size: int, cache: str = "dynamic") -> list[tuple]:
+    engine = model.engine(cache)
     answers = []
     for i in range(0, len(requests), batch_size):
         chunk = requests[i:i + batch_size]
@@ -131,13 +131,13 @@ def engine_answers(model: Loaded, requests: list[GenerationRequest], batch_size:
     return answers, engine.stats
 
 
-def check_parity(model: Loaded, requests: list[GenerationRequest], batch_sizes=(5, 12)) -> dict:
+def check_parity(model: Loaded, requests: list[GenerationRequest], batch_sizes=(5, 12), cache: str = "dynamic") -> dict:
     """Engine answers at each batch size equal the batch-size-1 reference; returns the engine stats by batch size."""
     reference = [model.reference(r) for r in requests]
     assert len({a[0] for a in reference}) > 1, "the tiny model should give varied answers"
     stats = {}
     for batch_size in batch_sizes:
-        answers, stats[batch_size] = engine_answers(model, requests, batch_size)
+        answers, stats[batch_size] = engine_answers(model, requests, batch_size, cache)
         for r, want, have in zip(requests, reference, answers):
             assert have == want, f"idx {r.key}, batch size {batch_size}"
     return stats
@@ -182,15 +182,18 @@ def test_unsupported_settings_keep_generate(qwen3):
         assert engine is None and why == unsupported_reason(qwen3.model, changed)
     engine, why = SharedPrefixEngine.create_or_explain(qwen3.model, qwen3.processor, gen, qwen3.stop_ids, resize_in_processor=False)
     assert isinstance(engine, SharedPrefixEngine) and why is None
+    with pytest.raises(ValueError):
+        SharedPrefixEngine(qwen3.model, qwen3.processor, gen, qwen3.stop_ids, resize_in_processor=False, cache="paged")
 
 
 # --------------------------------------------------------------------------- parity (slow)
 
 
 @pytest.mark.slow
-def test_cross_video_batches_with_shared_prefix_match_batch_size_1(qwen3, demo_questions, demo_video_dir):
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_cross_video_batches_with_shared_prefix_match_batch_size_1(qwen3, demo_questions, demo_video_dir, cache):
     requests = requests_for(qwen3, demo_questions, demo_video_dir, max_frames=4)
-    stats = check_parity(qwen3, requests, batch_sizes=(5, 12))
+    stats = check_parity(qwen3, requests, batch_sizes=(5, 12), cache=cache)
     # three videos of 4 questions, one prefill each: at batch size 12 in one batch; at 5 in three batches,
     # where the videos split across batches (1+4, 3+2) reuse the prefix of the batch before
     assert (stats[12].prefills, stats[12].batches) == (3, 1)
@@ -213,9 +216,10 @@ def test_other_system_prompt_placements(qwen3, demo_questions, demo_video_dir, p
 
 
 @pytest.mark.slow
-def test_text_only_mode_batches_without_prefix(qwen3, demo_questions):
+@pytest.mark.parametrize("cache", ["dynamic", "static"])
+def test_text_only_mode_batches_without_prefix(qwen3, demo_questions, cache):
     requests = requests_for(qwen3, demo_questions, None, max_frames=0)
-    stats = check_parity(qwen3, requests, batch_sizes=(5, 12))
+    stats = check_parity(qwen3, requests, batch_sizes=(5, 12), cache=cache)
     assert stats[5].prefills == stats[12].prefills == 0
 
 

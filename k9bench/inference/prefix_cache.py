@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+CACHE_KINDS = ("dynamic", "static")
+"""Key/value cache layouts of the decoding loop (see :attr:`SharedPrefixEngine.cache_kind`)."""
+
 SUPPORTED_MODEL_TYPES = ("qwen3_vl", "qwen2_5_vl")
 """``config.model_type`` values whose prefill/decoding this module reproduces (others keep ``generate``)."""
 
@@ -248,7 +251,9 @@ class SharedPrefixEngine:
     """Greedy generation for Qwen-VL models with one prefill per video prefix (see the module doc)."""
 
     def __init__(self, model: Any, processor: Any, generation_config: Any, stop_ids: Iterable[int], *,
-                 resize_in_processor: bool, keep_prefixes: int = 1):
+                 resize_in_processor: bool, keep_prefixes: int = 1, cache: str = "dynamic"):
+        if cache not in CACHE_KINDS:
+            raise ValueError(f"cache {cache!r}: one of {', '.join(CACHE_KINDS)}")
         reason = unsupported_reason(model, generation_config)
         if reason is not None:
             raise PrefixCacheError(reason)
@@ -261,6 +266,9 @@ class SharedPrefixEngine:
         self.max_new_tokens = int(generation_config.max_new_tokens)
         self.resize_in_processor = resize_in_processor
         self.keep_prefixes = keep_prefixes
+        self.cache_kind = cache
+        """``dynamic``: the cache grows by concatenation each step (as ``generate``); ``static``: preallocated
+        for the prompt and ``max_new_tokens``, written in place (no copy of the whole cache per step)."""
         """Prefix states kept after a batch (the last videos of the batch, which may continue in the next one)."""
         self.stats = EngineStats()
         self._states: dict[str, PrefixState] = {}
@@ -284,7 +292,8 @@ class SharedPrefixEngine:
     def describe(self) -> dict[str, Any]:
         """What ran (for the artifact's ``inference.backend``)."""
         return {
-            "decoding": "shared video prefix (one prefill per video), greedy, dynamic KV cache",
+            "decoding": f"shared video prefix (one prefill per video), greedy, {self.cache_kind} KV cache",
+            "cache": self.cache_kind,
             "keep_prefixes": self.keep_prefixes,
         }
 
@@ -464,14 +473,15 @@ class SharedPrefixEngine:
     def _decode(self, rows: list[PreparedRow], states: dict[str, PrefixState]) -> "torch.Tensor":
         """Greedy decoding of every row; returns the (B, steps) new tokens (pad after a stop)."""
         import torch
-        from transformers import DynamicCache
 
         device = self.model.device
         batch = len(rows)
         p_max = max((states[r.video_key].length for r in rows if r.video_key is not None), default=0)
         s_max = max(len(r.suffix_ids) for r in rows)
         width = p_max + s_max
-        mask = torch.zeros(batch, width, dtype=torch.long, device=device)
+        static = self.cache_kind == "static"
+        total = width + self.max_new_tokens if static else width
+        mask = torch.zeros(batch, total, dtype=torch.long, device=device)
         ids = torch.full((batch, s_max), self.pad_id, dtype=torch.long, device=device)
         # rotary position = text index (real tokens before it) + delta. The question's tokens continue
         # after the prefix's last token; generated tokens follow generate's rule, max position + 1 + step
@@ -481,35 +491,21 @@ class SharedPrefixEngine:
         for b, r in enumerate(rows):
             n = len(r.suffix_ids)
             ids[b, s_max - n:] = torch.tensor(r.suffix_ids, dtype=torch.long, device=device)
-            mask[b, width - n:] = 1
+            mask[b, width - n:width] = 1
             if r.video_key is not None:
                 st = states[r.video_key]
                 mask[b, p_max - st.length:p_max] = 1
                 prompt_delta[b] = st.next_position - st.length
                 decode_delta[b] = max(st.max_position, st.next_position + n - 1) + 1 - (st.length + n)
-        cache = DynamicCache(config=self.model.config)
-        if p_max:
-            sample = next(iter(states.values()))
-            layers = []
-            for layer in range(len(sample.keys)):
-                k0, v0 = sample.keys[layer], sample.values[layer]
-                k = k0.new_zeros((batch, k0.shape[1], p_max, k0.shape[3]))
-                v = v0.new_zeros((batch, v0.shape[1], p_max, v0.shape[3]))
-                for b, r in enumerate(rows):
-                    st = states[r.video_key]
-                    k[b, :, p_max - st.length:] = st.keys[layer][0]
-                    v[b, :, p_max - st.length:] = st.values[layer][0]
-                layers.append((k, v))
-            cache = DynamicCache(ddp_cache_data=layers, config=self.model.config)
+        cache = self._batch_cache(rows, states, batch, p_max, total)
 
-        def positions(m: "torch.Tensor", steps: int, delta: "torch.Tensor") -> "torch.Tensor":
-            text = m.cumsum(-1) - 1
-            text = text.masked_fill(m == 0, 1)[:, -steps:]
-            rope = (text + delta[:, None]).unsqueeze(0).expand(3, -1, -1)
-            return torch.cat([text.unsqueeze(0), rope], dim=0)
+        prompt_text = (mask[:, :width].cumsum(-1) - 1).masked_fill(mask[:, :width] == 0, 1)[:, p_max:]
+        prompt_rope = (prompt_text + prompt_delta[:, None]).unsqueeze(0).expand(3, -1, -1)
+        real = mask[:, :width].sum(-1)  # P_b + S_b: text index of the first generated token
 
         stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions(mask, s_max, prompt_delta), cache=cache,
+        out = self.model(input_ids=ids, attention_mask=mask,
+                         position_ids=torch.cat([prompt_text.unsqueeze(0), prompt_rope], dim=0), cache=cache,
                          use_cache=True, logits_to_keep=1)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         produced = []
@@ -521,21 +517,60 @@ class SharedPrefixEngine:
             finished = finished | torch.isin(token, stop)
             if step == self.max_new_tokens - 1 or bool(finished.all()):
                 break
-            mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
-            out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=positions(mask, 1, decode_delta), cache=cache,
+            if static:
+                mask[:, width + step] = 1  # the column this step writes
+            else:
+                mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
+            text = (real + step)[:, None]
+            pos = torch.cat([text.unsqueeze(0), (text + decode_delta[:, None]).unsqueeze(0).expand(3, -1, -1)], dim=0)
+            out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=pos, cache=cache,
                              use_cache=True, logits_to_keep=1)
         return torch.stack(produced, dim=1).cpu()
+
+    def _batch_cache(self, rows: list[PreparedRow], states: dict[str, PrefixState], batch: int, p_max: int, total: int) -> Any:
+        """The batch's cache holding each row's prefix right-aligned in ``p_max`` positions."""
+        from transformers import DynamicCache, StaticCache
+
+        if self.cache_kind == "static":
+            cache = StaticCache(config=self.model.config, max_cache_len=total)
+            if p_max:
+                sample = next(iter(states.values()))
+                for i, layer in enumerate(cache.layers):
+                    k0, v0 = sample.keys[i], sample.values[i]
+                    layer.lazy_initialization(k0.new_empty((batch, k0.shape[1], 0, k0.shape[3])),
+                                              v0.new_empty((batch, v0.shape[1], 0, v0.shape[3])))
+                    for b, r in enumerate(rows):
+                        st = states[r.video_key]
+                        layer.keys[b, :, p_max - st.length:p_max] = st.keys[i][0]
+                        layer.values[b, :, p_max - st.length:p_max] = st.values[i][0]
+                    layer.cumulative_length.fill_(p_max)
+            return cache
+        if not p_max:
+            return DynamicCache(config=self.model.config)
+        sample = next(iter(states.values()))
+        layers = []
+        for i in range(len(sample.keys)):
+            k0, v0 = sample.keys[i], sample.values[i]
+            k = k0.new_zeros((batch, k0.shape[1], p_max, k0.shape[3]))
+            v = v0.new_zeros((batch, v0.shape[1], p_max, v0.shape[3]))
+            for b, r in enumerate(rows):
+                st = states[r.video_key]
+                k[b, :, p_max - st.length:] = st.keys[i][0]
+                v[b, :, p_max - st.length:] = st.values[i][0]
+            layers.append((k, v))
+        return DynamicCache(ddp_cache_data=layers, config=self.model.config)
 
     # ------------------------------------------------------------------ convenience
 
     @classmethod
     def create_or_explain(cls, model: Any, processor: Any, generation_config: Any, stop_ids: Iterable[int], *,
-                          resize_in_processor: bool, keep_prefixes: int = 1) -> tuple["SharedPrefixEngine | None", str | None]:
+                          resize_in_processor: bool, keep_prefixes: int = 1,
+                          cache: str = "dynamic") -> tuple["SharedPrefixEngine | None", str | None]:
         """``(engine, None)``, or ``(None, why)`` when this model or these settings must stay on ``generate``
         (the caller logs ``why`` and records it, e.g. under ``inference.backend.decoding``)."""
         try:
             return cls(model, processor, generation_config, stop_ids, resize_in_processor=resize_in_processor,
-                       keep_prefixes=keep_prefixes), None
+                       keep_prefixes=keep_prefixes, cache=cache), None
         except PrefixCacheError as exc:
             return None, str(exc)
 
@@ -545,6 +580,6 @@ class SharedPrefixEngine:
 
 
 __all__ = [
-    "EngineStats", "PrefixCacheError", "PrefixState", "PreparedBatch", "PreparedRow", "PreparedVideo",
+    "CACHE_KINDS", "EngineStats", "PrefixCacheError", "PrefixState", "PreparedBatch", "PreparedRow", "PreparedVideo",
     "SharedPrefixEngine", "SUPPORTED_MODEL_TYPES", "frames_key", "split_shared_prefix", "unsupported_reason",
 ]
