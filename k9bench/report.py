@@ -354,7 +354,8 @@ def _file_intervals(meta: dict, overall: Score, categories: dict) -> bool:
     return True
 
 
-_SKIPPED_BLOCKS = ("backend", "backend_by_shard", "run_stats", "provenance", "input_provenance", "merged_from")
+_SKIPPED_BLOCKS = ("backend", "backend_by_shard", "backend_settings", "adjusted_settings", "run_stats", "provenance", "input_provenance",
+                   "merged_from")
 """Sub-objects that describe the machine or the history, not the run's settings."""
 
 
