@@ -81,6 +81,22 @@ def check_output_location(path: str | os.PathLike, *, inputs: Iterable[str | os.
     return out
 
 
+def check_output_folder(path: str | os.PathLike, *, flag: str) -> Path:
+    """Raise :class:`OutputLocationError` unless ``path`` is, or can become, a writable folder
+    (nothing is created; a probe file is made and removed at once in the nearest existing folder)."""
+    folder = Path(path)
+    anchor = _first_existing(folder)
+    if not anchor.is_dir():
+        raise OutputLocationError(f"{flag} {path}: {anchor} is a file, not a folder")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".k9bench-write-probe-", dir=anchor)
+    except OSError as exc:
+        raise OutputLocationError(f"{flag} {path}: the folder {anchor} is not writable ({exc.strerror or exc})") from None
+    os.close(fd)
+    os.unlink(probe)
+    return folder
+
+
 def _normal(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
@@ -181,4 +197,4 @@ class ResumableStage:
         return self.final
 
 
-__all__ = ["OutputLocationError", "ResumableStage", "ResumeRefused", "check_output_location", "fingerprint_mismatch"]
+__all__ = ["OutputLocationError", "ResumableStage", "ResumeRefused", "check_output_folder", "check_output_location", "fingerprint_mismatch"]

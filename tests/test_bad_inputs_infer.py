@@ -71,6 +71,7 @@ CASES = [
     ("temperature nan", ["--temperature", "nan"], EXIT_USAGE, ["--temperature"]),
     ("a local model folder that does not exist", ["--model_name_or_path", "./nomodel"], EXIT_BACKEND, ["./nomodel", "no such folder"]),
     ("a model path that is a file", ["--model_name_or_path", "FILE"], EXIT_BACKEND, ["not a folder"]),
+    ("frame cache under a file", ["--frame_cache_dir", "/etc/passwd/cache"], EXIT_USAGE, ["--frame_cache_dir", "/etc/passwd"]),
     ("user-turn instructions with a system turn", ["--instructions_in_user_turn"], EXIT_USAGE, ["--instructions_in_user_turn"]),
 ]
 

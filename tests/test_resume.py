@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from k9bench.resume import OutputLocationError, ResumableStage, ResumeRefused, check_output_location, fingerprint_mismatch
+from k9bench.resume import OutputLocationError, ResumableStage, ResumeRefused, check_output_folder, check_output_location, fingerprint_mismatch
 
 
 def read_list(path: Path) -> list[dict]:
@@ -84,3 +84,12 @@ def test_output_location(tmp_path):
         check_output_location(afile, inputs=[str(afile)])
     with pytest.raises(OutputLocationError, match="/etc/passwd is a file"):
         check_output_location("/etc/passwd/raw.json")
+
+
+def test_output_folder(tmp_path):
+    assert check_output_folder(tmp_path / "a" / "b", flag="--cache") == tmp_path / "a" / "b" and os.listdir(tmp_path) == []
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(OutputLocationError, match="--cache .*is a file"):
+        check_output_folder(tmp_path / "f" / "c", flag="--cache")
+    with pytest.raises(OutputLocationError, match="not writable"):
+        check_output_folder("/sys/k9bench-cache", flag="--cache")

@@ -36,7 +36,7 @@ from k9bench.answers import extract_answer, prompt_opens_thinking
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, now_iso, provenance
 from k9bench.layout import artifact_name, shard_path, short_model_name
 from k9bench.progress import progress_enabled
-from k9bench.resume import OutputLocationError, ResumableStage, ResumeRefused, check_output_location
+from k9bench.resume import OutputLocationError, ResumableStage, ResumeRefused, check_output_folder, check_output_location
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest, create_backend
 from k9bench.inference.resume_check import expected_after_load, masked, expected_before_load, read_raw_records, record_fingerprint, run_settings
 from k9bench.inference.settings import RunConfig
@@ -763,6 +763,8 @@ def run(config: RunConfig, argv: list[str] | None) -> int:
     try:
         preflight(config)
         output = check_output_location(output_path(config), inputs=[data.dataset_name])
+        if frames.frame_cache_dir and not text_only:
+            check_output_folder(frames.frame_cache_dir, flag="--frame_cache_dir")
     except (UsageError, OutputLocationError) as exc:
         log.error("%s", exc)
         return EXIT_USAGE
