@@ -1044,6 +1044,10 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
         if marked:
             md += [f"Runs marked *{NOT_COMPARABLE_MARK}* were made with other settings than the paper's (see Run settings): "
                    "their place among the paper's rows says nothing about the models.", ""]
+    md += ["### Files", "", "| Model | Frames | Eval file | Questions | Correct | Failed | Interval |", "|---|---:|---|---:|---:|---:|---|"]
+    for run in report.runs:
+        md.append(f"| {run.label} | {run.max_frames if run.max_frames is not None else '—'} | `{run.path}` | {run.overall.total} | {run.overall.correct} | {run.failed} | {run.ci_source} |")
+    md.append("")
     md += ["## Run settings", "",
            f"Read from each eval file. The paper's Table 1: embedding model {PAPER_SETUP.embedding_model}, threshold "
            f"{PAPER_SETUP.threshold:g}, the reference scripts' prompts, {PAPER_SETUP.max_frames} frames at {PAPER_SETUP.fps:g} fps "
@@ -1053,10 +1057,6 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
            f"Accuracy in % over the questions whose video is shorter than {PAPER_SETUP.short_video_seconds:g} s "
            f"(the paper's subset has {PAPER_SETUP.short_video_questions:,} questions).", "",
            short_video_markdown(report.runs), ""]
-    md += ["### Files", "", "| Model | Frames | Eval file | Questions | Correct | Failed | Interval |", "|---|---:|---|---:|---:|---:|---|"]
-    for run in report.runs:
-        md.append(f"| {run.label} | {run.max_frames if run.max_frames is not None else '—'} | `{run.path}` | {run.overall.total} | {run.overall.correct} | {run.failed} | {run.ci_source} |")
-    md.append("")
     if report.judges:
         md += ["## Judge scores (paper's Table 3 layout)", "", "Mean of each axis (1–10) scaled to 0–100.", ""]
         md += [judge_markdown(report.judges, report.published_mode), ""]

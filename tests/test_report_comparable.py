@@ -68,7 +68,7 @@ def test_minilm_run_carries_the_mark_and_names_minilm(tmp_path):
     assert run.settings.standing == "not comparable"
     assert any("MiniLM" in d for d in run.settings.differences)
     md = Path(write_report(report, tmp_path / "rep")["markdown"]).read_text()
-    board = md.split("## MCQ accuracy")[1].split("## Run settings")[0]
+    board = md.split("## MCQ accuracy")[1].split("### Files")[0]
     run_rows = [ln for ln in board.splitlines() if "Qwen3-VL-8B-Instruct" in ln]
     assert run_rows and all(NOT_COMPARABLE_MARK in ln for ln in run_rows)  # beside the paper's rows only with the mark
     assert "| paper |" in board
