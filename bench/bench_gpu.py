@@ -80,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch_size", type=int, default=8, help="today's batch size (batches within one video)")
     p.add_argument("--new_batch_size", default="auto", help="new path's batch size: a number, or auto (free GPU memory; 24 on CPU)")
     p.add_argument("--workers", type=int, default=4, help="preparation threads of the new path")
+    p.add_argument("--cache", default="dynamic", choices=("dynamic", "static", "both"),
+                   help="new path's KV cache: dynamic (grows per step, as generate), static (preallocated), or both (timed one after the other)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     p.add_argument("--skip_today", action="store_true", help="time the new path only")
     p.add_argument("--work_dir", default=None, help="where videos go (default: a temporary folder, removed)")
@@ -217,7 +219,7 @@ def run_today(model, processor, gen, reqs_by_video, batch_size, sync) -> tuple[l
     return texts, time.perf_counter() - t0, tokens
 
 
-def run_new(args, model, processor, gen, questions_by_video, paths, batch_size, sync) -> tuple[list[str], float, dict]:
+def run_new(args, model, processor, gen, questions_by_video, paths, batch_size, sync, cache="dynamic") -> tuple[list[str], float, dict]:
     """Cross-video batches, frames and processor ahead on worker threads, one prefill per video."""
     import threading
 
@@ -227,7 +229,7 @@ def run_new(args, model, processor, gen, questions_by_video, paths, batch_size, 
     from k9bench.inference.prefix_cache import SharedPrefixEngine
 
     eos = gen.eos_token_id
-    engine = SharedPrefixEngine(model, processor, gen, eos if isinstance(eos, list) else [eos], resize_in_processor=False)
+    engine = SharedPrefixEngine(model, processor, gen, eos if isinstance(eos, list) else [eos], resize_in_processor=False, cache=cache)
     frames: dict[int, object] = {}
     lock = threading.Lock()
 
@@ -345,24 +347,32 @@ def main(argv: list[str] | None = None) -> int:
             print(f"today  (batch {args.batch_size}, within one video, every question prefills its video): {n} questions in "
                   f"{today_s:.1f}s = {qps:.2f} q/s -> 4,744 questions in {K9_BENCH_QUESTIONS / qps / 60:.1f} min "
                   f"(frames decoded beforehand in {decode:.1f}s, not counted; {tokens / n:.0f} input tokens per question)")
-        if cuda:
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        new_texts, new_s, info = run_new(args, model, processor, gen, questions, paths, new_bs, sync)
-        qps_new = n / new_s
-        peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
-        result["new"] = {"seconds": new_s, "questions_per_second": qps_new, "batch_size": new_bs, "peak_gib": peak, **info}
-        eng, pipe = info["engine"], info["pipeline"]
-        print(f"new    (batch {new_bs} across videos, {info['batches']} batches, one prefill per video, {args.workers} prep workers): "
-              f"{n} questions in {new_s:.1f}s = {qps_new:.2f} q/s -> 4,744 questions in {K9_BENCH_QUESTIONS / qps_new / 60:.1f} min "
-              f"(frame decoding included; prefills {eng['prefills']} ({eng['prefill_seconds']:.1f}s), decode {eng['decode_seconds']:.1f}s, "
-              f"model waited {pipe['wait_seconds']:.2f}s for the CPU{'' if peak is None else f'; peak {peak:.1f} GiB'})")
-        if today_texts is not None:
-            same = sum(a == b for a, b in zip(today_texts, new_texts))
-            ratio = qps_new / result["today"]["questions_per_second"]
-            result.update(ratio=ratio, same_answers=same)
-            print(f"ratio new / today: {ratio:.2f}x; identical answers: {same}/{n}"
-                  f"{'' if cuda else ' (CPU float32: must be all)'}")
+        caches = ["dynamic", "static"] if args.cache == "both" else [args.cache]
+        for cache in caches:
+            if cuda:
+                torch.cuda.empty_cache()
+                torch.cuda.reset_peak_memory_stats()
+            new_texts, new_s, info = run_new(args, model, processor, gen, questions, paths, new_bs, sync, cache)
+            qps_new = n / new_s
+            peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+            entry = {"seconds": new_s, "questions_per_second": qps_new, "batch_size": new_bs, "cache": cache, "peak_gib": peak, **info}
+            result.setdefault("new", entry)
+            result.setdefault("new_by_cache", {})[cache] = entry
+            eng, pipe = info["engine"], info["pipeline"]
+            print(f"new    (batch {new_bs} across videos, {info['batches']} batches, one prefill per video, {args.workers} prep workers, "
+                  f"{cache} cache): {n} questions in {new_s:.1f}s = {qps_new:.2f} q/s -> 4,744 questions in "
+                  f"{K9_BENCH_QUESTIONS / qps_new / 60:.1f} min (frame decoding included; prefills {eng['prefills']} "
+                  f"({eng['prefill_seconds']:.1f}s), decode {eng['decode_seconds']:.1f}s, model waited {pipe['wait_seconds']:.2f}s "
+                  f"for the CPU{'' if peak is None else f'; peak {peak:.1f} GiB'})")
+            if today_texts is not None:
+                same = sum(a == b for a, b in zip(today_texts, new_texts))
+                ratio = qps_new / result["today"]["questions_per_second"]
+                entry.update(ratio=ratio, same_answers=same)
+                result.setdefault("ratio", ratio)
+                result.setdefault("same_answers", same)
+                result["same_answers"] = min(result["same_answers"], same)
+                print(f"ratio new ({cache}) / today: {ratio:.2f}x; identical answers: {same}/{n}"
+                      f"{'' if cuda else ' (CPU float32: must be all)'}")
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
         if today_texts is not None and not cuda and result["same_answers"] != n:

@@ -33,9 +33,10 @@ GPU, as for ``generate``'s own batching, near-tied logits may resolve differentl
 
 Integration (HF backend)::
 
-    engine = SharedPrefixEngine.for_backend(model, processor, generation_config, stop_ids, resize_in_processor=...)
+    engine, why = SharedPrefixEngine.create_or_explain(model, processor, generation_config, stop_ids,
+                                                       resize_in_processor=..., cache="dynamic")
     prepared = engine.prepare(requests, prompts)      # CPU only; may run on a worker thread
-    outputs = engine.run(prepared)                      # GPU; list[GenerationOutput] in request order
+    outputs = engine.run(prepared)                     # on the model's device; GenerationOutput per request, in order
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ import inspect
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from k9bench.inference.backend import GenerationOutput, GenerationRequest
