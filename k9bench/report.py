@@ -1141,10 +1141,34 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def check_report_outputs(report_dir: str | Path, markdown_path: str | Path | None = None) -> None:
+    """Before anything is read: the report folder can be made or written, and the Markdown file is
+    not a folder and can be written. Raises :class:`ReportError` (one line naming the flag); writes nothing."""
+    from k9bench.layout import LauncherError, check_output_folder
+
+    targets = [("--report_dir", Path(report_dir))]
+    if markdown_path:
+        md = Path(markdown_path)
+        if md.is_dir():
+            raise ReportError(f"--output_file {md} is a folder; give the Markdown file's path")
+        targets.append(("--output_file", md.parent))
+    for flag, folder in targets:
+        try:
+            check_output_folder(flag, str(folder))
+        except LauncherError as exc:
+            raise ReportError(str(exc).replace(f"{flag}=", f"{flag} ", 1)) from None
+
+
 def run_report(args: argparse.Namespace) -> int:
-    """Write the report; returns the exit code (1 with a message naming the file on bad input)."""
+    """Write the report; returns the exit code (1 with a message naming the file on bad input;
+    2, before any input is read, when the report cannot be written where asked)."""
     inputs = args.input_file if isinstance(args.input_file, (list, tuple)) else [args.input_file]
     inputs = [p for p in inputs if p]
+    try:
+        check_report_outputs(getattr(args, "report_dir", None) or "report", getattr(args, "output_file", None))
+    except ReportError as exc:
+        log.error("report: %s", exc)
+        return 2
     try:
         report = build_report(inputs, getattr(args, "judge_files", None), published=getattr(args, "published", "none"), labels=getattr(args, "labels", None),
                               notes=getattr(args, "note", None))

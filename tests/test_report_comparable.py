@@ -172,3 +172,23 @@ def test_frame_sweep_files_pick_the_same_model_and_questions(tmp_path):
     report = build_report([str(p) for p in frame_sweep_files(four)])
     written = write_report(report, tmp_path / "rep")
     assert Path(written["accuracy_vs_frames"]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize("where", ["file", "inside_file", "md_is_dir"])
+def test_unwritable_report_location_is_refused_before_reading(tmp_path, caplog, where):
+    """--report_dir that is a file (or under one), --output_file that is a folder: exit 2, one line, nothing written."""
+    from tests.test_report import report_args
+
+    from k9bench.report import run_report
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    path = write_eval(tmp_path / "eval_x.json")
+    extra = {"file": ["--report_dir", str(blocker)], "inside_file": ["--report_dir", str(blocker / "rep")],
+             "md_is_dir": ["--output_file", str(tmp_path)]}[where]
+    args = report_args(tmp_path, "--input_file", str(path), *extra)
+    assert run_report(args) == 2
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert len(errors) == 1 and "\n" not in errors[0].getMessage()
+    assert ("--report_dir" if where != "md_is_dir" else "--output_file") in errors[0].getMessage()
+    assert blocker.read_text() == "x" and not (tmp_path / "rep").exists()
