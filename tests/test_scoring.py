@@ -272,3 +272,32 @@ def test_bootstrap_counted_mask_and_degenerate_cases():
 )
 def test_default_output_path(tmp_path, name, stage, expected):
     assert default_output_path(tmp_path / name, stage) == tmp_path / expected
+
+
+def test_bootstrap_in_chunks_equals_one_draw_and_is_bounded():
+    import numpy as np
+
+    import k9bench.stats as stats
+
+    correct = [i % 3 == 0 for i in range(40)]
+    units = [f"v{i // 4}" for i in range(40)]
+    res = bootstrap_accuracy(correct, units, resamples=stats._CHUNK + 123, seed=9)
+    # the same replicates drawn at once, the old way
+    hits = np.bincount([i // 4 for i in range(40)], weights=np.asarray(correct, dtype=float), minlength=10)
+    draws = np.random.default_rng(9).multinomial(10, np.full(10, 0.1), size=stats._CHUNK + 123).astype(float)
+    acc = (draws @ hits) / (draws @ np.full(10, 4.0))
+    low, high = np.percentile(acc, [2.5, 97.5])
+    assert res.overall.as_list() == [float(low), float(high)]
+    with pytest.raises(ValueError, match="at most"):
+        bootstrap_accuracy(correct, units, resamples=stats.MAX_RESAMPLES + 1)
+
+
+def test_evaluate_takes_the_settings_object():
+    from k9bench.scoring_settings import EvalSettings
+
+    art = RecordsArtifact(records=[rec(1, "A", sims_=sims(0.45, 0.1, 0.2, 0.3, 0.4)), rec(2, "B", sims_=sims(0.1, 0.9, 0.2, 0.3, 0.4))])
+    out = evaluate(art, EvalSettings(threshold=0.4, bootstrap_resamples=0, sensitivity_thresholds=(0.2,)))
+    assert out.meta["threshold"] == 0.4 and out.meta["correct_count"] == 2
+    assert list(out.meta["statistics"]["threshold_sensitivity"]) == ["0.2", "0.4", "argmax"]
+    with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
+        EvalSettings(threshold=1.5)
