@@ -61,6 +61,13 @@ class Loaded:
         self.stop_ids = set(eos if isinstance(eos, (list, tuple)) else [eos])
         self.patch = self.processor.video_processor.patch_size
 
+    def with_generation(self, **updates) -> "Loaded":
+        """The same model and processor with other generation settings."""
+        other = copy.copy(self)
+        other.gen = copy.deepcopy(self.gen)
+        other.gen.update(**updates)
+        return other
+
     def engine(self, cache: str = "dynamic") -> SharedPrefixEngine:
         return SharedPrefixEngine(self.model, self.processor, self.gen, self.stop_ids, resize_in_processor=False, cache=cache)
 
@@ -172,14 +179,18 @@ def test_split_cuts_after_the_last_shared_special_token():
 def test_unsupported_settings_keep_generate(qwen3):
     gen = copy.deepcopy(qwen3.gen)
     assert unsupported_reason(qwen3.model, gen) is None
-    for key, value in (("do_sample", True), ("num_beams", 2), ("repetition_penalty", 1.1), ("no_repeat_ngram_size", 3)):
+    for key, value in (("num_beams", 2), ("min_new_tokens", 3), ("guidance_scale", 2.0), ("stop_strings", ["dog"])):
         changed = copy.deepcopy(gen)
         setattr(changed, key, value)
-        assert key in unsupported_reason(qwen3.model, changed) or "sampl" in unsupported_reason(qwen3.model, changed)
+        assert key in unsupported_reason(qwen3.model, changed)
         with pytest.raises(PrefixCacheError):
             SharedPrefixEngine(qwen3.model, qwen3.processor, changed, qwen3.stop_ids, resize_in_processor=False)
         engine, why = SharedPrefixEngine.create_or_explain(qwen3.model, qwen3.processor, changed, qwen3.stop_ids, resize_in_processor=False)
         assert engine is None and why == unsupported_reason(qwen3.model, changed)
+    # sampling and the processors generate applies (penalties, n-gram bans) are reproduced
+    sampling = copy.deepcopy(gen)
+    sampling.update(do_sample=True, temperature=0.7, top_k=20, top_p=0.8, repetition_penalty=1.05, no_repeat_ngram_size=4)
+    assert unsupported_reason(qwen3.model, sampling) is None
     engine, why = SharedPrefixEngine.create_or_explain(qwen3.model, qwen3.processor, gen, qwen3.stop_ids, resize_in_processor=False)
     assert isinstance(engine, SharedPrefixEngine) and why is None
     with pytest.raises(ValueError):
@@ -198,6 +209,29 @@ def test_cross_video_batches_with_shared_prefix_match_batch_size_1(qwen3, demo_q
     # where the videos split across batches (1+4, 3+2) reuse the prefix of the batch before
     assert (stats[12].prefills, stats[12].batches) == (3, 1)
     assert (stats[5].prefills, stats[5].prefix_reuses, stats[5].batches) == (3, 2, 3)
+
+
+@pytest.mark.slow
+def test_logits_processors_as_generate_applies_them(qwen3, demo_questions, demo_video_dir):
+    """A repetition penalty and an n-gram ban (they read the whole sequence), and sampling with top-k 1."""
+    requests = requests_for(qwen3, demo_questions, demo_video_dir, max_frames=4)
+    check_parity(qwen3.with_generation(repetition_penalty=1.3, no_repeat_ngram_size=2), requests, batch_sizes=(12,))
+    check_parity(qwen3.with_generation(do_sample=True, temperature=0.7, top_k=1, top_p=0.8), requests, batch_sizes=(12,))
+
+
+@pytest.mark.slow
+def test_sampling_is_seeded_like_generate(qwen3, demo_questions, demo_video_dir):
+    import torch
+
+    model = qwen3.with_generation(do_sample=True, temperature=1.5, top_k=50, top_p=0.95)
+    requests = requests_for(model, demo_questions, demo_video_dir, max_frames=4)
+    runs = []
+    for seed in (7, 7, 8):
+        torch.manual_seed(seed)
+        runs.append([a[0] for a in engine_answers(model, requests, 12)[0]])
+    assert runs[0] == runs[1] and runs[0] != runs[2]
+    greedy = [a[0] for a in engine_answers(qwen3, requests, 12)[0]]
+    assert runs[0] != greedy
 
 
 @pytest.mark.slow

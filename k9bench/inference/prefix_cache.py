@@ -18,18 +18,24 @@ zeros and pads; the rotary positions are the ones the full prompt would have had
 rope gives the prefix its 3-D positions (``get_rope_index``), the question's tokens continue one by
 one after the prefix's last token, and generated tokens follow ``generate``'s rule (the prompt's
 largest position + 1, + 1 per step: the two differ only where a video's temporal positions run past
-the question's end, as Qwen2.5-VL's scaled time axis can). Decoding is greedy: an argmax per step, rows
-that produced a stop token continue with the pad token, as ``generate`` does, until every row has
-stopped or ``max_new_tokens`` is reached.
+the question's end, as Qwen2.5-VL's scaled time axis can). Each step's logits go through ``generate``'s
+own logits processors (temperature, top-k/top-p, repetition penalty... from the generation config;
+none for plain greedy decoding), then an argmax, or a draw when the config samples (seed it as
+``generate`` is seeded: ``torch.manual_seed`` before :meth:`SharedPrefixEngine.run`). Rows that
+produced a stop token continue with the pad token, as ``generate`` does, until every row has stopped
+or ``max_new_tokens`` is reached.
 
 Text-only requests (no frames) have no shared prefix here: their prompts are left-padded whole,
-so the same loop is plain batched greedy generation.
+so the same loop is plain batched generation.
 
-Only what can be shown equal to ``model.generate`` runs here: Qwen3-VL and Qwen2.5-VL models,
-greedy decoding, no logits processor that would change the argmax (see :func:`unsupported_reason`).
-Anything else stays on ``generate``. Parity (token-identical greedy answers to batch size 1 on CPU in
-float32, the tiny model, the demo set) is shown in ``tests/test_prefix_cache.py``; in bfloat16 on a
-GPU, as for ``generate``'s own batching, near-tied logits may resolve differently.
+Only what can be shown equal to ``model.generate`` runs here: Qwen3-VL and Qwen2.5-VL models, no
+beam search, contrastive search, guidance, minimum lengths or stop strings (see
+:func:`unsupported_reason`); anything else stays on ``generate``. Parity (token-identical greedy
+answers to batch size 1 on CPU in float32, the tiny model, the demo set; with a repetition penalty
+and n-gram ban too; sampling with top-k 1) is shown in ``tests/test_prefix_cache.py``. Sampled
+answers are draws from the same distribution as ``generate``'s, not the same draws (as with
+``generate``'s own batching); in bfloat16 on a GPU, as for ``generate``'s batching, near-tied
+logits may resolve differently.
 
 Integration (HF backend)::
 
@@ -63,29 +69,22 @@ CACHE_KINDS = ("dynamic", "static")
 SUPPORTED_MODEL_TYPES = ("qwen3_vl", "qwen2_5_vl")
 """``config.model_type`` values whose prefill/decoding this module reproduces (others keep ``generate``)."""
 
-# Generation settings that add a logits processor (or a search) changing the greedy argmax, with
-# the value at which they are inactive.
-_INACTIVE_SETTINGS: dict[str, tuple] = {
+# Generation settings the loop does not reproduce, with the values at which they are inactive. Everything
+# else that shapes the next token (temperature, top-k/top-p, repetition penalty, n-gram bans, suppressed
+# or forced tokens...) goes through generate's own logits processors (model._get_logits_processor).
+_UNSUPPORTED_SETTINGS: dict[str, tuple] = {
     "num_beams": (None, 1),
-    "repetition_penalty": (None, 1.0),
+    "num_beam_groups": (None, 1),
+    "penalty_alpha": (None,),
     "encoder_repetition_penalty": (None, 1.0),
-    "no_repeat_ngram_size": (None, 0),
     "encoder_no_repeat_ngram_size": (None, 0),
-    "bad_words_ids": (None,),
-    "suppress_tokens": (None,),
-    "begin_suppress_tokens": (None,),
-    "forced_bos_token_id": (None,),
-    "forced_eos_token_id": (None,),
     "min_length": (None, 0),
     "min_new_tokens": (None, 0),
-    "sequence_bias": (None,),
     "guidance_scale": (None, 1.0),
-    "exponential_decay_length_penalty": (None,),
     "stop_strings": (None,),
-    "penalty_alpha": (None,),
     "watermarking_config": (None,),
     "prompt_lookup_num_tokens": (None,),
-    "num_assistant_tokens": (None, 20),
+    "assistant_early_exit": (None,),
 }
 
 
@@ -103,12 +102,12 @@ def unsupported_reason(model: Any, generation_config: Any) -> str | None:
         return f"{type(model).__name__} has no model.get_rope_index"
     if generation_config is None:
         return "no generation config"
-    if getattr(generation_config, "do_sample", False):
-        return "sampling (do_sample) is on; the shared prefix runs greedy decoding only"
-    for key, inactive in _INACTIVE_SETTINGS.items():
+    for key, inactive in _UNSUPPORTED_SETTINGS.items():
         value = getattr(generation_config, key, None)
         if value not in inactive:
-            return f"generation setting {key}={value!r} changes greedy decoding"
+            return f"generation setting {key}={value!r} is not reproduced by the shared-prefix loop"
+    if not callable(getattr(model, "_get_logits_processor", None)):
+        return f"{type(model).__name__} has no _get_logits_processor (generate's logits processors)"
     if not getattr(generation_config, "max_new_tokens", None):
         return "max_new_tokens is not set"
     if getattr(generation_config, "pad_token_id", None) is None:
@@ -211,6 +210,8 @@ class PrefixState:
     """Rotary position of the first token after the prefix (the last prefix token is text: one position for all axes)."""
     max_position: int
     """Largest rotary position inside the prefix (a video's temporal axis can run past the text)."""
+    input_ids: Any = None
+    """The prefix's token ids (1, P), for logits processors that look at the sequence (repetition penalty)."""
 
 
 @dataclass
@@ -265,6 +266,7 @@ class SharedPrefixEngine:
         self.stop_ids = sorted(set(int(i) for i in stop_ids))
         self.pad_id = int(generation_config.pad_token_id)
         self.max_new_tokens = int(generation_config.max_new_tokens)
+        self.do_sample = bool(getattr(generation_config, "do_sample", False))
         self.resize_in_processor = resize_in_processor
         self.keep_prefixes = keep_prefixes
         self.cache_kind = cache
@@ -293,7 +295,8 @@ class SharedPrefixEngine:
     def describe(self) -> dict[str, Any]:
         """What ran (for the artifact's ``inference.backend``)."""
         return {
-            "decoding": f"shared video prefix (one prefill per video), greedy, {self.cache_kind} KV cache",
+            "decoding": f"shared video prefix (one prefill per video), {'sampling' if self.do_sample else 'greedy'}, "
+                        f"{self.cache_kind} KV cache",
             "cache": self.cache_kind,
             "keep_prefixes": self.keep_prefixes,
         }
@@ -410,7 +413,7 @@ class SharedPrefixEngine:
         last = rope_pos[:, 0, -1]
         if not bool((last == last[0]).all()):
             raise PrefixCacheError("the shared prefix does not end with a text token")
-        return PrefixState(video.key, keys, values, length, int(last[0]) + 1, int(rope_pos.max()))
+        return PrefixState(video.key, keys, values, length, int(last[0]) + 1, int(rope_pos.max()), ids)
 
     def _states_for(self, prepared: PreparedBatch) -> dict[str, PrefixState]:
         states: dict[str, PrefixState] = {}
@@ -505,16 +508,25 @@ class SharedPrefixEngine:
         real = mask[:, :width].sum(-1)  # P_b + S_b: text index of the first generated token
 
         stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
+        processors = self._logits_processors(width)
+        sequence = self._sequence(rows, states, ids, p_max) if len(processors) else None
         out = self.model(input_ids=ids, attention_mask=mask,
                          position_ids=torch.cat([prompt_text.unsqueeze(0), prompt_rope], dim=0), cache=cache,
                          use_cache=True, logits_to_keep=1)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         produced = []
         for step in range(self.max_new_tokens):
-            logits = out.logits[:, -1, :].float()
-            token = logits.argmax(-1)
+            scores = out.logits[:, -1, :].float()
+            if sequence is not None:
+                scores = processors(sequence, scores)
+            if self.do_sample:
+                token = torch.multinomial(torch.nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
+            else:
+                token = scores.argmax(-1)
             token = torch.where(finished, torch.full_like(token, self.pad_id), token)
             produced.append(token)
+            if sequence is not None:
+                sequence = torch.cat([sequence, token[:, None]], dim=-1)
             finished = finished | torch.isin(token, stop)
             if step == self.max_new_tokens - 1 or bool(finished.all()):
                 break
@@ -527,6 +539,24 @@ class SharedPrefixEngine:
             out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=pos, cache=cache,
                              use_cache=True, logits_to_keep=1)
         return torch.stack(produced, dim=1).cpu()
+
+    def _logits_processors(self, prompt_width: int) -> Any:
+        """generate's own logits processors for these settings (temperature, top-k/p, penalties...)."""
+        return self.model._get_logits_processor(generation_config=self.generation_config, input_ids_seq_length=prompt_width,
+                                                encoder_input_ids=None, prefix_allowed_tokens_fn=None, logits_processor=None,
+                                                device=self.model.device, model_kwargs={})
+
+    def _sequence(self, rows: list[PreparedRow], states: dict[str, PrefixState], suffix_ids: "torch.Tensor", p_max: int) -> "torch.Tensor":
+        """The (B, P_max + S_max) token ids of the batch's prompts, pad id where the cache holds padding:
+        what generate's processors see (its own batches hold left padding the same way)."""
+        import torch
+
+        seq = torch.full((len(rows), p_max), self.pad_id, dtype=torch.long, device=suffix_ids.device)
+        for b, r in enumerate(rows):
+            if r.video_key is not None:
+                st = states[r.video_key]
+                seq[b, p_max - st.length:] = st.input_ids[0].to(seq.device)
+        return torch.cat([seq, suffix_ids], dim=1)
 
     def _batch_cache(self, rows: list[PreparedRow], states: dict[str, PrefixState], batch: int, p_max: int, total: int) -> Any:
         """The batch's cache holding each row's prefix right-aligned in ``p_max`` positions."""
