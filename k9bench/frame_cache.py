@@ -250,10 +250,11 @@ class FrameCache:
             raise slot.error
         return slot.frames  # type: ignore[return-value]
 
-    def prefetch(self, path: str | os.PathLike) -> None:
+    def prefetch(self, path: str | os.PathLike, audio_sampling_rate: int | None = None) -> None:
         """Start loading a video in a background thread (say, the next video while the model generates).
 
         A later ``get`` waits for it. Errors surface at ``get``; a missing file is left to ``get``.
+        With ``audio_sampling_rate`` its soundtrack is read too (errors surface at ``get_audio``).
         """
         p = Path(path)
         try:
@@ -261,12 +262,19 @@ class FrameCache:
         except VideoError:
             return
         with self._lock:
-            if fid in self._slots or fid in self._pending:
-                return
             if self._executor is None:
                 self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k9bench-frames")
-            self._pending[fid] = self._executor.submit(self._build, p, fid)
-            self._by_path[str(p)] = fid
+            if fid not in self._slots and fid not in self._pending:
+                self._pending[fid] = self._executor.submit(self._build, p, fid)
+                self._by_path[str(p)] = fid
+            if audio_sampling_rate is not None and (fid, int(audio_sampling_rate)) not in self._audio:
+                self._executor.submit(self._prefetch_audio, p, int(audio_sampling_rate))
+
+    def _prefetch_audio(self, path: Path, sampling_rate: int) -> None:
+        try:
+            self.get_audio(path, sampling_rate)
+        except AudioError:
+            pass  # remembered in the cache: the same error is raised at get_audio
 
     def release(self, path: str | os.PathLike) -> None:
         """Forget a video's frames (after its last question). Unknown paths are ignored."""

@@ -181,3 +181,22 @@ def test_input_audio_part_for_openai_compatible_endpoints(clips, fmt, tmp_path):
     assert float(np.abs(back.samples).max()) == pytest.approx(float(np.abs(audio.samples).max()), rel=0.1)
     with pytest.raises(ValueError, match="unknown audio format"):
         encode_audio(audio, "flac")
+
+
+def test_prefetch_reads_the_soundtrack_in_background(monkeypatch, clips):
+    import threading
+
+    import k9bench.frame_cache as fc
+
+    threads = []
+    real = fc.read_audio
+    monkeypatch.setattr(fc, "read_audio", lambda path, rate: threads.append(threading.current_thread().name) or real(path, rate))
+    with FrameCache() as cache:
+        cache.prefetch(clips["sine"], audio_sampling_rate=16000)
+        cache.prefetch(clips["silent"], audio_sampling_rate=16000)
+        assert cache.get_audio(clips["sine"], 16000).num_samples == 48000
+        with pytest.raises(NoAudioStream):
+            cache.get_audio(clips["silent"], 16000)
+        assert cache.get(clips["sine"]).num_frames > 0 and cache.get(clips["silent"]).num_frames > 0
+        assert cache.stats.audio_reads == 1 and cache.stats.audio_failures == 1 and cache.stats.decodes == 2
+    assert len(threads) == 2 and all(t.startswith("k9bench-frames") for t in threads)
