@@ -27,7 +27,7 @@ Usage::
     python bench/bench_gpu.py --device cpu --layers 2 --hidden 256 --vision_depth 2 --vision_hidden 128 \\
         --videos 10 --max_frames 8 --max_pixels 50176 --min_pixels 2048 --max_new_tokens 32 --video_size 320x240 --video_seconds 12
     # one GPU, the full 4B architecture, 32 frames, 64 new tokens
-    python bench/bench_gpu.py --device cuda
+    python bench/bench_gpu.py --device cuda --cache both
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ QUESTIONS = (
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--device", default="cuda" if _cuda() else "cpu", help="cuda or cpu (default: cuda when visible)")
+    p.add_argument("--device", default="auto", help="cuda, cpu, or auto: cuda when visible (default)")
     p.add_argument("--layers", type=int, default=QWEN3_VL_4B["num_hidden_layers"], help="language model layers (36)")
     p.add_argument("--hidden", type=int, default=QWEN3_VL_4B["hidden_size"], help="language model width (2560)")
     p.add_argument("--vision_depth", type=int, default=24, help="vision tower blocks (24)")
@@ -87,15 +87,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--work_dir", default=None, help="where videos go (default: a temporary folder, removed)")
     p.add_argument("--json_out", default=None, help="write the figures here")
     return p
-
-
-def _cuda() -> bool:
-    try:
-        import torch
-
-        return torch.cuda.is_available()
-    except ImportError:  # pragma: no cover
-        return False
 
 
 def build_model(args, work: Path):
@@ -277,6 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     quiet_library_progress_bars()
     if args.threads > 0:
         torch.set_num_threads(args.threads)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
     cuda = args.device.startswith("cuda")
     sync = (lambda: torch.cuda.synchronize()) if cuda else (lambda: None)
     work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_gpu_"))
