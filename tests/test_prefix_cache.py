@@ -278,3 +278,43 @@ def test_qwen2_5_vl(demo_questions, demo_video_dir, tmp_path):
     model = Loaded(build_tiny_qwen2_5vl(tmp_path / "qwen25", seed=0))
     requests = requests_for(model, demo_questions, demo_video_dir, max_frames=4)
     check_parity(model, requests, batch_sizes=(12,))
+
+
+@pytest.mark.slow
+def test_planner_pipeline_and_engine_together_as_the_runner_would(qwen3, demo_questions, demo_video_dir):
+    """plan_batches over the demo videos, frames from a FrameCache and the engine's preparation on two
+    worker threads ahead of the model, frames released as the plan says: the batch-size-1 answers."""
+    from k9bench.inference.batching import plan_batches
+    from k9bench.inference.pipeline import AheadPipeline
+    from k9bench.video import FrameCache
+
+    groups: dict[str, list] = {}
+    for q in demo_questions:
+        groups.setdefault(q.video, []).append(q)
+    videos = list(groups)
+    plan = plan_batches([len(groups[v]) for v in videos], 5)
+    engine = qwen3.engine()
+    cache = FrameCache(fps=1.0, max_frames=4, max_pixels=16384, min_pixels=2048, image_patch_size=qwen3.patch)
+
+    def prepare(batch):
+        requests = []
+        for part in batch.parts:
+            path = demo_video_dir / videos[part.group]
+            frames = cache.get(path)
+            requests += [GenerationRequest(key=q.idx, messages=messages(q.question, "system", True), frames=frames,
+                                           video_path=str(path)) for q in groups[videos[part.group]][part.start:part.stop]]
+        return requests, engine.prepare(requests, [qwen3.render(r.messages) for r in requests])
+
+    answers = {}
+    with AheadPipeline(prepare, workers=2, depth=2) as ahead:
+        for ready in ahead.run(plan):
+            assert ready.error is None
+            requests, prepared = ready.value
+            for r, o in zip(requests, engine.run(prepared)):
+                answers[r.key] = (o.text, o.num_input_tokens, o.num_output_tokens, o.finish_reason, o.prompt)
+            for g in ready.item.release:
+                cache.release(demo_video_dir / videos[g])
+    assert len(cache) == 0 and ahead.stats.prepared == len(plan) == 3
+    assert (engine.stats.prefills, engine.stats.prefix_reuses) == (3, 2)
+    reference = requests_for(qwen3, demo_questions, demo_video_dir, max_frames=4)
+    assert [answers[r.key] for r in reference] == [qwen3.reference(r) for r in reference]
