@@ -559,37 +559,40 @@ class SharedPrefixEngine:
         return torch.cat([seq, suffix_ids], dim=1)
 
     def _batch_cache(self, rows: list[PreparedRow], states: dict[str, PrefixState], batch: int, p_max: int, total: int) -> Any:
-        """The batch's cache holding each row's prefix right-aligned in ``p_max`` positions."""
+        """The batch's cache holding each row's prefix right-aligned in ``p_max`` positions.
+
+        Per layer, the videos' prefixes are stacked once (V rows) and expanded to the questions with
+        one ``index_select``: a few kernels per layer instead of one copy per question.
+        """
+        import torch
         from transformers import DynamicCache, StaticCache
 
-        if self.cache_kind == "static":
-            cache = StaticCache(config=self.model.config, max_cache_len=total)
-            if p_max:
-                sample = next(iter(states.values()))
-                for i, layer in enumerate(cache.layers):
-                    k0, v0 = sample.keys[i], sample.values[i]
-                    layer.lazy_initialization(k0.new_empty((batch, k0.shape[1], 0, k0.shape[3])),
-                                              v0.new_empty((batch, v0.shape[1], 0, v0.shape[3])))
-                    for b, r in enumerate(rows):
-                        st = states[r.video_key]
-                        layer.keys[b, :, p_max - st.length:p_max] = st.keys[i][0]
-                        layer.values[b, :, p_max - st.length:p_max] = st.values[i][0]
-                    layer.cumulative_length.fill_(p_max)
-            return cache
+        static = self.cache_kind == "static"
         if not p_max:
-            return DynamicCache(config=self.model.config)
-        sample = next(iter(states.values()))
-        layers = []
-        for i in range(len(sample.keys)):
-            k0, v0 = sample.keys[i], sample.values[i]
-            k = k0.new_zeros((batch, k0.shape[1], p_max, k0.shape[3]))
-            v = v0.new_zeros((batch, v0.shape[1], p_max, v0.shape[3]))
-            for b, r in enumerate(rows):
-                st = states[r.video_key]
-                k[b, :, p_max - st.length:] = st.keys[i][0]
-                v[b, :, p_max - st.length:] = st.values[i][0]
-            layers.append((k, v))
-        return DynamicCache(ddp_cache_data=layers, config=self.model.config)
+            return StaticCache(config=self.model.config, max_cache_len=total) if static else DynamicCache(config=self.model.config)
+        order = list(dict.fromkeys(r.video_key for r in rows))
+        row_video = torch.tensor([order.index(r.video_key) for r in rows], dtype=torch.long, device=self.model.device)
+        video_states = [states[k] for k in order]
+
+        def expanded(i: int, values: bool) -> "torch.Tensor":
+            first = (video_states[0].values if values else video_states[0].keys)[i]
+            stacked = first.new_zeros((len(order), first.shape[1], p_max, first.shape[3]))
+            for v, st in enumerate(video_states):
+                stacked[v, :, p_max - st.length:] = (st.values if values else st.keys)[i][0]
+            return stacked.index_select(0, row_video)
+
+        n_layers = len(video_states[0].keys)
+        if static:
+            cache = StaticCache(config=self.model.config, max_cache_len=total)
+            for i, layer in enumerate(cache.layers):
+                k0, v0 = video_states[0].keys[i], video_states[0].values[i]
+                layer.lazy_initialization(k0.new_empty((batch, k0.shape[1], 0, k0.shape[3])),
+                                          v0.new_empty((batch, v0.shape[1], 0, v0.shape[3])))
+                layer.keys[:, :, :p_max] = expanded(i, False)
+                layer.values[:, :, :p_max] = expanded(i, True)
+                layer.cumulative_length.fill_(p_max)
+            return cache
+        return DynamicCache(ddp_cache_data=[(expanded(i, False), expanded(i, True)) for i in range(n_layers)], config=self.model.config)
 
     # ------------------------------------------------------------------ convenience
 
