@@ -250,7 +250,7 @@ def frames_key(request: GenerationRequest) -> str | None:
 
 
 class SharedPrefixEngine:
-    """Greedy generation for Qwen-VL models with one prefill per video prefix (see the module doc)."""
+    """Generation for Qwen-VL models with one prefill per video prefix, batches spanning videos (see the module doc)."""
 
     def __init__(self, model: Any, processor: Any, generation_config: Any, stop_ids: Iterable[int], *,
                  resize_in_processor: bool, keep_prefixes: int = 1, cache: str = "dynamic"):
@@ -269,10 +269,10 @@ class SharedPrefixEngine:
         self.do_sample = bool(getattr(generation_config, "do_sample", False))
         self.resize_in_processor = resize_in_processor
         self.keep_prefixes = keep_prefixes
+        """Prefix states kept after a batch (the last videos of the batch, which may continue in the next one)."""
         self.cache_kind = cache
         """``dynamic``: the cache grows by concatenation each step (as ``generate``); ``static``: preallocated
         for the prompt and ``max_new_tokens``, written in place (no copy of the whole cache per step)."""
-        """Prefix states kept after a batch (the last videos of the batch, which may continue in the next one)."""
         self.stats = EngineStats()
         self._states: dict[str, PrefixState] = {}
         self._lock = threading.Lock()
