@@ -16,6 +16,7 @@ from k9bench.inference.batching import (
     kv_bytes_per_token,
     memory_model_for,
     padding_waste,
+    parse_batch_size,
     plan_batches,
     video_order,
 )
@@ -88,6 +89,13 @@ def test_video_tokens_estimate():
 
 
 # --------------------------------------------------------------------------- --batch_size auto
+
+
+def test_batch_size_values():
+    assert [parse_batch_size(v) for v in ("8", " 1 ", "auto", "AUTO", 3)] == [8, 1, "auto", "auto", 3]
+    for bad in ("0", "-2", "eight", "1.5", ""):
+        with pytest.raises(ValueError):
+            parse_batch_size(bad)
 
 
 def test_auto_is_1_on_cpu():

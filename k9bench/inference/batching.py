@@ -192,6 +192,23 @@ class BatchSizeChoice:
                 "inputs": dict(self.inputs), "history": [list(h) for h in self.history]}
 
 
+def parse_batch_size(text: str | int) -> int | str:
+    """A ``--batch_size`` value: a positive integer, or ``auto``. Raises ``ValueError`` with the reason."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = text
+    else:
+        word = str(text).strip().lower()
+        if word == AUTO:
+            return AUTO
+        try:
+            value = int(word)
+        except ValueError:
+            raise ValueError(f"{text!r} is not a positive integer or 'auto'") from None
+    if value < 1:
+        raise ValueError(f"{text!r}: the batch size must be >= 1 (or 'auto')")
+    return value
+
+
 def halve_batch_size(size: int) -> int:
     """The batch size to retry with after an out-of-memory error."""
     return max(1, size // 2)
@@ -262,5 +279,5 @@ def memory_model_for(config: Any, *, dtype_bytes: int, prompt_tokens: int, max_n
 __all__ = [
     "AUTO", "BatchPart", "BatchSizeChoice", "DEFAULT_MAX_AUTO_BATCH", "DEFAULT_MEMORY_FRACTION", "MemoryModel", "PlannedBatch",
     "auto_batch_size", "estimate_video_tokens", "given_batch_size", "halve_batch_size", "kv_bytes_per_token",
-    "memory_model_for", "padding_waste", "plan_batches", "video_order",
+    "memory_model_for", "padding_waste", "parse_batch_size", "plan_batches", "video_order",
 ]
