@@ -842,7 +842,8 @@ def plot_categories(runs: list[RunSummary], published: list, path: Path) -> Path
     for run in runs:
         values = [run.categories[c].accuracy for c in CATEGORIES] + [run.overall.accuracy]
         cis = [run.categories[c].ci for c in CATEGORIES] + [run.overall.ci]
-        series.append((run.label, values, cis))
+        label = run.label if not published or run.settings.standing == COMPARABLE else f"{run.label} ({run.settings.standing} to Table 1)"
+        series.append((label, values, cis))
     for pub in published:
         series.append((f"{pub.model} (paper)", [pub.categories.get(c) for c in CATEGORIES] + [pub.average], [None] * 6))
     fig, ax = plt.subplots(figsize=(max(7.0, 1.6 * len(groups)), 4.5))
