@@ -253,7 +253,7 @@ def run_new(args, model, processor, gen, questions_by_video, paths, batch_size, 
                     frames.pop(g, None)  # the planner says this video is done
     sync()
     wall = time.perf_counter() - t0
-    return texts, wall, {"pipeline": ahead.stats.to_dict(), "engine": engine.stats.__dict__.copy(), "batches": len(plan)}
+    return texts, wall, {"pipeline": ahead.stats.to_dict(), "engine": engine.stats.to_dict(), "batches": len(plan)}
 
 
 def main(argv: list[str] | None = None) -> int:

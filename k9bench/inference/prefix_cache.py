@@ -232,6 +232,9 @@ class EngineStats:
     prepare_seconds: float = 0.0
     generated_tokens: int = 0
 
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
 
 def _digest(*parts: Any) -> str:
     h = hashlib.sha256()
