@@ -189,7 +189,9 @@ export K9BENCH_INTERFACE=launcher
 export MODEL_NAME MAX_FRAMES MAX_SAMPLES VIDEO_DIR OUT_DIR DATASET_NAME SPLIT BATCH_SIZE DTYPE ATTN_IMPL \
     EMBEDDING_MODEL EMBED_BATCH_SIZE DEVICE THRESHOLD JUDGE_MODEL JUDGE_BASE_URL
 DEMO_QUESTIONS=0 # the demo set's size, printed by --check_env when DATASET_NAME=demo
-SETTINGS=$("$PYTHON" -m k9bench.layout --check_env) || die 2 "${SETTINGS:-the settings check (python -m k9bench.layout --check_env) failed}"
+preflight=("$PYTHON" -m k9bench.layout --check_env)
+((!DEMO_BUILD_MODEL)) || preflight+=(--model_to_build)
+SETTINGS=$("${preflight[@]}") || die 2 "${SETTINGS:-the settings check (python -m k9bench.layout --check_env) failed}"
 eval "$SETTINGS"
 if [[ "$THINKING_MODE" == auto ]]; then
     [[ "$MODEL_NAME" == *-Thinking* ]] && THINKING_MODE=1 || THINKING_MODE=0

@@ -313,10 +313,16 @@ def setting_default(setting: LauncherSetting, parsers: dict | None = None) -> ob
     return _flag_action(setting.script, setting.flag, {} if parsers is None else parsers).default
 
 
-def launcher_settings(env: Mapping[str, str]) -> dict[str, str]:
+def _looks_local(model: str) -> bool:
+    """A model given as a local path (``./m``, ``/m``, ``~/m``) rather than a Hub id."""
+    return model.startswith((".", "/", "~"))
+
+
+def launcher_settings(env: Mapping[str, str], *, model_to_build: bool = False) -> dict[str, str]:
     """The launcher's settings from ``env``: an unset or empty variable takes its script flag's
     default ("" when that default is None: the flag is then not passed). Raises
-    :class:`LauncherError` (one line naming the variable) on the first value that cannot work."""
+    :class:`LauncherError` (one line naming the variable) on the first value that cannot work.
+    A MODEL_NAME given as a local path must exist, unless ``model_to_build`` (the demo builds it)."""
     parsers: dict = {}
     out: dict[str, str] = {}
     for setting in LAUNCHER_SETTINGS:
@@ -327,6 +333,9 @@ def launcher_settings(env: Mapping[str, str]) -> dict[str, str]:
         else:
             default = setting_default(setting, parsers)
             out[setting.name] = "" if default is None else str(default)
+    model = out["MODEL_NAME"]
+    if not model_to_build and _looks_local(model) and not Path(model).expanduser().exists():
+        raise LauncherError(f"MODEL_NAME={model}: no such folder (a local model path; a Hub id looks like org/name)")
     for name in OUTPUT_FOLDERS:
         check_output_folder(name, out[name])
     if out["DATASET_NAME"] == "demo":
@@ -343,6 +352,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check_env", action="store_true",
                         help="check run_eval.sh's environment values and output folders; print them with the scripts' defaults "
                              "filled in, or one line naming the culprit (on stdout) and exit 2")
+    parser.add_argument("--model_to_build", action="store_true", help="with --check_env: MODEL_NAME is a folder the launcher builds (DEMO)")
     parser.add_argument("--defaults", action="store_true", help="list the launcher's variables with their script flags and defaults")
     parser.add_argument("--out_dir")
     parser.add_argument("--model")
@@ -362,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.check_env:
         try:
-            values = launcher_settings(os.environ)
+            values = launcher_settings(os.environ, model_to_build=args.model_to_build)
         except LauncherError as exc:
             print(exc)
             return 2

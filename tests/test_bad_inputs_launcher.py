@@ -46,6 +46,7 @@ CASES = [
     ({"OUT_DIR": READ_ONLY}, f"OUT_DIR={READ_ONLY} is not writable"),
     ({"OUT_DIR": READ_ONLY, "DEMO": "1"}, f"OUT_DIR={READ_ONLY} is not writable"),
     ({"VIDEO_DIR": "/etc/passwd/videos"}, "VIDEO_DIR=/etc/passwd/videos cannot be created"),
+    ({"MODEL_NAME": "./nomodel"}, "MODEL_NAME=./nomodel: no such folder"),
 ]
 
 

@@ -120,6 +120,7 @@ def test_launcher_defaults_come_from_the_scripts_flags(tmp_path):
         ({"OUT_DIR": "/etc/passwd/x"}, "OUT_DIR=/etc/passwd/x cannot be created: /etc/passwd is not a folder"),
         ({"OUT_DIR": "/etc/passwd"}, "OUT_DIR=/etc/passwd is a file, not a folder"),
         ({"VIDEO_DIR": "/etc/hostname/v"}, "VIDEO_DIR=/etc/hostname/v cannot be created"),
+        ({"MODEL_NAME": "/nonexistent/model"}, "MODEL_NAME=/nonexistent/model: no such folder"),
     ],
 )
 def test_bad_values_are_refused_naming_the_variable(tmp_path, env, message):
@@ -129,6 +130,14 @@ def test_bad_values_are_refused_naming_the_variable(tmp_path, env, message):
     assert message in str(info.value)
     assert "\n" not in str(info.value)
     assert not (tmp_path / "out").exists() and not (tmp_path / "v").exists()
+
+
+def test_a_model_folder_the_demo_builds_need_not_exist_yet(tmp_path):
+    env = {"OUT_DIR": str(tmp_path), "MODEL_NAME": str(tmp_path / "tiny-qwen3vl")}
+    with pytest.raises(LauncherError, match="no such folder"):
+        launcher_settings(env)
+    assert launcher_settings(env, model_to_build=True)["MODEL_NAME"] == str(tmp_path / "tiny-qwen3vl")
+    assert launcher_settings({"OUT_DIR": str(tmp_path), "MODEL_NAME": "org/model"})["MODEL_NAME"] == "org/model"
 
 
 def test_cuda_device_is_refused_where_there_is_none(tmp_path, monkeypatch):
