@@ -175,6 +175,7 @@ class FrameCache:
         self._pending: dict[tuple[str, int, int], Future] = {}
         self._by_path: dict[str, tuple[str, int, int]] = {}
         self._audio: dict[tuple[tuple[str, int, int], int], Future] = {}
+        self._closing = False
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
         log.info(
@@ -272,9 +273,9 @@ class FrameCache:
 
     def _prefetch_audio(self, path: Path, sampling_rate: int) -> None:
         try:
-            self.get_audio(path, sampling_rate)
+            self._audio_future(path, sampling_rate, prefetching=True)
         except AudioError:
-            pass  # remembered in the cache: the same error is raised at get_audio
+            pass  # a missing file: get_audio raises it
 
     def release(self, path: str | os.PathLike) -> None:
         """Forget a video's frames (after its last question). Unknown paths are ignored."""
@@ -305,10 +306,12 @@ class FrameCache:
 
     def close(self) -> None:
         """Forget every video and stop the prefetch thread."""
+        self._closing = True  # queued soundtrack prefetches then return without reading
         self.clear()
         if self._executor is not None:
             self._executor.shutdown(wait=True, cancel_futures=True)
             self._executor = None
+        self._closing = False
 
     def __enter__(self) -> "FrameCache":
         return self
@@ -348,13 +351,19 @@ class FrameCache:
         Raises ``k9bench.audio.NoAudioStream`` for a video without one and ``AudioError`` for
         other failures, the same error again for each later call (no second read).
         """
-        p = Path(path)
+        fut = self._audio_future(Path(path), int(sampling_rate), prefetching=False)
+        return fut.result()  # type: ignore[union-attr]
+
+    def _audio_future(self, p: Path, sampling_rate: int, prefetching: bool) -> Future | None:
+        """The soundtrack's future, read here when no other call has it (None: a prefetch after close began)."""
         try:
             fid = _file_id(p)
         except VideoError as exc:
             raise AudioError(p, exc.detail, "missing_video" if exc.reason_class == "missing_video" else None) from None
-        key = (fid, int(sampling_rate))
+        key = (fid, sampling_rate)
         with self._lock:
+            if prefetching and self._closing:
+                return None
             fut = self._audio.get(key)
             owner = fut is None
             if owner:
@@ -364,7 +373,7 @@ class FrameCache:
                 self._by_path[str(p)] = fid
         if owner:
             try:
-                fut.set_result(self._load_audio(p, fid, int(sampling_rate)))
+                fut.set_result(self._load_audio(p, fid, sampling_rate))
             except AudioError as exc:
                 self._count("audio_failures")
                 log.warning("soundtrack of %s cannot be used: %s", p, exc.detail)
@@ -374,7 +383,7 @@ class FrameCache:
                     if self._audio.get(key) is fut:
                         del self._audio[key]
                 fut.set_exception(exc)
-        return fut.result()
+        return fut
 
     def audio_entry_path(self, path: str | os.PathLike, sampling_rate: int) -> Path | None:
         """Where the soundtrack entry of ``path`` at ``sampling_rate`` lives (None without ``disk_dir``)."""
