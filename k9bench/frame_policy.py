@@ -80,7 +80,8 @@ class FramePolicy:
     audio_sampling_rate: int | None
     """The feature extractor's sampling rate (None: the processor takes no audio)."""
     audio_window_seconds: float | None
-    """Longest soundtrack the feature extractor keeps (longer ones are cut by it), when it says."""
+    """Longest soundtrack the feature extractor keeps (longer ones are cut by it); None when it keeps all
+    (the processor asks for ``truncation=False``, as Qwen3-Omni's does) or does not say."""
     audio_in_video: bool
     """True when the processor takes a video's soundtrack as audio-in-video input."""
 
@@ -189,7 +190,8 @@ def policy_for(processor: Any) -> FramePolicy:
     rate = getattr(fe, "sampling_rate", None)
     rate = int(rate) if isinstance(rate, (int, float)) and not isinstance(rate, bool) and rate > 0 else None
     n_samples = getattr(fe, "n_samples", None)
-    window = float(n_samples) / rate if rate and isinstance(n_samples, int) and n_samples > 0 else None
+    cuts = (getattr(processor, "audio_kwargs", None) or {}).get("truncation", True) is not False
+    window = float(n_samples) / rate if cuts and rate and isinstance(n_samples, int) and n_samples > 0 else None
     audio = {
         "audio_sampling_rate": rate,
         "audio_window_seconds": window,

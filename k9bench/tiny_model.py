@@ -19,6 +19,7 @@ Usage::
     python -m k9bench.tiny_model /tmp/tiny-qwen25vl --family qwen2_5_vl   # a tiny Qwen2.5-VL too
     python -m k9bench.tiny_model /tmp/tiny-internvl --family internvl      # transformers-native InternVL
     python -m k9bench.tiny_model /tmp/tiny-omni --family qwen2_5_omni      # Qwen2.5-Omni thinker (audio + video in)
+    python -m k9bench.tiny_model /tmp/tiny-omni3 --family qwen3_omni       # Qwen3-Omni (MoE) thinker
 
 The other families are built the same way (local tokenizer, the family's own processor classes
 and a chat template written here; ``FAMILIES`` lists them):
@@ -29,7 +30,9 @@ and a chat template written here; ``FAMILIES`` lists them):
   checkpoints are laid out (Qwen3 text model);
 - ``qwen2_5_omni``: ``Qwen2_5OmniThinkerForConditionalGeneration`` (text output only) with
   ``Qwen2_5OmniProcessor`` (Qwen2-VL image/video processors and a Whisper feature extractor at
-  16 kHz, 128 mel bins, 300 s window), which takes a video's soundtrack as audio-in-video input.
+  16 kHz, 128 mel bins, 300 s window), which takes a video's soundtrack as audio-in-video input;
+- ``qwen3_omni``: ``Qwen3OmniMoeThinkerForConditionalGeneration`` with ``Qwen3OmniMoeProcessor``
+  (patch 16, a four-expert MoE text model; audio neither padded nor cut).
 
 Every folder loads with ``AutoProcessor`` and ``AutoModelForImageTextToText``.
 """
@@ -578,15 +581,82 @@ def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
     return path
 
 
+def build_tiny_qwen3omni(path: str | Path, seed: int = 0) -> Path:
+    """Write a tiny random-weight Qwen3-Omni (MoE) *thinker* checkpoint (text output only) to ``path``.
+
+    ``Qwen3OmniMoeThinkerForConditionalGeneration`` (audio encoder, Qwen3-VL style vision tower
+    with patch 16, a two-layer mixture-of-experts text model with four experts) with
+    ``Qwen3OmniMoeProcessor`` (same tokens and chat template as the tiny Qwen2.5-Omni; its audio
+    is neither padded nor cut to a window).
+    """
+    from transformers import (
+        Qwen2VLImageProcessor,
+        Qwen2VLVideoProcessor,
+        Qwen3OmniMoeProcessor,
+        Qwen3OmniMoeThinkerConfig,
+        Qwen3OmniMoeThinkerForConditionalGeneration,
+        WhisperFeatureExtractor,
+    )
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(path, SPECIAL_TOKENS + OMNI_TOKENS, OMNI_CHAT_TEMPLATE, OMNI_NAMED_TOKENS)
+    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + OMNI_TOKENS}
+    text_hidden = 64
+    config = Qwen3OmniMoeThinkerConfig(
+        text_config=_tiny_text_config(
+            "qwen3_omni_moe_text", len(tokenizer), ids,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 2, 2], "mrope_interleaved": True},
+            moe_intermediate_size=32, num_experts=4, num_experts_per_tok=2,
+        ),
+        vision_config={
+            "depth": 2, "hidden_size": 32, "intermediate_size": 64, "num_heads": 2, "patch_size": 16, "spatial_merge_size": 2,
+            "temporal_patch_size": 2, "out_hidden_size": text_hidden, "num_position_embeddings": 256,
+            "deepstack_visual_indexes": [0], "initializer_range": 0.5,
+        },
+        audio_config={
+            "num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2, "encoder_ffn_dim": 64, "d_model": 32,
+            "output_dim": text_hidden, "n_window": 50, "n_window_infer": 800, "conv_chunksize": 500,
+            "downsample_hidden_size": 16, "initializer_range": 0.5,
+        },
+        audio_token_id=ids["<|AUDIO|>"],
+        image_token_id=ids["<|IMAGE|>"],
+        video_token_id=ids["<|VIDEO|>"],
+        audio_start_token_id=ids["<|audio_bos|>"],
+        audio_end_token_id=ids["<|audio_eos|>"],
+        vision_start_token_id=ids["<|vision_bos|>"],
+        vision_end_token_id=ids["<|vision_eos|>"],
+        initializer_range=0.5,
+    )
+    config.pad_token_id = ids["<|endoftext|>"]
+    config.eos_token_id = ids["<|im_end|>"]
+    model = _random_weights(Qwen3OmniMoeThinkerForConditionalGeneration, config, seed, lambda m: m.lm_head,
+                            [config.eos_token_id, config.pad_token_id])
+    _save_model(model, path, config.eos_token_id, config.pad_token_id)
+    image_processor = Qwen2VLImageProcessor(patch_size=16, temporal_patch_size=2, merge_size=2,
+                                            size={"shortest_edge": 32 * 32, "longest_edge": 256 * 32 * 32})
+    video_processor = Qwen2VLVideoProcessor(patch_size=16, temporal_patch_size=2, merge_size=2,
+                                            size={"shortest_edge": 32 * 32, "longest_edge": 64 * 32 * 32 * 16},
+                                            cap_pixels_per_frame=True)
+    feature_extractor = WhisperFeatureExtractor(feature_size=128, sampling_rate=OMNI_AUDIO_SAMPLING_RATE, hop_length=160,
+                                                chunk_length=300, n_fft=400, return_attention_mask=True)
+    processor = Qwen3OmniMoeProcessor(image_processor=image_processor, video_processor=video_processor,
+                                      feature_extractor=feature_extractor, tokenizer=tokenizer, chat_template=OMNI_CHAT_TEMPLATE)
+    processor.save_pretrained(str(path))
+    log.info("tiny Qwen3-Omni thinker written to %s (%d parameters)", path, sum(p.numel() for p in model.parameters()))
+    return path
+
+
 FAMILIES = {
     "qwen3_vl": build_tiny_qwen3vl,
     "qwen2_5_vl": build_tiny_qwen2_5vl,
     "internvl": build_tiny_internvl,
     "qwen2_5_omni": build_tiny_qwen2_5omni,
+    "qwen3_omni": build_tiny_qwen3omni,
 }
 """Family name -> builder ``(path, seed=0) -> path``."""
 
-FAMILY_ALIASES = {"qwen3vl": "qwen3_vl", "qwen2_5vl": "qwen2_5_vl", "qwen2_5omni": "qwen2_5_omni"}
+FAMILY_ALIASES = {"qwen3vl": "qwen3_vl", "qwen2_5vl": "qwen2_5_vl", "qwen2_5omni": "qwen2_5_omni", "qwen3omni": "qwen3_omni"}
 """Other spellings ``--family`` accepts."""
 
 
@@ -603,7 +673,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("output_dir", help="folder to write the checkpoint into")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default: %(default)s)")
     parser.add_argument("--family", choices=(*FAMILIES, *FAMILY_ALIASES), default="qwen3_vl",
-                        help="model family (default: %(default)s; qwen3vl, qwen2_5vl, qwen2_5omni are accepted spellings too)")
+                        help="model family (default: %(default)s; qwen3vl, qwen2_5vl, qwen2_5omni, qwen3omni are accepted spellings too)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     out = build_tiny(args.family, args.output_dir, seed=args.seed)

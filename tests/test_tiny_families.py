@@ -18,6 +18,7 @@ EXPECTED = {
     "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLProcessor", "qwen_vl_rules"),
     "internvl": ("InternVLForConditionalGeneration", "InternVLProcessor", "fixed_size"),
     "qwen2_5_omni": ("Qwen2_5OmniThinkerForConditionalGeneration", "Qwen2_5OmniProcessor", "qwen_vl_rules"),
+    "qwen3_omni": ("Qwen3OmniMoeThinkerForConditionalGeneration", "Qwen3OmniMoeProcessor", "qwen_vl_rules"),
 }
 
 MESSAGES = [
@@ -92,9 +93,13 @@ def test_batch_of_two_matches_one_at_a_time(family, loaded, clips):
     assert batched == single
 
 
-def test_omni_takes_the_soundtrack_as_audio_in_video(loaded, clips):
-    processor, model, policy = loaded("qwen2_5_omni")
+# audio tokens for the 4 s clip: Qwen2.5-Omni's encoder halves the 10 ms mel frames twice (400 -> 100);
+# Qwen3-Omni's cuts them into 1 s chunks of 100 and downsamples each to 13 (4 x 13 = 52)
+@pytest.mark.parametrize("family, window, n_tokens", [("qwen2_5_omni", 300.0, 100), ("qwen3_omni", None, 52)])
+def test_omni_takes_the_soundtrack_as_audio_in_video(loaded, clips, family, window, n_tokens):
+    processor, model, policy = loaded(family)
     assert policy.audio_sampling_rate == 16000 and policy.audio_in_video and policy.fps_keyword
+    assert policy.audio_window_seconds == window  # Qwen2.5-Omni pads/cuts to 300 s, Qwen3-Omni keeps all
     cache = FrameCache(SamplingSettings(max_frames=8, **policy.sampling_overrides()))
     frames = cache.get(clips["a"])
     audio = cache.get_audio(clips["a"], policy.audio_sampling_rate)
@@ -102,8 +107,7 @@ def test_omni_takes_the_soundtrack_as_audio_in_video(loaded, clips):
     without, _ = _generate(processor, model, policy, [frames])
     audio_id = processor.tokenizer.convert_tokens_to_ids("<|AUDIO|>")
     n_audio_tokens = int((with_audio["input_ids"] == audio_id).sum())
-    # the feature extractor's 10 ms hop, then two stride-2 steps in the audio encoder: 4 s -> 100 tokens
-    assert n_audio_tokens == 100
+    assert n_audio_tokens == n_tokens
     assert int(with_audio["feature_attention_mask"].sum()) == 400  # 4 s of 10 ms mel frames
     assert with_audio["input_ids"].shape[1] == without["input_ids"].shape[1] + n_audio_tokens + 2  # + audio_bos/eos
     assert len(outs[0]) == 8
