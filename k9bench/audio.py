@@ -167,6 +167,9 @@ def read_audio(path: str | os.PathLike, sampling_rate: int, *, timeout: float = 
     return Audio(samples=samples, sampling_rate=int(sampling_rate), path=str(path), decode_seconds=elapsed)
 
 
+API_SAMPLING_RATE = 16000
+"""Rate of soundtracks sent to API models (no processor to ask): 16 kHz mono, as speech models take."""
+
 API_AUDIO_FORMATS = ("wav", "mp3")
 """Encodings ``encode_audio`` writes (the ``format`` values of an OpenAI ``input_audio`` part)."""
 
@@ -214,6 +217,7 @@ def input_audio_part(audio: Audio, fmt: str = "wav") -> dict[str, Any]:
 
 __all__ = [
     "API_AUDIO_FORMATS",
+    "API_SAMPLING_RATE",
     "AUDIO_READ_TIMEOUT_SECONDS",
     "Audio",
     "AudioError",
