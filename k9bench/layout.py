@@ -5,7 +5,9 @@ The launcher (``run_eval.sh``) asks this module for its file names
 them itself; the scripts use the same functions for their defaults. Names are only names:
 readers (the report, the merge) take a run's settings from the files' contents, not from them.
 
-Layout of one run ``<tag> = <model short name>_mf<frames>_n<samples>`` in ``OUT_DIR``::
+Layout of one run ``<tag> = <model short name>_mf<frames>_n<samples>`` in ``OUT_DIR`` (an
+audio+video run, ``--audio`` / ``AUDIO=1``, is tagged ``<model short name>_mf<frames>_n<samples>_av``,
+so it never shares a file with the video-only run of the same model and budget)::
 
     raw_<tag>.json               eval_video_llm.py        (+ raw_<tag>.json.partial.jsonl checkpoint while running)
     raw_<tag>.shard<i>of<n>.json one task of a sharded run
@@ -43,16 +45,20 @@ def short_model_name(model: str) -> str:
     return str(model).rstrip("/").rsplit("/", 1)[-1]
 
 
-def run_tag(model: str, max_frames: int, max_samples: int) -> str:
-    """``<model short name>_mf<frames>_n<samples>``: names one run's artifacts."""
-    return f"{short_model_name(model)}_mf{max_frames}_n{max_samples}"
+AUDIO_SUFFIX = "_av"
+"""The tag suffix of an audio+video run (the model hears the videos' soundtracks too)."""
 
 
-def artifact_name(stage: str, model: str, max_frames: int, max_samples: int) -> str:
-    """``<stage>_<tag>.json``, e.g. ``raw_Qwen3-VL-4B-Instruct_mf32_n10.json``."""
+def run_tag(model: str, max_frames: int, max_samples: int, audio: bool = False) -> str:
+    """``<model short name>_mf<frames>_n<samples>`` (``..._av`` with ``audio``): names one run's artifacts."""
+    return f"{short_model_name(model)}_mf{max_frames}_n{max_samples}{AUDIO_SUFFIX if audio else ''}"
+
+
+def artifact_name(stage: str, model: str, max_frames: int, max_samples: int, audio: bool = False) -> str:
+    """``<stage>_<tag>.json``, e.g. ``raw_Qwen3-VL-4B-Instruct_mf32_n10.json`` (``..._n10_av.json`` with ``audio``)."""
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; one of {', '.join(STAGES)}")
-    return f"{stage}_{run_tag(model, max_frames, max_samples)}.json"
+    return f"{stage}_{run_tag(model, max_frames, max_samples, audio)}.json"
 
 
 def shard_path(output: str | Path, num_shards: int, shard_id: int) -> Path:
@@ -97,7 +103,7 @@ def checkpoint_path(final: str | Path) -> Path:
     return p.with_name(p.name + ".partial.jsonl")
 
 
-_NAME_RE = re.compile(r"^(?P<stage>raw|sim|eval|judge)_(?P<model>.+?)_mf(?P<frames>-?\d+)_n(?P<samples>-?\d+)(?P<rest>[._].*)?$")
+_NAME_RE = re.compile(r"^(?P<stage>raw|sim|eval|judge)_(?P<model>.+?)_mf(?P<frames>-?\d+)_n(?P<samples>-?\d+)(?P<av>_av)?(?P<rest>[._].*)?$")
 
 
 @dataclass(frozen=True)
@@ -112,6 +118,8 @@ class ArtifactName:
     """The frame budget in the name."""
     max_samples: int
     """The question count asked for in the name."""
+    audio: bool = False
+    """The name carries the audio+video suffix ``_av``."""
 
 
 def parse_artifact_name(path: str | Path) -> ArtifactName | None:
@@ -121,7 +129,8 @@ def parse_artifact_name(path: str | Path) -> ArtifactName | None:
     match = _NAME_RE.match(stem)
     if not match:
         return None
-    return ArtifactName(stage=match["stage"], model=match["model"], max_frames=int(match["frames"]), max_samples=int(match["samples"]))
+    return ArtifactName(stage=match["stage"], model=match["model"], max_frames=int(match["frames"]), max_samples=int(match["samples"]),
+                        audio=bool(match["av"]))
 
 
 @dataclass(frozen=True)
@@ -136,13 +145,15 @@ class RunLayout:
     """Frame budget (``MAX_FRAMES``)."""
     max_samples: int
     """Question count asked for (``MAX_SAMPLES``)."""
+    audio: bool = False
+    """The model hears the soundtracks too (``AUDIO=1``): every name gets the ``_av`` tag."""
 
     @property
     def tag(self) -> str:
-        return run_tag(self.model, self.max_frames, self.max_samples)
+        return run_tag(self.model, self.max_frames, self.max_samples, self.audio)
 
     def path(self, stage: str) -> Path:
-        return Path(self.out_dir) / artifact_name(stage, self.model, self.max_frames, self.max_samples)
+        return Path(self.out_dir) / artifact_name(stage, self.model, self.max_frames, self.max_samples, self.audio)
 
     def shell_vars(self, num_shards: int = 1) -> dict[str, str]:
         """The launcher's variables: MODEL_SHORT TAG RAW SIM EVAL JUDGE JUDGE_SKIPPED REPORT_DIR SHARD_PATTERN."""
@@ -199,6 +210,25 @@ def _max_samples(text: str) -> int:
     return value
 
 
+def _batch_size(text: str) -> int | str:
+    """A positive integer or ``auto`` (eval_video_llm.py's own flag type decides too)."""
+    if text.strip().lower() == "auto":
+        return "auto"
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or auto, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or auto, got {text!r}")
+    return value
+
+
+def _zero_one(text: str) -> str:
+    if text not in ("0", "1"):
+        raise argparse.ArgumentTypeError(f"expected 0 or 1, got {text!r}")
+    return text
+
+
 def _url(text: str) -> str:
     if not re.match(r"https?://[^/\s]+", text):
         raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
@@ -228,7 +258,7 @@ LAUNCHER_SETTINGS: tuple[LauncherSetting, ...] = (
     LauncherSetting("VIDEO_DIR", "eval_video_llm", "--video_dir"),
     LauncherSetting("DATASET_NAME", "eval_video_llm", "--dataset_name"),
     LauncherSetting("SPLIT", "eval_video_llm", "--split"),
-    LauncherSetting("BATCH_SIZE", "eval_video_llm", "--batch_size", positive_int),
+    LauncherSetting("BATCH_SIZE", "eval_video_llm", "--batch_size", _batch_size),
     LauncherSetting("DTYPE", "eval_video_llm", "--torch_dtype"),
     LauncherSetting("ATTN_IMPL", "eval_video_llm", "--attn_implementation"),
     LauncherSetting("EMBEDDING_MODEL", "evaluate_results", "--embedding_model"),
@@ -238,6 +268,8 @@ LAUNCHER_SETTINGS: tuple[LauncherSetting, ...] = (
     LauncherSetting("JUDGE_MODEL", "subjective_evals", "--judge_model"),
     LauncherSetting("JUDGE_BASE_URL", "subjective_evals", "--base_url", _url),
     LauncherSetting("OUT_DIR", "", "", default="eval_results"),
+    # 1 passes eval_video_llm.py --audio (a switch) and names the artifacts ..._av
+    LauncherSetting("AUDIO", "", "", _zero_one, default="0"),
 )
 
 OUTPUT_FOLDERS = ("OUT_DIR", "VIDEO_DIR")
@@ -359,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max_frames", type=int)
     parser.add_argument("--max_samples", type=int)
     parser.add_argument("--num_shards", type=int, default=1)
+    parser.add_argument("--audio", action="store_true", help="an audio+video run: the tag ends in _av")
     args = parser.parse_args(argv)
     if args.defaults:
         parsers: dict = {}
@@ -380,7 +413,8 @@ def main(argv: list[str] | None = None) -> int:
         missing = [f"--{k}" for k in ("out_dir", "model", "max_frames", "max_samples") if getattr(args, k) is None]
         if missing:
             parser.error(f"the following arguments are required: {', '.join(missing)}")
-        layout = RunLayout(out_dir=args.out_dir, model=args.model, max_frames=args.max_frames, max_samples=args.max_samples)
+        layout = RunLayout(out_dir=args.out_dir, model=args.model, max_frames=args.max_frames, max_samples=args.max_samples,
+                           audio=args.audio)
         values = layout.shell_vars(args.num_shards)
     for key, value in values.items():
         print(f"{key}={shlex.quote(value)}")
