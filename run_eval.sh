@@ -22,10 +22,12 @@
 #   OUT_DIR          folder for raw_/sim_/eval_/judge_ files        [eval_results, k9bench.layout]
 #   DATASET_NAME     Hub id, local parquet/json/jsonl, or "demo"    [eval_video_llm.py --dataset_name]
 #   SPLIT            dataset split                                  [eval_video_llm.py --split]
-#   BATCH_SIZE       questions of one video per generate call       [eval_video_llm.py --batch_size]
+#   BATCH_SIZE       questions of one video per generate call, or auto  [eval_video_llm.py --batch_size]
 #   DTYPE            inference weights dtype                        [eval_video_llm.py's: bf16 on GPU]
 #   ATTN_IMPL        attention kernel                               [eval_video_llm.py's: flash_attention_2 on GPU]
 #   THINKING_MODE    auto (on for *-Thinking models), 1 or 0        [auto]
+#   AUDIO            1: the model hears the videos' soundtracks too (eval_video_llm.py --audio; an
+#                    audio-capable model such as Qwen2.5-Omni); artifacts are named ..._av  [0, k9bench.layout]
 #   EMBEDDING_MODEL  similarity model                               [evaluate_results.py --embedding_model]
 #   EMBED_BATCH_SIZE embedding batch size                           [evaluate_results.py --batch_size]
 #   DEVICE           device for the embedding model                 [evaluate_results.py --device]
@@ -49,7 +51,8 @@
 #
 # Every value and the output folders (OUT_DIR, VIDEO_DIR) are checked before anything runs
 # (python -m k9bench.layout --check_env): a bad one stops the launcher with one line naming it, exit 2.
-# File names come from k9bench.layout (raw_<model short name>_mf<MAX_FRAMES>_n<MAX_SAMPLES>.json ...).
+# File names come from k9bench.layout (raw_<model short name>_mf<MAX_FRAMES>_n<MAX_SAMPLES>.json ...;
+# with AUDIO=1 raw_..._n<MAX_SAMPLES>_av.json, so audio+video and video-only runs never share a file).
 # After the run, the report plots accuracy against MAX_FRAMES from every eval file in OUT_DIR of the
 # same model and question set (run again with another MAX_FRAMES into the same OUT_DIR for the curve).
 #
@@ -187,7 +190,7 @@ case "$THINKING_MODE" in auto | 0 | 1) ;; *) die 2 "THINKING_MODE must be auto, 
 # K9BENCH_INTERFACE=launcher: the Python steps' messages name these variables instead of their flags.
 export K9BENCH_INTERFACE=launcher
 export MODEL_NAME MAX_FRAMES MAX_SAMPLES VIDEO_DIR OUT_DIR DATASET_NAME SPLIT BATCH_SIZE DTYPE ATTN_IMPL \
-    EMBEDDING_MODEL EMBED_BATCH_SIZE DEVICE THRESHOLD JUDGE_MODEL JUDGE_BASE_URL
+    EMBEDDING_MODEL EMBED_BATCH_SIZE DEVICE THRESHOLD JUDGE_MODEL JUDGE_BASE_URL AUDIO
 DEMO_QUESTIONS=0 # the demo set's size, printed by --check_env when DATASET_NAME=demo
 preflight=("$PYTHON" -m k9bench.layout --check_env)
 ((!DEMO_BUILD_MODEL)) || preflight+=(--model_to_build)
@@ -199,8 +202,9 @@ fi
 
 # Artifact names: MODEL_SHORT TAG RAW SIM EVAL JUDGE JUDGE_SKIPPED REPORT_DIR SHARD_PATTERN (set by the eval)
 RAW="" SIM="" EVAL="" JUDGE="" JUDGE_SKIPPED="" REPORT_DIR="" SHARD_PATTERN=""
-NAMES=$("$PYTHON" -m k9bench.layout --out_dir "$OUT_DIR" --model "$MODEL_NAME" --max_frames "$MAX_FRAMES" \
-    --max_samples "$MAX_SAMPLES" --num_shards "$NUM_SHARDS") || die 2 "python -m k9bench.layout could not name the artifacts"
+layout_args=(--out_dir "$OUT_DIR" --model "$MODEL_NAME" --max_frames "$MAX_FRAMES" --max_samples "$MAX_SAMPLES" --num_shards "$NUM_SHARDS")
+[[ "$AUDIO" != 1 ]] || layout_args+=(--audio)
+NAMES=$("$PYTHON" -m k9bench.layout "${layout_args[@]}") || die 2 "python -m k9bench.layout could not name the artifacts"
 eval "$NAMES"
 shard_file() { echo "${SHARD_PATTERN//\{i\}/$1}"; }
 
@@ -312,14 +316,17 @@ fresh() {
     for input in "$@"; do [[ "$out" -nt "$input" ]] || return 1; done
 }
 
-# same_setting FILE KEY VALUE: the artifact's top-level KEY equals VALUE (numbers compared as numbers),
-# so a finished stage is reused only when it was made with the settings asked for now
+# same_setting FILE KEY VALUE: the artifact's KEY (dotted for a nested one: similarity_run.dtype) equals
+# VALUE (numbers compared as numbers), so a finished stage is reused only when it was made with the
+# settings asked for now; a file without KEY is not reused
 same_setting() {
     "$PYTHON" - "$@" <<'PY'
 import json, sys
 path, key, want = sys.argv[1:4]
 try:
-    have = json.load(open(path, encoding="utf-8")).get(key)
+    have = json.load(open(path, encoding="utf-8"))
+    for part in key.split("."):
+        have = have.get(part)
 except (OSError, ValueError, AttributeError):
     sys.exit(1)
 try:
@@ -329,13 +336,33 @@ except (TypeError, ValueError):
 PY
 }
 
-# raw_mismatch RAW: an existing raw (or shard) file made for another model, dataset or split than
+# embedding_dtype_now: the weight dtype evaluate_results.py --mode calculate loads the embedding model with
+# now (a --dtype in SCORE_ARGS, else its flag's default resolved for DEVICE, as k9bench.embedding does)
+embedding_dtype_now() {
+    "$PYTHON" - "$DEVICE" "$SCORE_ARGS" <<'PY'
+import sys
+from k9bench.accelerator import resolve_device
+from k9bench.embedding import scoring_dtype
+from k9bench.scoring_settings import EmbeddingSettings
+from k9bench.settings import default_of
+device, extra = sys.argv[1], sys.argv[2].split()
+requested = default_of(EmbeddingSettings, "dtype")
+for i, arg in enumerate(extra):
+    if arg == "--dtype" and i + 1 < len(extra):
+        requested = extra[i + 1]
+    elif arg.startswith("--dtype="):
+        requested = arg.split("=", 1)[1]
+print(scoring_dtype(requested, resolve_device(device)).name)
+PY
+}
+
+# raw_mismatch RAW: an existing raw (or shard) file made for another model, dataset, split or AUDIO than
 # asked for now (it shares the file name: same model short name, MAX_FRAMES and MAX_SAMPLES);
 # prints what differs. Keys a file lacks (e.g. the reference script's raw files) are not compared.
 raw_mismatch() {
-    "$PYTHON" - "$1" "$MODEL_NAME" "$DATASET_NAME" "$SPLIT" <<'PY'
+    "$PYTHON" - "$1" "$MODEL_NAME" "$DATASET_NAME" "$SPLIT" "$AUDIO" <<'PY'
 import json, sys
-path, model, dataset, split = sys.argv[1:5]
+path, model, dataset, split, audio = sys.argv[1:6]
 try:
     data = json.load(open(path, encoding="utf-8"))
 except (OSError, ValueError) as exc:
@@ -346,7 +373,8 @@ if not isinstance(data, dict):
 ds = (data.get("inference") or {}).get("dataset") or {}
 diffs = [f"{name}={have!r} there, {want!r} now" for name, have, want in (
     ("MODEL_NAME", data.get("model_name_or_path"), model), ("DATASET_NAME", ds.get("source"), dataset),
-    ("SPLIT", ds.get("split"), split)) if have is not None and have != want]
+    ("SPLIT", ds.get("split"), split), ("AUDIO", (data.get("inference") or {}).get("audio"), audio == "1"))
+    if have is not None and have != want]
 if diffs:
     print("; ".join(diffs))
     sys.exit(0)
@@ -411,6 +439,7 @@ inference_args() { # OUTPUT [SHARD]
     [[ -z "$DTYPE" ]] || _args+=(--torch_dtype "$DTYPE")
     [[ -z "$ATTN_IMPL" ]] || _args+=(--attn_implementation "$ATTN_IMPL")
     [[ "$THINKING_MODE" != 1 ]] || _args+=(--thinking_mode)
+    [[ "$AUDIO" != 1 ]] || _args+=(--audio)
     if [[ -n "${3:-}" ]]; then _args+=(--num_shards "$NUM_SHARDS" --shard_id "$3"); fi
     if [[ -n "$INFER_ARGS" ]]; then
         local extra
@@ -448,9 +477,12 @@ step_merge() {
 }
 
 step_scoring() {
-    local cmd=()
-    if fresh "$SIM" "$RAW" && same_setting "$SIM" similarity_model "$EMBEDDING_MODEL"; then
-        log "step similarity: $SIM exists, skipping"
+    local cmd=() dtype=""
+    # a sim file is reused only when made with the same embedding model and weight dtype (an old bfloat16
+    # file is recomputed under today's float32 default)
+    if fresh "$SIM" "$RAW" && same_setting "$SIM" similarity_model "$EMBEDDING_MODEL" &&
+        dtype=$(embedding_dtype_now) && same_setting "$SIM" similarity_run.dtype "$dtype"; then
+        log "step similarity: $SIM exists ($EMBEDDING_MODEL, $dtype), skipping"
     else
         cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode calculate --input_file "$RAW" --output_file "$SIM" --device "$DEVICE"
             --embedding_model "$EMBEDDING_MODEL" --batch_size "$EMBED_BATCH_SIZE")
@@ -561,6 +593,7 @@ print_config() {
     log "  DTYPE            ${DTYPE:-eval_video_llm.py default (bf16 on GPU, float32 on CPU)}"
     log "  ATTN_IMPL        ${ATTN_IMPL:-eval_video_llm.py default (flash_attention_2 on GPU when installed)}"
     log "  THINKING_MODE    $THINKING_MODE"
+    log "  AUDIO            $AUDIO$([[ "$AUDIO" == 1 ]] && echo " (the model hears the soundtracks; artifacts tagged _av)")"
     log "  EMBEDDING_MODEL  $EMBEDDING_MODEL"
     log "  DEVICE           $DEVICE"
     log "  THRESHOLD        $THRESHOLD"

@@ -491,3 +491,45 @@ def test_interrupted_demo_model_build_leaves_no_half_model(tmp_path):
     assert "ERROR: step download failed" in again.stdout, again.stdout[-2000:]
     assert (out / "tiny-qwen3vl" / "config.json").exists() and not (out / "tiny-qwen3vl.partial").exists()
     assert (out / "tiny-qwen3vl" / "model.safetensors").exists() or list((out / "tiny-qwen3vl").glob("*.safetensors"))
+
+
+def test_audio_must_be_0_or_1(tmp_path):
+    proc = run_launcher(clean_env(OUT_DIR=str(tmp_path / "out"), AUDIO="yes"), tmp_path, timeout=60)
+    assert proc.returncode == 2
+    assert "AUDIO must be 0 or 1, got 'yes'" in proc.stdout
+    assert "step " not in proc.stdout
+
+
+@pytest.mark.slow
+def test_audio_run_passes_audio_and_has_its_own_files(demo_run, tiny_model_dir, tmp_path):
+    """AUDIO=1: eval_video_llm.py gets --audio and every artifact is tagged _av, so the finished
+    video-only run in the same OUT_DIR is neither reused nor overwritten."""
+    ref_tmp, _, _ = demo_run
+    copy_finished_stages(ref_tmp, tmp_path)
+    before = (tmp_path / "out" / f"raw_{TAG}.json").read_bytes()
+    proc = run_launcher(demo_env(tmp_path, tiny_model_dir, AUDIO="1", MAX_SAMPLES="1", REPORT="0"), tmp_path, timeout=300)
+    av_raw = tmp_path / "out" / "raw_tiny-qwen3vl_mf4_n1_av.json"
+    assert re.search(r"\]   AUDIO +1 \(the model hears the soundtracks", proc.stdout), proc.stdout[-3000:]
+    line = next(ln for ln in proc.stdout.splitlines() if "step inference: " in ln)
+    assert " --audio " in line and f"--output_file {av_raw} " in line, line
+    assert "exists, skipping" not in line
+    assert (tmp_path / "out" / f"raw_{TAG}.json").read_bytes() == before
+
+
+@pytest.mark.slow
+def test_sim_file_of_another_embedding_dtype_is_recomputed(demo_run, tiny_model_dir, tmp_path):
+    """A sim file made in bfloat16 (the old GPU default) is not reused under today's float32 default."""
+    ref_tmp, _, _ = demo_run
+    copy_finished_stages(ref_tmp, tmp_path)
+    sim = tmp_path / "out" / f"sim_{TAG}.json"
+    data = json.loads(sim.read_text())
+    assert data["similarity_run"]["dtype"] == "float32"
+    data["similarity_run"]["dtype"] = "bfloat16"
+    stat = sim.stat()
+    sim.write_text(json.dumps(data))
+    os.utime(sim, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # still fresh: only the dtype differs
+    proc = run_launcher(demo_env(tmp_path, tiny_model_dir, REPORT="0"), tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert re.search(r"step inference: \S+ exists, skipping", proc.stdout)
+    assert not re.search(r"step similarity: \S+ exists", proc.stdout)
+    assert json.loads(sim.read_text())["similarity_run"]["dtype"] == "float32"
