@@ -102,6 +102,10 @@ class PaperSetup:
     """Questions of the whole benchmark."""
     use_system_message: bool = True
     """The instructions are sent as the system turn."""
+    prompt_placement: str = "system"
+    """Where the instructions stand (``system``; see :attr:`k9bench.report.RunSettings.prompt_placement`)."""
+    audio: bool = False
+    """Table 1 runs see the videos only (the paper's audio+video runs are a separate study)."""
     short_video_seconds: float = 150.0
     """The short-video subset: videos shorter than this."""
     short_video_questions: int = 2693

@@ -99,6 +99,21 @@ BOOTSTRAP_SAMPLES = DEFAULT_RESAMPLES
 BOOTSTRAP_SEED = DEFAULT_SEED
 """Seed of those resamples (reports are reproducible)."""
 
+PROMPT_PLACEMENTS = ("system", "empty_system", "user_turn")
+"""Where a run's instructions stood (the raw file's ``inference.prompt.placement``)."""
+
+PLACEMENT_DIFFERENCES = {
+    "empty_system": "an empty system turn: the model got no instructions (the reference's --use_system_message False)",
+    "user_turn": "instructions not sent as the system message (no system turn; they open the user turn)",
+}
+"""How a placement other than the paper's is named among a run's differences."""
+
+PLACEMENT_SHOWN = {"empty_system": "empty system turn (no instructions)", "user_turn": "instructions in the user turn"}
+"""How a placement other than ``system`` is shown in the Run settings table."""
+
+AUDIO_MARK = "A+V"
+"""The label suffix of an audio+video run; such runs are never mixed with video-only ones."""
+
 COMPARABLE, NOT_COMPARABLE, UNCONFIRMED = "comparable", "not comparable", "unconfirmed"
 """A run's standing against the paper's Table 1 setup."""
 
@@ -144,7 +159,13 @@ class RunSettings:
     prompts: dict = field(default_factory=dict)
     """Prompt kind (``system_prompt``...) -> ``{"source": ..., "sha256": ...}``."""
     use_system_message: bool | None = None
-    """False: the instructions were not sent as the system turn."""
+    """The file's ``use_system_message`` as written (read :attr:`prompt_placement` for its meaning)."""
+    prompt_placement: str | None = None
+    """Where the instructions stood: ``system`` (the system turn), ``empty_system`` (the reference's
+    ``--use_system_message False``: an empty system turn, no instructions at all) or ``user_turn``
+    (ours: no system turn, the instructions open the user turn); None when the file does not say."""
+    audio: bool | None = None
+    """True for an audio+video run (the model heard the soundtracks); None when the file does not say."""
     text_only: bool | None = None
     """True for a run without video (MAX_FRAMES 0)."""
     max_frames: int | None = None
@@ -437,12 +458,24 @@ def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> 
         text_only = max_frames == 0
     dataset = _find(inference, "dataset")
     use_system = _find(inference, "use_system_message")
+    placement = _find(inference, "placement")
+    if placement not in PROMPT_PLACEMENTS:
+        if placement is not None:
+            log.warning("unknown prompt placement %r in the inference settings; read as not recorded", placement)
+        # written before the placement was recorded: False then meant the instructions in the user turn
+        placement = None if not isinstance(use_system, bool) else "system" if use_system else "user_turn"
+    audio = _find(inference, "audio")
+    if not isinstance(audio, bool):
+        flags = {r.extra.get("audio") for r in records if isinstance(r.extra.get("audio"), bool)}
+        audio = flags.pop() if len(flags) == 1 else (True if flags else None)
     settings = RunSettings(
         model_name_or_path=_top(meta, "model_name_or_path"),
         embedding_model=metadata.get("similarity_model") or _top(meta, "similarity_model"),
         threshold=_number(meta.get("threshold")),
         prompts=_prompts(inference),
         use_system_message=use_system if isinstance(use_system, bool) else None,
+        prompt_placement=placement,
+        audio=audio,
         text_only=bool(text_only) if text_only is not None else None,
         max_frames=int(max_frames) if is_finite_number(max_frames) else None,
         fps=_number(_find(frames, "fps") if frames else _find(inference, "fps")),
@@ -467,8 +500,12 @@ def compare_with_paper(settings: RunSettings) -> tuple[list[str], list[str]]:
         unconfirmed.append("threshold not recorded")
     elif settings.threshold != paper.threshold:
         differences.append(f"threshold {settings.threshold:g} (paper: {paper.threshold:g})")
-    if settings.use_system_message is False:
-        differences.append("instructions not sent as the system message (use_system_message False)")
+    if settings.prompt_placement is None:
+        unconfirmed.append("prompt placement not recorded")
+    elif settings.prompt_placement != paper.prompt_placement:
+        differences.append(PLACEMENT_DIFFERENCES.get(settings.prompt_placement, f"prompt placement {settings.prompt_placement}"))
+    if settings.audio and not paper.audio:
+        differences.append("audio+video: the model heard the soundtracks (paper's Table 1: video only)")
     if not settings.prompts:
         unconfirmed.append("prompts not recorded")
     for kind, prompt in settings.prompts.items():
@@ -581,7 +618,7 @@ def load_run(path: str | Path) -> RunSummary:
     frames = settings.max_frames
     return RunSummary(
         path=str(path),
-        label=str(model),
+        label=run_name(str(model), settings.audio),
         model=str(model),
         max_frames=frames,
         overall=overall,
@@ -596,18 +633,26 @@ def load_run(path: str | Path) -> RunSummary:
     )
 
 
+def run_name(model: str, audio: bool | None) -> str:
+    """A run's display name: the model, with ``(A+V)`` for an audio+video run (kept apart from the
+    same model's video-only runs in every table and plot)."""
+    return f"{model} ({AUDIO_MARK})" if audio else model
+
+
 def _disambiguate(runs: list[RunSummary], labels: list[str] | None) -> None:
     if labels:
         for run, label in zip(runs, labels):
             run.label = label
         return
-    by_model = Counter(r.model for r in runs)
-    by_model_frames = Counter((r.model, r.max_frames) for r in runs)
+    names = {id(r): run_name(r.model, r.settings.audio) for r in runs}
+    by_name = Counter(names.values())
+    by_name_frames = Counter((names[id(r)], r.max_frames) for r in runs)
     for run in runs:
-        if by_model_frames[(run.model, run.max_frames)] > 1:
-            run.label = f"{run.model} [{Path(run.path).stem}]"
-        elif by_model[run.model] > 1:
-            run.label = f"{run.model} @{run.max_frames}f"
+        name = names[id(run)]
+        if by_name_frames[(name, run.max_frames)] > 1:
+            run.label = f"{name} [{Path(run.path).stem}]"
+        elif by_name[name] > 1:
+            run.label = f"{name} @{run.max_frames}f"
 
 
 # ---------------------------------------------------------------------------
@@ -755,15 +800,15 @@ def settings_markdown(runs: list[RunSummary]) -> str:
     for run in runs:
         st = run.settings
         prompts = "; ".join(f"{kind}: {p.get('source') or '?'} ({_short_hash(p.get('sha256'))})" for kind, p in st.prompts.items()) or "not recorded"
-        if st.use_system_message is False:
-            prompts += "; no system message"
+        if st.prompt_placement in PLACEMENT_SHOWN:
+            prompts += "; " + PLACEMENT_SHOWN[st.prompt_placement]
         if st.text_only:
             frames = "text only (no video)"
         else:
             parts = [f"{st.max_frames if st.max_frames is not None else '?'} frames",
                      f"{st.fps:g} fps" if st.fps is not None else "fps not recorded",
                      f"max {st.max_pixels:,} px" if st.max_pixels is not None else "max_pixels not recorded"]
-            frames = ", ".join(parts)
+            frames = ", ".join(parts) + (" + audio (A+V)" if st.audio else "")
         if st.standing == NOT_COMPARABLE:
             standing = f"**{NOT_COMPARABLE_MARK}**: " + "; ".join(st.differences)
         elif st.standing == UNCONFIRMED:
@@ -899,11 +944,12 @@ def plot_durations(runs: list[RunSummary], path: Path) -> Path | None:
 
 
 def frame_series(runs: list[RunSummary]) -> dict[str, list[RunSummary]]:
-    """Models run with at least two frame budgets -> their runs, sorted by frames."""
+    """Models run with at least two frame budgets -> their runs, sorted by frames. An audio+video
+    model's runs are a series of their own (``<model> (A+V)``), never mixed with its video-only runs."""
     by_model: dict[str, list[RunSummary]] = defaultdict(list)
     for run in runs:
         if run.max_frames and not run.settings.text_only:  # a text-only run has no place on a frame axis
-            by_model[run.model].append(run)
+            by_model[run_name(run.model, run.settings.audio)].append(run)
     return {m: sorted(rs, key=lambda r: r.max_frames) for m, rs in by_model.items() if len({r.max_frames for r in rs}) >= 2}
 
 
@@ -919,7 +965,7 @@ def plot_frames(runs: list[RunSummary], path: Path, *, with_published: bool) -> 
         ys = [r.overall.accuracy or 0.0 for r in model_runs]
         errors = [[_error(r.overall.accuracy, r.overall.ci)[k] for r in model_runs] for k in (0, 1)]
         ax.errorbar(xs, ys, yerr=errors, marker="o", capsize=3, label=model)
-        if with_published:
+        if with_published and not model_runs[0].settings.audio:  # the paper's ablation is video only
             for name, points in FRAME_ABLATION.items():
                 if normalize_model_name(name) == normalize_model_name(model):
                     px = sorted(points)
@@ -1089,14 +1135,14 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
 
 def _run_identity(path: str | Path) -> tuple[tuple, int | None]:
     """What makes two eval files points of one frame-budget curve: the model, the dataset, the
-    questions (their idx), the embedding model and threshold; and the file's frame budget."""
+    questions (their idx), the embedding model and threshold, audio or not; and the file's frame budget."""
     art = load_records_artifact(path)
     if art.stage != "eval":
         raise ReportError(f"{path}: not an eval file")
     settings = read_settings(art.meta, art.records, len(art.records))
     model = settings.model_name_or_path or _most_common(r.model_name for r in art.records)
     questions = tuple(sorted(str(r.idx) for r in art.records))
-    identity = (str(model), str(settings.dataset), questions, str(settings.embedding_model), settings.threshold)
+    identity = (str(model), str(settings.dataset), questions, str(settings.embedding_model), settings.threshold, bool(settings.audio))
     return identity, (None if settings.text_only else settings.max_frames)
 
 

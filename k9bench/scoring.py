@@ -597,7 +597,8 @@ def format_table(eval_meta: dict, title: str = "") -> str:
     reasons = ", ".join(f"{k} {v}" for k, v in failed["reasons"].items())
     lines.append(f"failed samples: {failed['count']}" + (f" ({reasons})" if reasons else "") + f"; empty answers: {stats['empty_answers']}")
     if boot:
-        lines.append(f"95% CI: percentile bootstrap over {boot['videos']} videos, {boot['resamples']} resamples, seed {boot['seed']}")
+        videos = f"{boot['videos']} video{'' if boot['videos'] == 1 else 's'}"
+        lines.append(f"95% CI: percentile bootstrap over {videos}, {boot['resamples']} resamples, seed {boot['seed']}")
     sens = stats["threshold_sensitivity"]
     lines.append("threshold sensitivity (ALL): " + " | ".join(f"{k} {_pct(v['accuracy_all']).strip()}" for k, v in sens.items()))
     return "\n".join(lines)

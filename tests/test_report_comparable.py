@@ -192,3 +192,66 @@ def test_unwritable_report_location_is_refused_before_reading(tmp_path, caplog, 
     assert len(errors) == 1 and "\n" not in errors[0].getMessage()
     assert ("--report_dir" if where != "md_is_dir" else "--output_file") in errors[0].getMessage()
     assert blocker.read_text() == "x" and not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize(
+    "prompt, placement, difference, shown",
+    [
+        ({"use_system_message": True, "placement": "system"}, "system", None, None),
+        ({"use_system_message": False, "placement": "empty_system"}, "empty_system", "an empty system turn: the model got no instructions",
+         "empty system turn (no instructions)"),
+        ({"use_system_message": False, "instructions_in_user_turn": True, "placement": "user_turn"}, "user_turn",
+         "not sent as the system message", "instructions in the user turn"),
+        # written before the placement was recorded: use_system_message False put the instructions in the user turn
+        ({"use_system_message": False}, "user_turn", "not sent as the system message", "instructions in the user turn"),
+    ],
+)
+def test_prompt_placement_is_read_not_guessed(tmp_path, monkeypatch, prompt, placement, difference, shown):
+    monkeypatch.setattr(report_mod, "REFERENCE_PROMPT_SHA256", frozenset({PROMPT_HASH}))
+    block = inference_block(source="prompts/reference_system.txt")
+    block["prompt"] = {"system_prompt_source": "prompts/reference_system.txt", "system_prompt_sha256": PROMPT_HASH, **prompt}
+    path = write_eval(tmp_path / "eval_x.json", n=PAPER_SETUP.questions, inference=block)
+    run = load_run(path)
+    assert run.settings.prompt_placement == placement
+    if difference is None:
+        assert run.settings.standing == "comparable", run.settings.differences
+    else:
+        assert run.settings.standing == "not comparable"
+        assert [d for d in run.settings.differences if difference in d], run.settings.differences
+        assert "empty system turn" not in " ".join(run.settings.differences) or placement == "empty_system"
+    md = Path(write_report(build_report([str(path)]), tmp_path / "rep")["markdown"]).read_text()
+    settings = md.split("## Run settings")[1].split("##")[0]
+    if shown:
+        assert shown in settings
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["runs"][0]["settings"]["prompt_placement"] == placement
+
+
+def test_audio_video_runs_are_kept_apart_from_video_only_runs(tmp_path):
+    """An audio+video run is labelled A+V, named as a difference from Table 1, and is never a point of
+    the same model's video-only frame-budget curve (nor picked by the launcher's frame sweep)."""
+    video = [write_eval(tmp_path / f"eval_m_mf{f}_n10.json", frames=f, inference=inference_block(max_frames=f)) for f in (8, 16)]
+    av = []
+    for f in (8, 32):
+        block = {**inference_block(max_frames=f), "audio": True}
+        av.append(write_eval(tmp_path / f"eval_m_mf{f}_n10_av.json", frames=f, inference=block))
+    report = build_report([str(p) for p in video + av], published="matching")
+    labels = {r.path: r.label for r in report.runs}
+    assert labels[str(av[0])] == "Qwen3-VL-8B-Instruct (A+V) @8f" and labels[str(video[0])] == "Qwen3-VL-8B-Instruct @8f"
+    run_av = next(r for r in report.runs if r.path == str(av[0]))
+    assert run_av.settings.audio is True and any("audio+video" in d for d in run_av.settings.differences)
+    series = report_mod.frame_series(report.runs)
+    assert set(series) == {"Qwen3-VL-8B-Instruct", "Qwen3-VL-8B-Instruct (A+V)"}
+    assert [r.path for r in series["Qwen3-VL-8B-Instruct"]] == [str(p) for p in video]
+    assert [r.path for r in series["Qwen3-VL-8B-Instruct (A+V)"]] == [str(p) for p in av]
+    md = Path(write_report(report, tmp_path / "rep")["markdown"]).read_text()
+    assert "+ audio (A+V)" in md.split("## Run settings")[1]
+    assert frame_sweep_files(video[0]) == [video[0], video[1]]
+    assert frame_sweep_files(av[1]) == [av[1], av[0]]
+    # records that say audio (no inference block) count too
+    data = json.loads(video[1].read_text())
+    data.pop("input_meta")
+    for r in data["individual_results"]:
+        r["audio"] = True
+    bare = tmp_path / "bare.json"
+    bare.write_text(json.dumps(data))
+    assert load_run(bare).settings.audio is True and load_run(bare).label.endswith("(A+V)")

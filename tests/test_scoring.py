@@ -301,3 +301,11 @@ def test_evaluate_takes_the_settings_object():
     assert list(out.meta["statistics"]["threshold_sensitivity"]) == ["0.2", "0.4", "argmax"]
     with pytest.raises(ValueError, match=r"must lie in \[0, 1\]"):
         EvalSettings(threshold=1.5)
+
+
+def test_format_table_says_one_video_in_the_singular():
+    art = RecordsArtifact(records=[rec(1, "A", sims_=sims(0.9, 0.1, 0.1, 0.1, 0.1), scene="v1aaaaaaaaa"),
+                                   rec(2, "B", sims_=sims(0.9, 0.6, 0.1, 0.1, 0.1), scene="v1aaaaaaaaa")],
+                          meta={"total_count": 2, "similarity_model": "m", "similarity_calculated_at": "t"})
+    text = format_table(evaluate(art, threshold=0.5, resamples=50, seed=0).meta, title="eval_x.json")
+    assert "95% CI: percentile bootstrap over 1 video, 50 resamples" in text
