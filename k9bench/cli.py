@@ -29,23 +29,13 @@ def add_logging_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
 
 
+def add_dataset_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """``--dataset_name``, ``--split`` and ``--drop_invalid_rows``, the same in every script: generated
+    from :class:`k9bench.dataset.DatasetSettings`, where their defaults and help live."""
+    from k9bench.dataset import DatasetSettings  # light module, no heavy imports
+    from k9bench.settings import add_arguments
 
-
-def add_dataset_args(parser: argparse.ArgumentParser) -> None:
-    """``--dataset_name``, ``--split`` and ``--drop_invalid_rows``, the same in every script."""
-    from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT  # light module, no heavy imports
-
-    parser.add_argument(
-        "--dataset_name",
-        default=DEFAULT_DATASET,
-        help="Hub dataset id, a local parquet/json/jsonl file or save_to_disk folder, or 'demo' (default: %(default)s)",
-    )
-    parser.add_argument("--split", default=DEFAULT_SPLIT, help="dataset split (default: %(default)s)")
-    parser.add_argument(
-        "--drop_invalid_rows",
-        action="store_true",
-        help="drop rows that fail validation (reporting how many and which) instead of stopping",
-    )
+    add_arguments(parser, DatasetSettings)
 
 
 class ArgumentParser(argparse.ArgumentParser):
