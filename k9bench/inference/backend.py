@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
+    from k9bench.audio import Audio
     from k9bench.inference.settings import RunConfig
     from k9bench.video import Frames
 
@@ -58,6 +59,8 @@ class GenerationRequest:
     """Seed to set before generating (matters only when sampling)."""
     video_path: str | None = None
     """The video file the frames come from (None in text-only mode), for backends that send the file itself."""
+    audio: "Audio | None" = None
+    """The video's soundtrack (``--audio``), at the rate the backend asked for (:meth:`Backend.audio_sampling_rate`)."""
 
 
 @dataclass
@@ -92,7 +95,7 @@ class Backend(Protocol):
         """The prompt text recorded for ``messages`` (and hashed into ``prompt_sha256``)."""
 
     def generate(self, batch: list[GenerationRequest]) -> list[GenerationOutput]:
-        """Answer a batch (all requests share one video); one output per request, in order.
+        """Answer a batch (requests may come from several videos, grouped by video); one output per request, in order.
 
         May raise; the loop records the failure for each request of the batch (and retries
         out-of-memory errors, see :meth:`is_out_of_memory`).
@@ -115,6 +118,14 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release resources."""
+
+    # Optional (looked up with getattr by the runner):
+    #   audio_sampling_rate() -> int | None: the rate soundtracks are read at under --audio
+    #   sampling_overrides() -> dict: SamplingSettings keywords the model's frames need (exact frame size...)
+    #   choose_batch_size(requested, questions=..., frames=...) -> batching.BatchSizeChoice (``--batch_size auto``)
+    #   prepare_batch(requests) -> object (CPU only, any thread) and run_prepared(object) -> outputs:
+    #       batches spanning videos with preparation ahead of the model (see runner._run_planned)
+    #   run_stats() -> dict: counters of this invocation for ``run_stats``
 
 
 def backend_class(name: str) -> type:

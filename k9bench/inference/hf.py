@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import gc
 import logging
+import threading
 from typing import Any
 
 from k9bench.accelerator import (  # noqa: F401 (re-exported for callers of the old names)
@@ -73,6 +74,15 @@ class HFBackend:
         self._patch_size: int | None = None
         self._resize_in_processor = True
         self._stop_ids: set[int] = set()
+        self.audio = config.frames.audio
+        self.policy = None
+        self.engine = None
+        self.engine_unavailable: str | None = None
+        """Why the shared-prefix engine is not used (plain ``generate`` then), or None."""
+        self._fallbacks: dict[str, int] = {}
+        self._local = threading.local()
+        self._owner = threading.get_ident()
+        self._lock = threading.Lock()
         given = flags_given(OpenAISettings, config.openai)
         if given:
             self._warn(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend openai only; "
@@ -130,19 +140,21 @@ class HFBackend:
         if used_attn != attn:
             self._warn(f"attention implementation {attn!r} was asked for but the model uses {used_attn!r}")
 
+        from k9bench.frame_policy import policy_for
+
         vp = getattr(self.processor, "video_processor", None)
-        patch = getattr(vp, "patch_size", None)
-        merge = getattr(vp, "merge_size", None)
-        if isinstance(patch, int) and merge == 2:
-            self._patch_size = patch
-            self._resize_in_processor = False
-        else:
-            self._patch_size = None
-            self._resize_in_processor = True
-            if vp is not None:
-                self._warn(
-                    f"{type(vp).__name__} has patch_size={patch!r}, merge_size={merge!r}: frames are resized by the processor, not by qwen-vl-utils' rules"
-                )
+        policy = self.policy = policy_for(self.processor)
+        self._resize_in_processor = policy.resize_in_processor
+        self._patch_size = policy.image_patch_size if policy.rule == "qwen_vl_rules" else None
+        if policy.rule == "processor_resizes" and vp is not None:
+            self._warn(f"{type(vp).__name__} has patch_size={getattr(vp, 'patch_size', None)!r}, "
+                       f"merge_size={getattr(vp, 'merge_size', None)!r}: frames are resized by the processor, not by qwen-vl-utils' rules")
+        if self.audio:
+            if not policy.audio_in_video:
+                raise BackendError(f"--audio: {policy.processor_class} does not take a video's soundtrack as audio-in-video input "
+                                   "(Qwen2.5-Omni and Qwen3-Omni thinkers do); run without --audio")
+            if policy.audio_window_seconds is not None:
+                log.info("--audio: %s keeps at most %.0f s of a soundtrack", policy.processor_class, policy.audio_window_seconds)
 
         gen = copy.deepcopy(self.model.generation_config)
         gen.update(**self.overrides)
@@ -158,6 +170,7 @@ class HFBackend:
         if not self._stop_ids and tokenizer.eos_token_id is not None:
             self._stop_ids = {tokenizer.eos_token_id}
 
+        self._create_engine()
         self._info = {
             "name": self.name,
             "model_name_or_path": self.model_name_or_path,
@@ -172,10 +185,14 @@ class HFBackend:
             "flash_attn_installed": flash_attn_available(),
             "trust_remote_code": self.trust_remote_code,
             "image_patch_size": self._patch_size,
-            "frames_resized_by": "processor" if self._resize_in_processor else "k9bench.video (qwen-vl-utils rules)",
+            "frames_resized_by": ("processor" if self._resize_in_processor else
+                                  f"k9bench.video ({'exact frame size' if policy.rule == 'fixed_size' else 'qwen-vl-utils rules'})"),
+            "frame_policy": policy.summary(),
+            "audio": self.audio,
             "generation": self.generation_settings(),
             "generation_overrides": dict(self.overrides),
             "padding_side": "left",
+            "decoding": self.decoding(),
         }
 
     def generation_settings(self) -> dict[str, Any]:
@@ -194,34 +211,102 @@ class HFBackend:
     def render_prompt(self, messages: list[dict]) -> str:
         return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
-    def _inputs(self, batch: list[GenerationRequest], prompts: list[str]):
+    def _create_engine(self) -> None:
+        from k9bench.inference.prefix_cache import SharedPrefixEngine
+
+        if self.audio:
+            self.engine, self.engine_unavailable = None, "--audio: audio-in-video inputs stay on generate"
+        else:
+            self.engine, self.engine_unavailable = SharedPrefixEngine.create_or_explain(
+                self.model, self.processor, self.generation_config, self._stop_ids, resize_in_processor=self._resize_in_processor)
+        if self.engine_unavailable:
+            log.info("batches use plain generate: %s", self.engine_unavailable)
+
+    def decoding(self) -> dict[str, Any]:
+        """How batches of more than one question are decoded (recorded under ``inference.backend.decoding``)."""
+        if self.engine is not None:
+            return {"batched": "shared_prefix", **self.engine.describe(),
+                    "batch_size_1": "generate (the reference's path)"}
+        return {"batched": "generate", "why": self.engine_unavailable, "batch_size_1": "generate (the reference's path)"}
+
+    def _thread_processor(self) -> Any:
+        """The processor for this thread (fast tokenizers refuse concurrent use): worker threads get a copy."""
+        if threading.get_ident() == self._owner:
+            return self.processor
+        proc = getattr(self._local, "processor", None)
+        if proc is None:
+            with self._lock:
+                proc = self._local.processor = copy.deepcopy(self.processor)
+        return proc
+
+    def audio_sampling_rate(self) -> int | None:
+        """The rate soundtracks are read at under ``--audio`` (the feature extractor's), else None."""
+        return self.policy.audio_sampling_rate if self.audio and self.policy is not None else None
+
+    def sampling_overrides(self) -> dict[str, Any]:
+        """Frame sampling keywords this processor needs (InternVL: the exact frame size)."""
+        if self.policy is not None and self.policy.rule == "fixed_size":
+            return {"frame_size": self.policy.frame_size}
+        return {}
+
+    def recommended_max_frames(self) -> int | None:
+        return self.policy.recommended_max_frames if self.policy is not None else None
+
+    def _cpu_inputs(self, batch: list[GenerationRequest], prompts: list[str], processor: Any = None):
+        processor = processor or self.processor
         with_frames = [r for r in batch if r.frames is not None]
         kwargs: dict[str, Any] = {"text": prompts, "padding": True, "return_tensors": "pt"}
         if with_frames:
             if len(with_frames) != len(batch):
                 raise ValueError("a batch mixes requests with and without video")
-            # uint8 frames are exact when the processor does not resize them again; when it does,
-            # hand it float frames, which is what qwen-vl-utils' fetch_video returns to the reference.
-            kwargs["videos"] = [r.frames.video_tensor() if self._resize_in_processor else r.frames.frames for r in batch]
-            kwargs["video_metadata"] = [r.frames.processor_metadata() for r in batch]
-            kwargs["do_sample_frames"] = False
-            if not self._resize_in_processor:
-                kwargs["do_resize"] = False
-        inputs = self.processor(**kwargs)
+            audio = None
+            if self.audio:
+                missing = [r.video_path for r in batch if r.audio is None]
+                if missing:
+                    raise ValueError(f"--audio: no soundtrack given for {missing[0]}")
+                audio = [r.audio for r in batch]
+            kwargs.update(self.policy.processor_kwargs([r.frames for r in batch], audio))
+        return processor(**kwargs)
+
+    def _to_device(self, inputs):
         inputs = inputs.to(self.model.device)
         for key in ("pixel_values_videos", "pixel_values"):
             if key in inputs and inputs[key].is_floating_point():
                 inputs[key] = inputs[key].to(self.model.dtype)
         return inputs
 
+    def _inputs(self, batch: list[GenerationRequest], prompts: list[str]):
+        return self._to_device(self._cpu_inputs(batch, prompts))
+
+    def _fps_groups(self, batch: list[GenerationRequest]) -> list[list[int]]:
+        """Request positions split by sampled fps where the processor takes one ``fps`` per call."""
+        if self.policy is None or not self.policy.fps_keyword:
+            return [list(range(len(batch)))]
+        groups: dict[Any, list[int]] = {}
+        for i, r in enumerate(batch):
+            groups.setdefault(None if r.frames is None else round(float(r.frames.sample_fps), 9), []).append(i)
+        return list(groups.values())
+
     def generate(self, batch: list[GenerationRequest]) -> list[GenerationOutput]:
+        groups = self._fps_groups(batch)
+        if len(groups) == 1:
+            return self._generate_plain(batch, self._inputs(batch, [self.render_prompt(r.messages) for r in batch]))
+        outputs: list[GenerationOutput | None] = [None] * len(batch)
+        for members in groups:
+            part = [batch[i] for i in members]
+            for i, out in zip(members, self.generate(part)):
+                outputs[i] = out
+        return outputs  # type: ignore[return-value]
+
+    def _generate_plain(self, batch: list[GenerationRequest], inputs) -> list[GenerationOutput]:
         import torch
 
         prompts = [self.render_prompt(r.messages) for r in batch]
-        inputs = self._inputs(batch, prompts)
         torch.manual_seed(batch[0].seed)
+        with_audio = any(r.audio is not None for r in batch)
         with torch.inference_mode():
-            out = self.model.generate(**inputs, generation_config=self.generation_config)
+            out = self.model.generate(**inputs, generation_config=self.generation_config,
+                                      **(self.policy.generate_kwargs(with_audio) if self.policy is not None else {}))
         prompt_len = inputs["input_ids"].shape[1]
         new_tokens = out[:, prompt_len:].cpu()
         texts = self.processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
@@ -243,15 +328,111 @@ class HFBackend:
             )
         return outputs
 
+    # ------------------------------------------------------------------ batches spanning videos
+
+    def prepare_batch(self, batch: list[GenerationRequest]) -> "_Prepared":
+        """CPU work of a batch (processor, tokenizer), safe on a worker thread: the shared-prefix engine's
+        preparation, or the processor's inputs for ``generate`` (by sampled fps where the processor needs one)."""
+        from k9bench.inference.prefix_cache import PrefixCacheError
+
+        prompts = [self.render_prompt(r.messages) for r in batch]
+        if self.engine is not None:
+            try:
+                return _Prepared(batch, "shared_prefix", self.engine.prepare(batch, prompts))
+            except PrefixCacheError as exc:
+                self._count_fallback(str(exc))
+        processor = self._thread_processor()
+        parts = []
+        for members in self._fps_groups(batch):
+            sub = [batch[i] for i in members]
+            parts.append((members, self._cpu_inputs(sub, [prompts[i] for i in members], processor)))
+        return _Prepared(batch, "generate", parts)
+
+    def _count_fallback(self, why: str) -> None:
+        with self._lock:
+            first = why not in self._fallbacks
+            self._fallbacks[why] = self._fallbacks.get(why, 0) + 1
+        if first:
+            log.warning("a batch falls back to plain generate: %s", why)
+
+    def run_prepared(self, prepared: "_Prepared") -> list[GenerationOutput]:
+        """Answer a batch made by :meth:`prepare_batch` on the model's device; one output per request, in order."""
+        import torch
+
+        batch = prepared.requests
+        if prepared.kind == "shared_prefix":
+            torch.manual_seed(batch[0].seed)
+            return self.engine.run(prepared.payload)
+        outputs: list[GenerationOutput | None] = [None] * len(batch)
+        for members, inputs in prepared.payload:
+            sub = [batch[i] for i in members]
+            for i, out in zip(members, self._generate_plain(sub, self._to_device(inputs))):
+                outputs[i] = out
+        return outputs  # type: ignore[return-value]
+
+    def choose_batch_size(self, requested: int | str, *, questions: int, max_frames: int, max_pixels: int | None) -> Any:
+        """``--batch_size`` as a :class:`k9bench.inference.batching.BatchSizeChoice` (``auto``: the memory rule)."""
+        from k9bench.inference.batching import AUTO, auto_batch_size, estimate_video_tokens, given_batch_size, memory_model_for
+        from k9bench.video import DEFAULT_MAX_PIXELS
+
+        if requested != AUTO:
+            return given_batch_size(int(requested))
+        device = str(self.device)
+        if not device.startswith("cuda"):
+            return auto_batch_size(None, None, device=device)
+        import torch
+
+        free, _ = torch.cuda.mem_get_info(torch.device(device))
+        text_tokens = 512
+        if max_frames:
+            if self.policy is not None and self.policy.frame_size:
+                height, width = self.policy.frame_size
+                patch, merge = 14, 2
+            else:
+                patch, merge = self._patch_size or 14, 2
+                side = int((max_pixels or DEFAULT_MAX_PIXELS) ** 0.5)
+                height = width = max(2 * patch, side - side % (2 * patch))
+            prompt = estimate_video_tokens(max_frames, height, width, patch, merge_size=merge, text_tokens=text_tokens)
+        else:
+            prompt = text_tokens
+        dtype_bytes = torch.empty((), dtype=self.model.dtype).element_size()
+        memory = memory_model_for(self.model.config, dtype_bytes=dtype_bytes, prompt_tokens=prompt,
+                                  max_new_tokens=int(self.generation_config.max_new_tokens))
+        return auto_batch_size(int(free), memory, device=device, questions=questions)
+
+    def run_stats(self) -> dict[str, Any]:
+        """Counters of this invocation (``run_stats.decoding``)."""
+        return {
+            "batched": "shared_prefix" if self.engine is not None else "generate",
+            "engine": self.engine.stats.to_dict() if self.engine is not None else None,
+            "fallbacks_to_generate": dict(self._fallbacks),
+            "why_not_shared_prefix": self.engine_unavailable,
+        }
+
     # ------------------------------------------------------------------ errors
 
     def is_out_of_memory(self, exc: BaseException) -> bool:
         return is_out_of_memory(exc)
 
     def recover_from_out_of_memory(self) -> None:
+        if self.engine is not None:
+            self.engine.release()  # kept prefix caches
         free_accelerator_memory()
 
     def close(self) -> None:
+        self.engine = None
         self.model = None
         self.processor = None
         gc.collect()
+
+
+class _Prepared:
+    """A batch prepared on the CPU by :meth:`HFBackend.prepare_batch`."""
+
+    __slots__ = ("requests", "kind", "payload")
+
+    def __init__(self, requests: list[GenerationRequest], kind: str, payload: Any):
+        self.requests = requests
+        self.kind = kind
+        """``shared_prefix`` (the engine's PreparedBatch) or ``generate`` (``[(positions, processor inputs)]``)."""
+        self.payload = payload

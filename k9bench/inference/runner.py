@@ -16,7 +16,7 @@ every finished question) with exit code :data:`EXIT_INTERRUPTED`; Ctrl-C gives
 keys) is written atomically and the checkpoint removed.
 
 A failure is a record with ``error`` and ``error_class`` (``missing_video``, ``decode_error``,
-``oom``, ``generation_error``) and never stops the run. A batch that fails is rerun question by
+``no_audio_stream`` and ``audio_decode_error`` under ``--audio``, ``oom``, ``generation_error``) and never stops the run. A batch that fails is rerun question by
 question; a question that runs out of accelerator memory is retried once with half the frames.
 """
 
@@ -61,7 +61,7 @@ EXIT_INTERRUPTED = 75
 EXIT_SIGINT = 130
 """Stopped by Ctrl-C (SIGINT); rerun the same command to resume."""
 
-ERROR_CLASSES = ("missing_video", "decode_error", "oom", "generation_error")
+ERROR_CLASSES = ("missing_video", "decode_error", "no_audio_stream", "audio_decode_error", "oom", "generation_error")
 _MAX_ERROR_CHARS = 2000
 
 
@@ -118,9 +118,10 @@ def chunks(items: list, size: int) -> Iterator[list]:
         yield items[start:start + size]
 
 
-def default_output_file(model: str, max_frames: int, max_samples: int) -> str:
-    """The launcher's file name: ``raw_<model>_mf<frames>_n<samples>.json`` (:func:`k9bench.layout.artifact_name`)."""
-    return artifact_name("raw", model, max_frames, max_samples)
+def default_output_file(model: str, max_frames: int, max_samples: int, audio: bool = False) -> str:
+    """The launcher's file name: ``raw_<model>_mf<frames>_n<samples>.json``, ``..._av.json`` with ``--audio``
+    (:func:`k9bench.layout.artifact_name`)."""
+    return artifact_name("raw", model, max_frames, max_samples, audio=audio)
 
 
 def shard_output_file(output: str | Path, num_shards: int, shard_id: int) -> Path:
@@ -256,6 +257,7 @@ def make_record(
     error: BaseException | str | None = None,
     error_class: str | None = None,
     oom_retry: dict | None = None,
+    audio: Any = None,
 ) -> QuestionRecord:
     """The raw record of one question (SPEC section 2 keys, then ours)."""
     from k9bench.prompts import sha256
@@ -272,6 +274,8 @@ def make_record(
         response, answer = "", ""
     extra.update(frame_fields(frames))
     extra["text_only"] = ctx.text_only
+    extra["audio_used"] = audio is not None
+    extra["audio"] = audio.summary() if audio is not None else None
     extra["generation"] = dict(ctx.generation)
     extra["seed"] = ctx.seed
     extra["attn_implementation"] = ctx.attn_implementation
@@ -329,6 +333,13 @@ class RunStats:
     """Time the loop waited for frames (decoding not hidden by prefetch)."""
     wall_seconds: float = 0.0
     """Wall time of the loop."""
+    batch_size: dict | None = None
+    """The batch size used and how it was chosen (:class:`k9bench.inference.batching.BatchSizeChoice`)."""
+    prepare: dict | None = None
+    """Batches prepared ahead of the model (:class:`k9bench.inference.pipeline.PipelineStats`): ``wait_seconds``
+    is the model's time waiting for the CPU (frames, processor); None on the video-by-video path."""
+    decoding: dict | None = None
+    """The backend's own counters (shared-prefix engine: prefills, prefix reuses...; fallbacks to generate)."""
 
 
 class Runner:
@@ -348,7 +359,7 @@ class Runner:
 
     # -- one batch -------------------------------------------------------
 
-    def _requests(self, questions: list, frames: "Frames | None", path: Path | None = None) -> list[GenerationRequest]:
+    def _requests(self, questions: list, frames: "Frames | None", path: Path | None = None, audio: Any = None) -> list[GenerationRequest]:
         return [
             GenerationRequest(
                 key=q.idx,
@@ -356,6 +367,7 @@ class Runner:
                 frames=frames,
                 seed=self.ctx.seed,
                 video_path=str(path) if frames is not None and path is not None else None,
+                audio=audio,
             )
             for q in questions
         ]
@@ -390,16 +402,16 @@ class Runner:
             self._half_cache = {key: cached}  # the other questions of this video reuse it
         return cached
 
-    def _run_one(self, group: VideoGroup, question: "Question", frames: "Frames | None") -> QuestionRecord:
+    def _run_one(self, group: VideoGroup, question: "Question", frames: "Frames | None", audio: Any = None) -> QuestionRecord:
         try:
-            out = self._generate(self._requests([question], frames, group.path))[0]
-            return make_record(question, self.ctx, output=out, frames=frames)
+            out = self._generate(self._requests([question], frames, group.path, audio))[0]
+            return make_record(question, self.ctx, output=out, frames=frames, audio=audio)
         except BackendUnavailable:
             raise
         except Exception as exc:
             if not self.backend.is_out_of_memory(exc):
                 log.warning("idx %s: generation failed: %s", question.idx, _error_text(exc))
-                return make_record(question, self.ctx, prompt=self._prompt_for(question, frames is not None), frames=frames, error=exc, error_class="generation_error")
+                return make_record(question, self.ctx, prompt=self._prompt_for(question, frames is not None), frames=frames, error=exc, error_class="generation_error", audio=audio)
             first_error = _error_text(exc)
         # out of memory: free what we can and retry once at half the frames
         self.backend.recover_from_out_of_memory()
@@ -412,12 +424,12 @@ class Runner:
             fewer = self._half_frames(group, frames)
         except Exception as exc:  # VideoError, or anything else while re-sampling
             return make_record(question, self.ctx, prompt=self._prompt_for(question, True), frames=frames, error=first_error, error_class="oom",
-                               oom_retry={"first_error": first_error, "retried": False, "resample_error": _error_text(exc)})
+                               oom_retry={"first_error": first_error, "retried": False, "resample_error": _error_text(exc)}, audio=audio)
         info = {"first_error": first_error, "retried": True, "original_num_frames": frames.num_frames, "retry_num_frames": fewer.num_frames}
         log.warning("idx %s: out of memory with %d frames; retrying once with %d", question.idx, frames.num_frames, fewer.num_frames)
         try:
-            out = self._generate(self._requests([question], fewer, group.path))[0]
-            return make_record(question, self.ctx, output=out, frames=fewer, oom_retry=info)
+            out = self._generate(self._requests([question], fewer, group.path, audio))[0]
+            return make_record(question, self.ctx, output=out, frames=fewer, oom_retry=info, audio=audio)
         except BackendUnavailable:
             raise
         except Exception as exc:
@@ -426,15 +438,15 @@ class Runner:
         if error_class == "oom":
             self.backend.recover_from_out_of_memory()  # out of the except block, as above
         log.warning("idx %s: failed again with %d frames: %s", question.idx, fewer.num_frames, error_text)
-        return make_record(question, self.ctx, prompt=self._prompt_for(question, True), frames=fewer, error=error_text, error_class=error_class, oom_retry=info)
+        return make_record(question, self.ctx, prompt=self._prompt_for(question, True), frames=fewer, error=error_text, error_class=error_class, oom_retry=info, audio=audio)
 
-    def _run_batch(self, group: VideoGroup, questions: list, frames: "Frames | None") -> None:
+    def _run_batch(self, group: VideoGroup, questions: list, frames: "Frames | None", audio: Any = None) -> None:
         if len(questions) == 1:
-            self._emit(self._run_one(group, questions[0], frames))
+            self._emit(self._run_one(group, questions[0], frames, audio))
             return
         failure = None
         try:
-            outputs = self._generate(self._requests(questions, frames, group.path))
+            outputs = self._generate(self._requests(questions, frames, group.path, audio))
         except BackendUnavailable:
             raise
         except Exception as exc:
@@ -449,10 +461,10 @@ class Runner:
                 self.stats.batch_fallbacks += 1
             log.warning("video %s: batch of %d failed (%s); running its questions one by one", group.scene_name, len(questions), error_text)
             for q in questions:
-                self._emit(self._run_one(group, q, frames))
+                self._emit(self._run_one(group, q, frames, audio))
             return
         for q, out in zip(questions, outputs):
-            self._emit(make_record(q, self.ctx, output=out, frames=frames))
+            self._emit(make_record(q, self.ctx, output=out, frames=frames, audio=audio))
 
     def _emit(self, record: QuestionRecord) -> None:
         with self._emit_lock:  # batches may finish on worker threads (see _BatchPipeline)
@@ -474,10 +486,22 @@ class Runner:
 
     # -- the loop --------------------------------------------------------
 
+    def _video_failed(self, questions: list, exc: BaseException) -> None:
+        """Failed records for questions whose video (or soundtrack) cannot be read."""
+        for q in questions:
+            self._emit(make_record(q, self.ctx, prompt=self._prompt_for(q, True), error=str(exc),
+                                   error_class=getattr(exc, "reason_class", None) or "decode_error"))
+
+    def _audio_rate(self) -> int | None:
+        if not self.config.frames.audio or self.config.frames.text_only:
+            return None
+        rate = getattr(self.backend, "audio_sampling_rate", lambda: None)()
+        if rate is None:
+            raise BackendError(f"--audio: backend {self.backend.name!r} says at which rate it takes a soundtrack")
+        return int(rate)
+
     def run(self, groups: list[VideoGroup], done: dict, checkpoint: ResumableStage, frame_cache: Any) -> None:
         from tqdm.auto import tqdm
-
-        from k9bench.video import VideoError
 
         self.done = done
         self.checkpoint = checkpoint
@@ -485,34 +509,16 @@ class Runner:
         pending = [(g, qs) for g, qs in pending if qs]
         total = sum(len(qs) for _, qs in pending)
         log.info("%d question(s) to run over %d video(s); %d already done", total, len(pending), self.stats.resumed)
-        prefetch = FramePrefetcher(frame_cache) if frame_cache is not None else None
-        depth = max(0, self.config.frames.prefetch_videos)
+        self.choice = self._choose_batch_size(total)
+        self.stats.batch_size = self.choice.to_dict()
         t0 = time.perf_counter()
         self.bar = tqdm(total=total, unit="q", desc="inference", disable=progress_enabled(), dynamic_ncols=True)
-        in_flight = int(getattr(self.backend, "max_batches_in_flight", lambda: 1)() or 1)
-        pipeline = _BatchPipeline(self, prefetch, in_flight) if in_flight > 1 else None
+        planned = self.choice.batch_size > 1 and callable(getattr(self.backend, "prepare_batch", None))
         try:
-            for i, (group, questions) in enumerate(pending):
-                frames = None
-                if prefetch is not None:
-                    for ahead, _ in pending[i:i + 1 + depth]:
-                        prefetch.schedule(ahead.path)
-                    try:
-                        frames = prefetch.get(group.path)
-                    except VideoError as exc:
-                        for q in questions:
-                            self._emit(make_record(q, self.ctx, prompt=self._prompt_for(q, True), error=str(exc), error_class=exc.reason_class))
-                        prefetch.release(group.path)
-                        continue
-                if pipeline is not None:
-                    pipeline.submit(group, chunks(questions, self.config.generation.batch_size), frames)
-                    continue
-                for batch in chunks(questions, self.config.generation.batch_size):
-                    self._run_batch(group, batch, frames)
-                if prefetch is not None:
-                    prefetch.release(group.path)
-            if pipeline is not None:
-                pipeline.finish()
+            if planned:
+                self._run_planned(pending, frame_cache)
+            else:
+                self._run_by_video(pending, frame_cache)
         except BaseException:
             with self._emit_lock:
                 self._stopped = True  # batches still running on worker threads record nothing more
@@ -520,10 +526,203 @@ class Runner:
         finally:
             self.bar.close()
             self.bar = None
+            self.stats.wall_seconds = time.perf_counter() - t0
+            self.stats.batch_size = self.choice.to_dict()
+            backend_stats = getattr(self.backend, "run_stats", None)
+            if callable(backend_stats):
+                self.stats.decoding = backend_stats()
+
+    def _choose_batch_size(self, questions: int) -> Any:
+        """``--batch_size`` resolved by the backend (``auto``: its memory rule), else as given (``auto``: 1)."""
+        from k9bench.inference.batching import AUTO, BatchSizeChoice, given_batch_size
+
+        requested = self.config.generation.batch_size
+        choose = getattr(self.backend, "choose_batch_size", None)
+        if callable(choose):
+            f = self.config.frames
+            choice = choose(requested, questions=questions, max_frames=f.max_frames, max_pixels=f.max_pixels)
+        elif requested == AUTO:
+            choice = BatchSizeChoice(AUTO, 1, f"backend {self.backend.name}: auto means 1 question per batch", {}, [[1, "chosen"]])
+        else:
+            choice = given_batch_size(int(requested))
+        log.info("batch size %d (%s: %s)", choice.batch_size, choice.requested, choice.reason)
+        return choice
+
+    def _run_by_video(self, pending: list, frame_cache: Any) -> None:
+        """Today's loop: one video at a time, its questions in batches of the batch size (within the video)."""
+        from k9bench.audio import AudioError
+        from k9bench.video import VideoError
+
+        prefetch = FramePrefetcher(frame_cache) if frame_cache is not None else None
+        depth = max(0, self.config.frames.prefetch_videos)
+        rate = self._audio_rate()
+        in_flight = int(getattr(self.backend, "max_batches_in_flight", lambda: 1)() or 1)
+        pipeline = _BatchPipeline(self, prefetch, in_flight) if in_flight > 1 else None
+        size = self.choice.batch_size
+        try:
+            for i, (group, questions) in enumerate(pending):
+                frames = audio = None
+                if prefetch is not None:
+                    for ahead, _ in pending[i:i + 1 + depth]:
+                        prefetch.schedule(ahead.path)
+                        if rate is not None:
+                            frame_cache.prefetch(ahead.path, audio_sampling_rate=rate)
+                    try:
+                        frames = prefetch.get(group.path)
+                        if rate is not None:
+                            audio = frame_cache.get_audio(group.path, rate)
+                    except (VideoError, AudioError) as exc:
+                        self._video_failed(questions, exc)
+                        prefetch.release(group.path)
+                        continue
+                if pipeline is not None:
+                    pipeline.submit(group, chunks(questions, size), frames, audio)
+                    continue
+                for batch in chunks(questions, size):
+                    self._run_batch(group, batch, frames, audio)
+                if prefetch is not None:
+                    prefetch.release(group.path)
+            if pipeline is not None:
+                pipeline.finish()
+        finally:
             if prefetch is not None:
                 self.stats.frame_wait_seconds = prefetch.wait_seconds
                 prefetch.close()
-            self.stats.wall_seconds = time.perf_counter() - t0
+
+    def _run_planned(self, pending: list, frame_cache: Any) -> None:
+        """Batches spanning videos (:func:`k9bench.inference.batching.plan_batches`), each prepared on the CPU
+        ahead of the model by :class:`k9bench.inference.pipeline.AheadPipeline` (frames decoded, processor run),
+        answered by the backend's ``run_prepared``; a video's frames are released after its last batch."""
+        import os
+
+        from k9bench.audio import AudioError
+        from k9bench.inference.batching import BatchPart, PlannedBatch, plan_batches
+        from k9bench.inference.pipeline import AheadPipeline
+        from k9bench.video import VideoError
+
+        rate = self._audio_rate()
+        cursor = [0] * len(pending)
+        choice = self.choice
+
+        def batches() -> Iterator[PlannedBatch]:
+            # planned with the batch size in use; planned again for what is left after an out-of-memory halving
+            while True:
+                size = choice.batch_size
+                base = list(cursor)
+                remaining = [len(qs) - base[g] for g, (_, qs) in enumerate(pending)]
+                if not any(remaining):
+                    return
+                for planned in plan_batches(remaining, size):
+                    parts = tuple(BatchPart(p.group, p.start + base[p.group], p.stop + base[p.group]) for p in planned.parts)
+                    for p in parts:
+                        cursor[p.group] = p.stop
+                    yield PlannedBatch(parts, planned.release)
+                    if choice.batch_size != size:
+                        break
+
+        workers = max(1, min(PREPARE_WORKERS_MAX, (os.cpu_count() or 2) // 2))
+        depth = max(2, self.config.frames.prefetch_videos)
+        decode_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k9bench-decode") if frame_cache is not None else None
+
+        def media(path: Path) -> tuple:
+            frames = frame_cache.get(path)
+            return frames, (frame_cache.get_audio(path, rate) if rate is not None else None)
+
+        def prepare(batch: PlannedBatch) -> _ReadyBatch:
+            ready = _ReadyBatch(batch)
+            loading = {p.group: decode_pool.submit(media, pending[p.group][0].path) for p in batch.parts} if decode_pool else {}
+            for part in batch.parts:
+                group, questions = pending[part.group]
+                frames = audio = None
+                if part.group in loading:
+                    try:
+                        frames, audio = loading[part.group].result()
+                    except (VideoError, AudioError) as exc:
+                        ready.failed.append((questions[part.start:part.stop], exc))
+                        continue
+                for q in questions[part.start:part.stop]:
+                    ready.rows.append((group, q, frames, audio))
+            if ready.rows:
+                ready.requests = [self._requests([q], frames, group.path, audio)[0] for group, q, frames, audio in ready.rows]
+                try:
+                    ready.prepared = self.backend.prepare_batch(ready.requests)
+                except Exception as exc:  # the batch is rerun by video on the generate path, which records failures
+                    ready.prepare_error = exc
+            return ready
+
+        ahead = AheadPipeline(prepare, workers=workers, depth=depth)
+        try:
+            for item in ahead.run(batches()):
+                if item.error is not None:
+                    raise item.error
+                ready = item.value
+                for questions, exc in ready.failed:
+                    self._video_failed(questions, exc)
+                if ready.rows:
+                    self._answer_ready(ready)
+                if frame_cache is not None:
+                    for g in item.item.release:
+                        frame_cache.release(pending[g][0].path)
+        finally:
+            ahead.close()
+            if decode_pool is not None:
+                decode_pool.shutdown(wait=False, cancel_futures=True)
+            self.stats.frame_wait_seconds = ahead.stats.wait_seconds
+            self.stats.prepare = {**ahead.stats.to_dict(), "decode_workers": workers if decode_pool else 0}
+
+    def _answer_ready(self, ready: "_ReadyBatch") -> None:
+        failure = None
+        if ready.prepare_error is not None:
+            failure = (_error_text(ready.prepare_error), False)
+        else:
+            t0 = time.perf_counter()
+            try:
+                outputs = self.backend.run_prepared(ready.prepared)
+                if len(outputs) != len(ready.rows):
+                    raise RuntimeError(f"backend returned {len(outputs)} outputs for {len(ready.rows)} requests")
+            except BackendUnavailable:
+                raise
+            except Exception as exc:
+                failure = (_error_text(exc), self.backend.is_out_of_memory(exc))
+            finally:
+                self.stats.generate_seconds += time.perf_counter() - t0
+        if failure is None:
+            for (group, q, frames, audio), out in zip(ready.rows, outputs):
+                self._emit(make_record(q, self.ctx, output=out, frames=frames, audio=audio))
+            return
+        # out of the except block (the failed batch's tensors are gone): rerun by video on the generate path
+        error_text, out_of_memory = failure
+        size = 1
+        if out_of_memory:
+            self.backend.recover_from_out_of_memory()
+            size = self.choice.halve()
+            log.warning("batch of %d questions ran out of memory; batch size now %d", len(ready.rows), size)
+        self.stats.batch_fallbacks += 1
+        log.warning("batch of %d question(s) failed (%s); rerunning it by video at batch size %d", len(ready.rows), error_text, size)
+        by_video: dict[str, tuple] = {}
+        for group, q, frames, audio in ready.rows:
+            by_video.setdefault(str(group.path), (group, frames, audio, []))[3].append(q)
+        for group, frames, audio, questions in by_video.values():
+            for chunk in chunks(questions, size):
+                self._run_batch(group, chunk, frames, audio)
+
+
+PREPARE_WORKERS_MAX = 8
+"""Most threads decoding videos and preparing batches ahead of the model (half the CPU cores, at most this)."""
+
+
+@dataclass
+class _ReadyBatch:
+    """A planned batch after its CPU preparation."""
+
+    planned: Any
+    rows: list = field(default_factory=list)
+    """``(group, question, frames, audio)`` per question, in batch order."""
+    failed: list = field(default_factory=list)
+    """``(questions, exception)`` for videos whose frames or soundtrack cannot be read."""
+    requests: list = field(default_factory=list)
+    prepared: Any = None
+    prepare_error: BaseException | None = None
 
 
 class _BatchPipeline:
@@ -546,10 +745,10 @@ class _BatchPipeline:
         self.finished: "queue.Queue[tuple[VideoGroup, BaseException | None]]" = queue.Queue()
         self.remaining: dict[str, int] = {}
 
-    def _work(self, group: VideoGroup, batch: list, frames: "Frames | None") -> None:
+    def _work(self, group: VideoGroup, batch: list, frames: "Frames | None", audio: Any = None) -> None:
         error: BaseException | None = None
         try:
-            self.runner._run_batch(group, batch, frames)
+            self.runner._run_batch(group, batch, frames, audio)
         except BaseException as exc:  # handed to the main thread
             error = exc
         finally:
@@ -576,14 +775,14 @@ class _BatchPipeline:
                     self.prefetch.release(group.path)
             block = False  # one finished batch is enough; take the others that are ready
 
-    def submit(self, group: VideoGroup, batches, frames: "Frames | None") -> None:
+    def submit(self, group: VideoGroup, batches, frames: "Frames | None", audio: Any = None) -> None:
         """Start every batch of one video (waiting for free slots; signals stay deliverable)."""
         batches = list(batches)
         self.remaining[str(group.path)] = self.remaining.get(str(group.path), 0) + len(batches)
         for batch in batches:
             while not self.slots.acquire(timeout=0.1):
                 self._collect(block=False)
-            threading.Thread(target=self._work, args=(group, batch, frames), name="k9bench-batch", daemon=True).start()
+            threading.Thread(target=self._work, args=(group, batch, frames, audio), name="k9bench-batch", daemon=True).start()
             self._collect(block=False)
 
     def finish(self) -> None:
@@ -642,6 +841,9 @@ def preflight(config: RunConfig) -> None:
         (g.top_p is None or g.top_p > 0, f"--top_p must be in (0, 1] (got {g.top_p})"),
         (not (config.prompt.instructions_in_user_turn and config.prompt.use_system_message),
          "--instructions_in_user_turn goes with --use_system_message False (the instructions are then not the system turn)"),
+        (not (f.audio and f.text_only), "--audio needs the videos: it cannot go with --max_frames 0 (text only)"),
+        (not (f.audio and config.model.backend == "openai" and config.openai.video_transport == "video_url"),
+         "--audio sends the soundtrack as an input_audio part beside the frames: use --video_transport frames"),
     ]
     for ok, message in checks:
         if not ok:
@@ -649,26 +851,37 @@ def preflight(config: RunConfig) -> None:
 
 
 def check_model_path(config: RunConfig) -> str | None:
-    """Why the model cannot be loaded, known without loading it (a local path that does not exist), or None."""
+    """Why the model cannot be loaded, known without loading it, or None: a local path that does not
+    exist, or a Hub id that is not cached while the Hub is out of reach (:func:`k9bench.hub.check_model_source`)."""
+    from k9bench import hub
+
     name = config.model.model_name_or_path
-    if config.model.backend == "hf" and looks_like_local_path(name):
+    if config.model.backend != "hf":
+        return None
+    if looks_like_local_path(name):
         path = Path(name).expanduser()
         if not path.exists():
             return f"--model_name_or_path {name}: no such folder (a local model path; a Hub id looks like org/name)"
         if not path.is_dir():
             return f"--model_name_or_path {name}: not a folder (a local model is a folder with config.json and the weights)"
+    try:
+        hub.check_model_source(name, what="model", setting=hub.setting_name("--model_name_or_path", "MODEL_NAME"),
+                               offline_model=hub.TINY_VIDEO_MODEL)
+    except hub.HubUnavailable as exc:
+        return str(exc)
     return None
 
 
 def output_path(config: RunConfig) -> Path:
     """The raw file this process writes: ``--output_file`` or the launcher's name, plus the shard suffix."""
     d = config.data
-    output = config.output.output_file or default_output_file(config.model.model_name_or_path, config.frames.max_frames, d.max_samples)
+    output = config.output.output_file or default_output_file(config.model.model_name_or_path, config.frames.max_frames, d.max_samples,
+                                                              audio=config.frames.audio)
     return shard_output_file(output, d.num_shards, d.shard_id)
 
 
 def auto_download(groups: list[VideoGroup], video_dir: str, *, cookies: str | None = None,
-                  cookies_from_browser: str | None = None, workers: int = 4) -> dict:
+                  cookies_from_browser: str | None = None, workers: int | None = None) -> dict:
     """Fetch the missing videos of ``groups`` with :func:`k9bench.download.download_videos`; return a summary."""
     from k9bench.download import DownloadConfig, download_videos
 
@@ -677,8 +890,10 @@ def auto_download(groups: list[VideoGroup], video_dir: str, *, cookies: str | No
         log.info("--auto_download: every video is already in %s", video_dir)
         return {"requested": 0}
     log.info("--auto_download: fetching %d missing video(s) into %s", len(missing), video_dir)
-    config = DownloadConfig(progress=progress_enabled() is not True, cookies=cookies,
-                            cookies_from_browser=cookies_from_browser, workers=workers)
+    from k9bench.settings import default_of
+
+    config = DownloadConfig(progress=progress_enabled() is not True, cookies=cookies, cookies_from_browser=cookies_from_browser,
+                            workers=default_of(DownloadConfig, "workers") if workers is None else workers)
     report = download_videos(missing, video_dir, config)
     log.info("--auto_download: %s", report.summary_line())
     failed = {r.scene_name: f"{r.error_class}: {r.message}" for r in report.failed}
@@ -755,6 +970,7 @@ def run(config: RunConfig, argv: list[str] | None) -> int:
     """Run the whole inference (called by ``eval_video_llm.main`` with the resolved config, see
     :func:`k9bench.inference.settings.resolve`); returns the exit code."""
     from k9bench.dataset import DatasetError, load_questions, select_range
+    from k9bench.download import DownloadInputError
     from k9bench.prompts import load_prompt, sha256
 
     started = now_iso()
@@ -808,7 +1024,7 @@ def run(config: RunConfig, argv: list[str] | None) -> int:
         try:
             download_summary = auto_download(pending_groups, data.video_dir, cookies=data.download_cookies,
                                              cookies_from_browser=data.download_cookies_from_browser, workers=data.download_workers)
-        except ValueError as exc:  # DownloadInputError
+        except DownloadInputError as exc:
             log.error("--auto_download: %s", exc)
             return EXIT_USAGE
 
@@ -847,9 +1063,10 @@ def run(config: RunConfig, argv: list[str] | None) -> int:
                 log.error("--max_pixels %d is below the per-frame minimum %d (--min_pixels, or qwen-vl-utils' default for patch size %d); "
                           "raise --max_pixels or lower --min_pixels", frames.max_pixels, floor, patch)
                 return EXIT_USAGE
+            overrides = getattr(backend, "sampling_overrides", lambda: {})() or {}
             sampling = SamplingSettings(
                 fps=frames.fps, max_frames=frames.max_frames, max_pixels=frames.max_pixels, min_pixels=frames.min_pixels,
-                image_patch_size=patch, decoder=frames.video_decoder,
+                image_patch_size=patch, decoder=frames.video_decoder, **overrides,
             )
             try:
                 frame_cache = FrameCache(sampling, disk_dir=frames.frame_cache_dir)

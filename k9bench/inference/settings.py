@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from k9bench.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
+from k9bench.audio import API_AUDIO_FORMATS
 from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
-from k9bench.settings import setting
+from k9bench.download import DownloadConfig
+from k9bench.settings import default_of, setting
 from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
@@ -54,6 +56,16 @@ VIDEO_FPS_MAX_FRAMES = 1800
 
 _jpeg_quality = int_in_range(1, 100)
 """``--jpeg_quality``: an integer in 1..100."""
+
+
+def batch_size_value(text: str) -> int | str:
+    """``--batch_size``: a positive integer, or ``auto`` (:func:`k9bench.inference.batching.parse_batch_size`)."""
+    from k9bench.inference.batching import parse_batch_size
+
+    try:
+        return parse_batch_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def parse_frame_size(text: str) -> str:
@@ -141,6 +153,8 @@ class OpenAISettings:
     extra_body: dict | None = setting(None, "JSON object merged into every request body, e.g. "
                                       "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}' for vLLM",
                                       type=parse_json_object, result=True)
+    audio_format: str = setting("wav", "with --audio: encoding of the soundtrack's input_audio part (default: %(default)s)",
+                                choices=API_AUDIO_FORMATS, result=True)
     no_seed_param: bool = setting(False, "do not send --seed as the request's seed (for APIs that reject it)", action="store_true")
 
 
@@ -177,7 +191,10 @@ class GenerationSettings:
     top_p: float | None = setting(None, "override the model's top_p", type=unit_interval, result=True)
     top_k: int | None = setting(None, "override the model's top_k", type=non_negative_int, result=True)
     seed: int = setting(0, "torch seed set before each batch (default: %(default)s)", result=True)
-    batch_size: int = setting(1, "questions of one video per generate call, left-padded (default: %(default)s)", type=positive_int)
+    batch_size: int | str = setting("auto", "questions per batch; a batch may span videos (grouped by video, each video's shared "
+                                    "prefix computed once where the model allows it), or auto: 1 on CPU, on a GPU the largest "
+                                    "batch that fits (halved on out-of-memory; what was used is recorded) (default: %(default)s)",
+                                    type=batch_size_value, metavar="N|auto")
 
 
 @dataclass(frozen=True)
@@ -196,6 +213,9 @@ class FrameSettings:
                                  choices=DECODERS, result=True)
     frame_cache_dir: str | None = setting(None, "store sampled frames here and reuse them across runs")
     prefetch_videos: int = setting(2, "decode this many upcoming videos in the background (default: %(default)s)", type=non_negative_int)
+    audio: bool = setting(False, "also give the model each video's soundtrack (Qwen2.5-Omni/Qwen3-Omni thinkers locally, "
+                          "input_audio parts by API); a video without one is a failed record (no_audio_stream)",
+                          action="store_true", result=True)
 
     @property
     def text_only(self) -> bool:
@@ -217,7 +237,7 @@ class DataSettings:
                                            "see download_videos.py --cookies)", metavar="FILE")
     download_cookies_from_browser: str | None = setting(None, "with --auto_download: read yt-dlp cookies from this browser "
                                                         "(see download_videos.py --cookies_from_browser)", metavar="BROWSER")
-    download_workers: int = setting(4, "with --auto_download: parallel downloads (default: %(default)s)", type=positive_int)
+    download_workers: int = setting(default_of(DownloadConfig, "workers"), "with --auto_download: parallel downloads (default: %(default)s)", type=positive_int)
     start_idx: int = setting(0, "first question position (0-based, dataset order; default: 0)", type=non_negative_int)
     end_idx: int | None = setting(None, "stop before this position (default: the end)", type=non_negative_int)
     max_samples: int = setting(-1, "at most this many questions after the range (default: -1 = all)")

@@ -1,0 +1,146 @@
+"""The fast inference path through eval_video_llm.py main(): batches spanning videos, each video's shared
+prefix prefilled once, CPU preparation ahead of the model (issue 13).
+
+Parity: on CPU with the tiny Qwen3-VL in float32 and greedy decoding, an explicit --batch_size larger than
+one video's question count (the demo set has 4 per video) gives token-identical answers to --batch_size 1
+(the reference's generate path) for every question, with short videos under a 32-frame budget, text-only
+mode and a Thinking template too.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+import eval_video_llm
+from k9bench.inference.runner import EXIT_OK
+from k9bench.tiny_model import build_tiny_qwen3vl
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_torch_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory) -> Path:
+    return build_tiny_qwen3vl(tmp_path_factory.mktemp("tiny") / "qwen3vl", seed=0)
+
+
+def run(model: Path, video_dir: Path, out: Path, *extra: str) -> dict:
+    args = ["--model_name_or_path", str(model), "--dataset_name", "demo", "--video_dir", str(video_dir),
+            "--max_pixels", "16384", "--min_pixels", "2048", "--max_new_tokens", "8", "--greedy",
+            "--output_file", str(out), "-q", *extra]
+    if "--max_frames" not in extra:
+        args += ["--max_frames", "4"]
+    assert eval_video_llm.main(args) == EXIT_OK
+    return json.loads(out.read_text(encoding="utf-8"))
+
+
+def answers(data: dict) -> dict:
+    keys = ("response", "num_input_tokens", "num_output_tokens", "finish_reason", "prompt", "num_frames", "error")
+    return {r["idx"]: tuple(r.get(k) for k in keys) for r in data["individual_results"]}
+
+
+def check_parity(model: Path, video_dir: Path, tmp_path: Path, *extra: str, batch: str = "7") -> dict:
+    single = run(model, video_dir, tmp_path / "b1.json", "--batch_size", "1", *extra)
+    fast = run(model, video_dir, tmp_path / "fast.json", "--batch_size", batch, *extra)
+    assert len(single["individual_results"]) == 12 and single["failed_count"] == 0
+    assert answers(fast) == answers(single)
+    assert single["run_stats"]["decoding"]["engine"]["batches"] == 0  # batch size 1: the reference's generate
+    stats = fast["run_stats"]
+    assert stats["batch_size"]["batch_size"] == int(batch) and stats["batch_size"]["reason"] == "given"
+    assert stats["decoding"]["batched"] == "shared_prefix" and not stats["decoding"]["fallbacks_to_generate"]
+    assert stats["prepare"]["prepared"] == -(-12 // int(batch)) and stats["prepare"]["wait_seconds"] >= 0
+    assert fast["inference"]["backend"]["decoding"]["batched"] == "shared_prefix"
+    return fast
+
+
+def test_default_on_cpu_is_batch_size_1_recorded(tiny, demo_video_dir, tmp_path):
+    data = run(tiny, demo_video_dir, tmp_path / "auto.json", "--max_samples", "2")
+    assert data["inference"]["batch_size"] == "auto"
+    choice = data["run_stats"]["batch_size"]
+    assert choice["requested"] == "auto" and choice["batch_size"] == 1 and "CPU" in choice["reason"]
+    assert data["run_stats"]["prepare"] is None  # the video-by-video path
+
+
+def test_cross_video_batches_with_shared_prefix_match_batch_size_1(tiny, demo_video_dir, tmp_path):
+    fast = check_parity(tiny, demo_video_dir, tmp_path)
+    engine = fast["run_stats"]["decoding"]["engine"]
+    # 3 videos x 4 questions in batches of 7 / 5: each video prefilled once; the split video reuses its prefix
+    assert engine["prefills"] == 3 and engine["prefix_reuses"] == 1 and engine["questions"] == 12
+
+
+@pytest.mark.slow
+def test_short_videos_with_fewer_frames_than_the_budget(tiny, demo_video_dir, tmp_path):
+    fast = check_parity(tiny, demo_video_dir, tmp_path, "--max_frames", "32", batch="12")
+    frames = {r["num_frames"] for r in fast["individual_results"]}
+    assert max(frames) < 32 and len(frames) > 1
+
+
+@pytest.mark.slow
+def test_text_only_mode(tiny, demo_video_dir, tmp_path):
+    fast = check_parity(tiny, demo_video_dir, tmp_path, "--max_frames", "0", batch="5")
+    assert fast["run_stats"]["decoding"]["engine"]["prefills"] == 0
+
+
+@pytest.mark.slow
+def test_thinking_model(tiny, demo_video_dir, tmp_path):
+    folder = tmp_path / "thinking"
+    shutil.copytree(tiny, folder)
+    template = folder / "chat_template.jinja"
+    text = template.read_text(encoding="utf-8")
+    template.write_text(text.replace("enable_thinking is defined and enable_thinking is true", "true"), encoding="utf-8")
+    fast = check_parity(folder, demo_video_dir, tmp_path, "--thinking_mode", "--max_new_tokens", "8", batch="12")
+    assert all(r["prompt"].endswith("<think>\n") for r in fast["individual_results"])
+
+
+def test_failed_video_then_resume(tiny, demo_video_dir, tmp_path):
+    """A missing video gives failed records inside cross-video batches; the same command, once the video
+    is there, retries them and the file equals the batch-size-1 run."""
+    videos = tmp_path / "videos"
+    shutil.copytree(demo_video_dir, videos)
+    missing = sorted(videos.glob("*.mp4"))[1]
+    held = tmp_path / missing.name
+    missing.rename(held)
+    out = tmp_path / "fast.json"
+    first = run(tiny, videos, out, "--batch_size", "6")
+    failed = [r for r in first["individual_results"] if r.get("error")]
+    assert len(failed) == 4 and {r["error_class"] for r in failed} == {"missing_video"}
+    assert all(missing.name in r["error"] for r in failed)
+    held.rename(missing)
+    again = run(tiny, videos, out, "--batch_size", "6")
+    assert again["failed_count"] == 0 and again["run_stats"]["resumed"] == 8
+    single = run(tiny, videos, tmp_path / "b1.json", "--batch_size", "1")
+    assert answers(again) == answers(single)
+
+
+def test_out_of_memory_halves_the_batch_and_keeps_the_answers(tiny, demo_video_dir, tmp_path, monkeypatch):
+    import torch
+
+    from k9bench.inference.hf import HFBackend
+
+    original = HFBackend.run_prepared
+    calls = []
+
+    def failing_once(self, prepared):
+        calls.append(len(prepared.requests))
+        if len(calls) == 1:
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(self, prepared)
+
+    monkeypatch.setattr(HFBackend, "run_prepared", failing_once)
+    single = run(tiny, demo_video_dir, tmp_path / "b1.json", "--batch_size", "1")
+    fast = run(tiny, demo_video_dir, tmp_path / "fast.json", "--batch_size", "8")
+    assert answers(fast) == answers(single)
+    choice = fast["run_stats"]["batch_size"]
+    assert choice["batch_size"] == 4 and choice["history"] == [[8, "given"], [4, "out of memory"]]
+    assert fast["run_stats"]["batch_fallbacks"] == 1 and calls[0] == 8
