@@ -94,7 +94,19 @@ class HFBackend:
         log.warning("%s", text)
         self.warnings.append(text)
 
+    def check_source(self) -> None:
+        """Refuse at once a model that could only fail slowly: a Hub id that is not cached while the Hub is
+        out of reach (:func:`k9bench.hub.check_model_source`); one line naming the fix."""
+        from k9bench import hub
+
+        try:
+            hub.check_model_source(self.model_name_or_path, what="model", setting=hub.setting_name("--model_name_or_path", "MODEL_NAME"),
+                                   offline_model=hub.TINY_VIDEO_MODEL)
+        except hub.HubUnavailable as exc:
+            raise BackendError(str(exc)) from None
+
     def load(self) -> None:
+        self.check_source()  # before transformers is even imported
         from transformers import AutoModelForImageTextToText, AutoProcessor
 
         from k9bench.progress import quiet_library_progress_bars

@@ -851,24 +851,16 @@ def preflight(config: RunConfig) -> None:
 
 
 def check_model_path(config: RunConfig) -> str | None:
-    """Why the model cannot be loaded, known without loading it, or None: a local path that does not
-    exist, or a Hub id that is not cached while the Hub is out of reach (:func:`k9bench.hub.check_model_source`)."""
-    from k9bench import hub
-
+    """Why the model cannot be loaded, known without loading it (a local path that does not exist), or None.
+    (A Hub id that is not cached while the Hub is out of reach is refused by the HF backend before it loads
+    anything: :meth:`k9bench.inference.hf.HFBackend.check_source`.)"""
     name = config.model.model_name_or_path
-    if config.model.backend != "hf":
-        return None
-    if looks_like_local_path(name):
+    if config.model.backend == "hf" and looks_like_local_path(name):
         path = Path(name).expanduser()
         if not path.exists():
             return f"--model_name_or_path {name}: no such folder (a local model path; a Hub id looks like org/name)"
         if not path.is_dir():
             return f"--model_name_or_path {name}: not a folder (a local model is a folder with config.json and the weights)"
-    try:
-        hub.check_model_source(name, what="model", setting=hub.setting_name("--model_name_or_path", "MODEL_NAME"),
-                               offline_model=hub.TINY_VIDEO_MODEL)
-    except hub.HubUnavailable as exc:
-        return str(exc)
     return None
 
 
