@@ -265,6 +265,26 @@ def test_backend_load_failure_exit_3(demo_video_dir, tmp_path):
     assert eval_video_llm.main(args_for(demo_video_dir, out, "--model_name_or_path", str(tmp_path / "no_model"))) == EXIT_BACKEND
 
 
+def test_uncached_hub_model_offline_is_one_line_exit_3(demo_video_dir, tmp_path, monkeypatch, capfd):
+    """An uncached Hub id while offline is refused before transformers loads anything, in one line."""
+    import transformers
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_hf_home"))
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(transformers.AutoProcessor, "from_pretrained", must_not_load)
+    capfd.readouterr()
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--model_name_or_path", "someorg/not-cached-VL")) == EXIT_BACKEND
+    err = capfd.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "someorg/not-cached-VL" in err[0] and "Traceback" not in err[0]
+    assert "tiny_model" in err[0] and "--model_name_or_path" in err[0]
+    assert not out.exists()
+
+
 def test_out_of_memory_while_loading_is_exit_3(demo_video_dir, tmp_path, monkeypatch, capfd):
     import transformers
 
