@@ -187,9 +187,9 @@ def main(argv: list[str] | None = None) -> int:
             [("--output_file", Path(files.output_file) if files.output_file else None)])
         if problem:
             return _refuse(problem)
-        from k9bench.report import run_report
+        from k9bench.report import ReportSettings, run_report
 
-        return run_report(args)  # k9bench.report's interface takes the parsed arguments
+        return run_report(from_namespace(ReportSettings, args))
     if len(files.input_file) != 1:
         parser.error(f"--mode {files.mode} takes exactly one --input_file (got {len(files.input_file)})")
 

@@ -46,7 +46,6 @@ from k9bench.artifacts import (
     provenance,
     write_json_atomic,
 )
-from k9bench.cli import add_logging_args, setup_logging
 from k9bench.layout import checkpoint_path, shard_path
 
 log = logging.getLogger(__name__)
@@ -268,6 +267,8 @@ def merge_shards(paths: list[str | Path], output: str | Path | None = None) -> M
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from k9bench.cli import add_logging_args  # front-end helpers: only the command line uses them
+
     parser = argparse.ArgumentParser(
         prog="python -m k9bench.merge",
         description="Merge the raw files of a sharded inference run (SLURM array) into one raw file.",
@@ -280,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from k9bench.cli import setup_logging
+
     args = build_parser().parse_args(argv)
     setup_logging(args.verbose, args.quiet)
     if args.expect_shards is not None and len(args.shards) != args.expect_shards:
@@ -287,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         result = merge_shards(args.shards, args.output_file)
-        result.artifact.meta["provenance"] = provenance("k9bench.merge", argv if argv is not None else sys.argv[1:], args)
+        result.artifact.meta["provenance"] = provenance("k9bench.merge", argv if argv is not None else sys.argv[1:], vars(args))
         write_json_atomic(args.output_file, result.artifact.to_dict())
     except ArtifactError as exc:
         log.error("merge: %s", exc)

@@ -1,11 +1,12 @@
 """Leaderboard report from eval (and judge) artifacts: ``evaluate_results.py --mode report``.
 
 Contract with evaluate_results.py (which owns the parser): it calls
-``add_report_args(parser)`` while building its parser and ``run_report(args)`` for
-``--mode report``. ``args.input_file`` is a list of eval JSON paths (a single path
-is accepted too). Options added here do not collide with evaluate_results.py's own
-flags (--mode, --input_file, --output_file, --threshold, --embedding_model,
---batch_size, --device, -v, -q).
+``add_report_args(parser)`` while building its parser (the flags are generated from
+:class:`ReportSettings`), builds ``ReportSettings`` once in its ``main()`` with
+:func:`k9bench.settings.from_namespace` (``input_file`` and ``output_file`` come from its own
+flags) and calls ``run_report(settings)`` for ``--mode report``. Options added here do not
+collide with evaluate_results.py's own flags (--mode, --input_file, --output_file,
+--threshold, --embedding_model, --batch_size, --device, -v, -q).
 
 What it writes into ``--report_dir`` (default ``report``):
 
@@ -59,6 +60,7 @@ from k9bench.artifacts import (
     write_text_atomic,
 )
 from k9bench.layout import next_stage_path, parse_artifact_name, short_model_name
+from k9bench.settings import add_arguments, setting
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from k9bench.published import (
     AXIS_KEYS,
@@ -989,21 +991,37 @@ def plot_frames(runs: list[RunSummary], path: Path, *, with_published: bool) -> 
 # Entry points
 
 
+PUBLISHED_MODES = ("none", "matching", "all")
+"""``--published``: no paper rows, those of the runs' models, or all of Table 1."""
+
+
+@dataclass(frozen=True)
+class ReportSettings:
+    """What ``--mode report`` is asked for (built once in evaluate_results.py's ``main``)."""
+
+    input_file: list | tuple | str | None = setting(None, cli=False)
+    """The eval JSON files (evaluate_results.py's own ``--input_file``; one path is accepted too)."""
+    output_file: str | None = setting(None, cli=False)
+    """Where report.md goes instead of ``report_dir`` (evaluate_results.py's own ``--output_file``)."""
+    report_dir: str = setting("report", "folder for report.md, report.json and the PNG plots (default: %(default)s)")
+    """Folder of the report."""
+    judge_files: list | None = setting(None, "judge JSON files (subjective_evals.py output) for the Table 3 judge table",
+                                       nargs="+", metavar="JUDGE_JSON")
+    """Judge files for the Table 3 layout."""
+    published: str = setting("none", "show the paper's published numbers beside the runs: those of the same models, or all "
+                             "(default: %(default)s)", choices=PUBLISHED_MODES)
+    """Paper rows shown beside the runs."""
+    labels: list | None = setting(None, "display names for the eval files, in --input_file order", nargs="+", metavar="NAME")
+    """Display names, one per eval file."""
+    note: list | None = setting(None, "a line shown in bold at the top of report.md and kept in report.json (repeatable), "
+                                "e.g. that a run is a smoke test whose scores mean nothing", action="append", metavar="TEXT")
+    """Lines shown at the top of the report."""
+
+
 def add_report_args(parser: argparse.ArgumentParser) -> None:
-    """Options used by ``--mode report`` only."""
+    """Options used by ``--mode report`` only (generated from :class:`ReportSettings`)."""
     group = parser.add_argument_group("report mode (--mode report; --input_file takes one or more eval JSON files)")
-    group.add_argument("--report_dir", default="report", help="folder for report.md, report.json and the PNG plots (default: %(default)s)")
-    group.add_argument("--judge_files", nargs="+", default=None, metavar="JUDGE_JSON", help="judge JSON files (subjective_evals.py output) for the Table 3 judge table")
-    group.add_argument(
-        "--published",
-        choices=("none", "matching", "all"),
-        default="none",
-        help="show the paper's published numbers beside the runs: those of the same models, or all (default: %(default)s)",
-    )
-    group.add_argument("--labels", nargs="+", default=None, metavar="NAME", help="display names for the eval files, in --input_file order")
-    group.add_argument("--note", action="append", default=None, metavar="TEXT",
-                       help="a line shown in bold at the top of report.md and kept in report.json (repeatable), "
-                            "e.g. that a run is a smoke test whose scores mean nothing")
+    add_arguments(group, ReportSettings)
 
 
 @dataclass
@@ -1206,20 +1224,21 @@ def check_report_outputs(report_dir: str | Path, markdown_path: str | Path | Non
             raise ReportError(str(exc).replace(f"{flag}=", f"{flag} ", 1)) from None
 
 
-def run_report(args: argparse.Namespace) -> int:
+def run_report(settings: ReportSettings) -> int:
     """Write the report; returns the exit code (1 with a message naming the file on bad input;
     2, before any input is read, when the report cannot be written where asked)."""
-    inputs = args.input_file if isinstance(args.input_file, (list, tuple)) else [args.input_file]
+    given = settings.input_file
+    inputs = [given] if isinstance(given, str) else list(given or [])
     inputs = [p for p in inputs if p]
     try:
-        check_report_outputs(getattr(args, "report_dir", None) or "report", getattr(args, "output_file", None))
+        check_report_outputs(settings.report_dir, settings.output_file)
     except ReportError as exc:
         log.error("report: %s", exc)
         return 2
     try:
-        report = build_report(inputs, getattr(args, "judge_files", None), published=getattr(args, "published", "none"), labels=getattr(args, "labels", None),
-                              notes=getattr(args, "note", None))
-        written = write_report(report, getattr(args, "report_dir", None) or "report", getattr(args, "output_file", None))
+        report = build_report(inputs, settings.judge_files, published=settings.published, labels=settings.labels,
+                              notes=settings.note)
+        written = write_report(report, settings.report_dir, settings.output_file)
     except ArtifactError as exc:
         log.error("report: %s", exc)
         return 1
@@ -1230,7 +1249,6 @@ def run_report(args: argparse.Namespace) -> int:
     for name, path in written.items():
         log.info("wrote %s: %s", name, path)
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

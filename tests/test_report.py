@@ -19,6 +19,7 @@ from k9bench.published import (
 )
 from k9bench.report import (
     ReportError,
+    ReportSettings,
     add_report_args,
     bootstrap_intervals,
     build_report,
@@ -29,6 +30,7 @@ from k9bench.report import (
     run_report,
     write_report,
 )
+from k9bench.settings import from_namespace
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -88,8 +90,9 @@ def make_judge(path: Path, scores: tuple = (7, 6, 5, 8, 6), n: int = 4, bad: int
     return path
 
 
-def report_args(tmp_path: Path, *argv: str) -> argparse.Namespace:
-    """Parse like evaluate_results.py would: its own flags plus add_report_args."""
+def report_args(tmp_path: Path, *argv: str) -> ReportSettings:
+    """Parse like evaluate_results.py would (its own flags plus add_report_args) and build the
+    settings as its main() does."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--mode", choices=("calculate", "evaluate", "report"))
     parser.add_argument("--input_file", nargs="+")
@@ -101,7 +104,7 @@ def report_args(tmp_path: Path, *argv: str) -> argparse.Namespace:
     parser.add_argument("-v", "--verbose", action="count", default=0)
     parser.add_argument("-q", "--quiet", action="store_true")
     add_report_args(parser)
-    return parser.parse_args(["--mode", "report", "--report_dir", str(tmp_path / "rep"), *argv])
+    return from_namespace(ReportSettings, parser.parse_args(["--mode", "report", "--report_dir", str(tmp_path / "rep"), *argv]))
 
 
 def test_report_end_to_end_two_models_judge_published(tmp_path, capsys):
