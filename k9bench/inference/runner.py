@@ -620,7 +620,7 @@ class Runner:
                     if choice.batch_size != size:
                         break
 
-        workers = max(1, min(PREPARE_WORKERS_MAX, (os.cpu_count() or 2) // 2))
+        workers = max(2, min(PREPARE_WORKERS_MAX, (os.cpu_count() or 2) // 2))
         depth = max(2, self.config.frames.prefetch_videos)
         decode_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k9bench-decode") if frame_cache is not None else None
 
@@ -708,7 +708,7 @@ class Runner:
 
 
 PREPARE_WORKERS_MAX = 8
-"""Most threads decoding videos and preparing batches ahead of the model (half the CPU cores, at most this)."""
+"""Most threads decoding videos and preparing batches ahead of the model (half the CPU cores, at least 2, at most this)."""
 
 
 @dataclass
