@@ -85,6 +85,26 @@ class RecordedRequest:
                 parts.extend(p for p in content if isinstance(p, dict) and p.get("type") in ("image_url", "video_url"))
         return parts
 
+    @property
+    def audio_parts(self) -> list[dict]:
+        """The ``input_audio`` content parts of the messages."""
+        parts: list[dict] = []
+        for msg in self.messages:
+            content = msg.get("content") if isinstance(msg, dict) else None
+            if isinstance(content, list):
+                parts.extend(p for p in content if isinstance(p, dict) and p.get("type") == "input_audio")
+        return parts
+
+    @property
+    def content_types(self) -> list[str]:
+        """The ``type`` of every content part of the user messages, in order."""
+        out: list[str] = []
+        for msg in self.messages:
+            content = msg.get("content") if isinstance(msg, dict) else None
+            if isinstance(content, list) and msg.get("role") == "user":
+                out.extend(str(p.get("type")) for p in content if isinstance(p, dict))
+        return out
+
 
 @dataclass
 class Reply:

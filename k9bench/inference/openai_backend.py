@@ -38,6 +38,11 @@ batch question by question; the answers already received are handed back then wi
 second call, and the failures are raised again at once, so each question costs one call
 (plus its retries) and a failure becomes a record with ``error``.
 
+With ``--audio`` (frames transport only) each video's soundtrack, read once per video at
+:data:`k9bench.audio.API_SAMPLING_RATE` (16 kHz mono), follows the frames as exactly one
+``{"type": "input_audio", "input_audio": {"data": <base64>, "format": "wav"|"mp3"}}`` part
+(``--audio_format``; Gemini's OpenAI-compatible endpoint takes it), encoded once per video.
+
 The key is read from ``OPENAI_API_KEY`` only (a ``--base_url`` server that needs none gets a
 placeholder), is scrubbed from every error text, and is written nowhere.
 """
@@ -131,6 +136,10 @@ class RequestSettings:
     """Send the run's ``--seed`` as ``seed``."""
     extra_body: dict
     """Extra JSON merged into every request body (wins over ours)."""
+    audio: bool = False
+    """``--audio``: each request carries the video's soundtrack as one ``input_audio`` part after the frames."""
+    audio_format: str = "wav"
+    """Encoding of that part (``wav`` or ``mp3``)."""
 
     @classmethod
     def from_config(cls, config: RunConfig) -> "RequestSettings":
@@ -141,7 +150,7 @@ class RequestSettings:
             frame_size=o.frame_size, jpeg_quality=o.jpeg_quality, image_detail=o.image_detail, video_url_base=o.video_url_base,
             video_fps=o.video_fps, fps=f.fps, max_frames=f.max_frames, max_new_tokens=g.max_new_tokens,
             max_tokens_param=o.max_tokens_param, do_sample=g.do_sample, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
-            send_seed=not o.no_seed_param, extra_body=dict(o.extra_body or {}),
+            send_seed=not o.no_seed_param, extra_body=dict(o.extra_body or {}), audio=f.audio, audio_format=o.audio_format,
         )
 
 
@@ -272,6 +281,7 @@ class OpenAIBackend:
             "generation": self.generation_settings(),
             "attn_implementation": None,
             "frames_resized_by": self._frames_resized_by(),
+            "audio": {"part": "input_audio", "format": s.audio_format, "sampling_rate": self.audio_sampling_rate()} if s.audio else None,
             "usage": self._usage,  # live: filled in as the run goes (this invocation's calls)
         }
 
@@ -367,6 +377,12 @@ class OpenAIBackend:
 
     def frame_patch_size(self) -> int | None:
         return None
+
+    def audio_sampling_rate(self) -> int | None:
+        """The rate soundtracks are read at under ``--audio`` (:data:`k9bench.audio.API_SAMPLING_RATE`), else None."""
+        from k9bench.audio import API_SAMPLING_RATE
+
+        return API_SAMPLING_RATE if self.settings.audio else None
 
     # ------------------------------------------------------------------ messages
 
@@ -466,8 +482,39 @@ class OpenAIBackend:
 
         return self._media_once(str(path), path, build)
 
+    def _audio_parts(self, request: GenerationRequest) -> list[dict]:
+        """The one ``input_audio`` part of the request's soundtrack (encoded once per video)."""
+        from k9bench.audio import AudioError, input_audio_part
+
+        audio = request.audio
+        if audio is None:
+            raise ApiCallError(f"idx {request.key}: --audio but no soundtrack was read for {request.video_path}", kind="client_error")
+        key = ("audio", id(audio))
+        created = []
+
+        def build() -> list[dict]:
+            created.append(True)
+            try:
+                return [input_audio_part(audio, self.settings.audio_format)]
+            except AudioError as exc:
+                raise ApiCallError(str(exc), kind="client_error") from None
+
+        parts = self._media_once(key, audio, build)
+        if created:
+            weakref.finalize(audio, self._forget_media, key)
+        return parts
+
     def _media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict]:
         """The media parts of ``request`` and the record fields describing what was sent."""
+        parts, fields = self._visual_media_for(request)
+        if self.settings.audio and parts is not None:
+            audio_parts = self._audio_parts(request)
+            parts = [*parts, *audio_parts]  # the soundtrack after the frames
+            fields["audio_sent"] = {"format": self.settings.audio_format, **request.audio.summary()}  # type: ignore[union-attr]
+        return parts, fields
+
+    def _visual_media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict]:
+        """The frame (or video) parts of ``request`` and the record fields describing what was sent."""
         if request.frames is None:
             return None, {"video_transport": None}
         if self.settings.video_transport == "video_url":
