@@ -100,3 +100,16 @@ def test_audio_refused_in_text_only_mode(fake_openai, av_video_dir, tmp_path, ca
     out = tmp_path / "raw.json"
     assert eval_video_llm.main(args(fake_openai, out, av_video_dir, "--max_frames", "0")) == 2
     assert "--audio" in capfd.readouterr().err and not out.exists()
+
+
+def test_resume_refuses_to_mix_audio_and_video_only_records(fake_openai, av_video_dir, tmp_path, monkeypatch, capfd):
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    fake_openai.responder = reply
+    out = tmp_path / "raw.json"
+    video_only = [a for a in args(fake_openai, out, av_video_dir, "--max_samples", "2") if a != "--audio"]
+    assert eval_video_llm.main(video_only) == EXIT_OK
+    record = json.loads(out.read_text(encoding="utf-8"))["individual_results"][0]
+    assert "audio" not in record["run_settings"]["frames"]
+    capfd.readouterr()
+    assert eval_video_llm.main(args(fake_openai, out, av_video_dir, "--max_samples", "2")) == 2
+    assert "audio" in capfd.readouterr().err

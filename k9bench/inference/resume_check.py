@@ -52,13 +52,19 @@ def read_raw_records(path: Path) -> list[dict]:
 
 
 def frame_fingerprint(config: RunConfig, image_patch_size: int | None) -> dict | None:
-    """``run_settings.frames``: the frame settings that shape what the model sees (None when text only)."""
+    """``run_settings.frames``: the frame settings that shape what the model sees (None when text only);
+    ``audio`` (and the API's ``audio_format``) when the model hears the soundtracks too."""
     if config.frames.text_only:
         return None
     values = result_fingerprint(config.frames)
     out = {key: values[field] for field, key in _RECORD_FRAME_KEYS.items()}
     out["image_patch_size"] = image_patch_size
-    return {k: out[k] for k in ("fps", "max_pixels", "min_pixels", "image_patch_size", "decoder")}
+    picked = {k: out[k] for k in ("fps", "max_pixels", "min_pixels", "image_patch_size", "decoder")}
+    if config.frames.audio:  # written only with --audio, so that video-only records keep their shape
+        picked["audio"] = True
+        if config.model.backend == "openai":
+            picked["audio_format"] = config.openai.audio_format
+    return picked
 
 
 def prompt_fingerprint(config: RunConfig, system_prompt_sha256: str) -> dict:
