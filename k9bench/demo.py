@@ -5,9 +5,15 @@ short videos that ffmpeg generates on demand, so nothing large is committed.
 The questions describe the generated test patterns, one category label each, so
 that every category appears; a model is not expected to answer them well.
 
+With ``soundtrack`` (``--soundtrack``; the launcher's ``DEMO=1 AUDIO=1``) two of the videos get a
+soundtrack (a sine tone, pink noise) and the third stays silent, so an audio+video run meets both
+cases (the silent one becomes a failed ``no_audio_stream`` record). Without it the videos are
+exactly the silent ones they always were.
+
 Usage::
 
-    python -m k9bench.demo --video_dir k9bench_videos   # writes the three demo videos
+    python -m k9bench.demo --video_dir k9bench_videos               # writes the three demo videos
+    python -m k9bench.demo --video_dir k9bench_videos_av --soundtrack
 """
 
 from __future__ import annotations
@@ -27,6 +33,9 @@ DEMO_VIDEOS = {
     "demoVid0003": {"pattern": "life", "duration": 8.0, "fps": 30, "width": 240, "height": 320},
 }
 
+DEMO_SOUNDTRACKS = {"demoVid0001": "sine", "demoVid0002": "noise"}
+"""Scene name -> the soundtrack ``make_video`` gives it with ``soundtrack=True``; scenes not named stay silent."""
+
 
 def demo_rows() -> list[dict]:
     """The demo rows, in the Hub schema."""
@@ -34,8 +43,11 @@ def demo_rows() -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def make_demo_videos(video_dir: str | Path, *, overwrite: bool = False) -> list[Path]:
-    """Generate the demo videos as ``{scene}.mp4`` in ``video_dir``; existing files are kept."""
+def make_demo_videos(video_dir: str | Path, *, overwrite: bool = False, soundtrack: bool = False) -> list[Path]:
+    """Generate the demo videos as ``{scene}.mp4`` in ``video_dir``; existing files are kept.
+
+    ``soundtrack``: the scenes of :data:`DEMO_SOUNDTRACKS` get theirs (keep such videos in a folder
+    of their own: an existing file is kept as it is, with or without sound)."""
     from k9bench.ffmpeg import make_video
 
     video_dir = Path(video_dir)
@@ -44,8 +56,9 @@ def make_demo_videos(video_dir: str | Path, *, overwrite: bool = False) -> list[
     for scene, settings in DEMO_VIDEOS.items():
         path = video_dir / f"{scene}.mp4"
         if overwrite or not path.exists():
-            log.info("generating demo video %s", path)
-            make_video(path, **settings)
+            sound = DEMO_SOUNDTRACKS.get(scene) if soundtrack else None
+            log.info("generating demo video %s%s", path, f" (soundtrack: {sound})" if sound else "")
+            make_video(path, **settings, **({"audio": sound} if sound else {}))
         paths.append(path)
     return paths
 
@@ -54,9 +67,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Generate the demo videos.")
     parser.add_argument("--video_dir", default="k9bench_videos", help="folder for {scene}.mp4 files")
     parser.add_argument("--overwrite", action="store_true", help="regenerate existing files")
+    parser.add_argument("--soundtrack", action="store_true",
+                        help=f"give {' and '.join(DEMO_SOUNDTRACKS)} a soundtrack (the other video stays silent), for audio+video runs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    for path in make_demo_videos(args.video_dir, overwrite=args.overwrite):
+    for path in make_demo_videos(args.video_dir, overwrite=args.overwrite, soundtrack=args.soundtrack):
         print(path)
     return 0
 

@@ -212,3 +212,41 @@ def test_json_file_written_by_datasets_to_json_loads(tmp_path):
     (tmp_path / "broken.json").write_text('[{"idx": 1},\n')
     with pytest.raises(DatasetError, match="broken.json: not valid JSON"):
         load_questions(str(tmp_path / "broken.json"))
+
+
+def test_demo_videos_are_silent_unless_a_soundtrack_is_asked_for(tmp_path, monkeypatch):
+    """Today's demo videos are made exactly as before (no audio argument at all); with soundtrack=True
+    two scenes get one (sine, noise) and the third stays silent."""
+    import k9bench.ffmpeg
+    from k9bench.demo import DEMO_SOUNDTRACKS, DEMO_VIDEOS, make_demo_videos
+
+    calls = {}
+
+    def fake_make_video(path, **kwargs):
+        calls[path.stem] = kwargs
+        path.write_bytes(b"x")
+        return path
+
+    monkeypatch.setattr(k9bench.ffmpeg, "make_video", fake_make_video)
+    make_demo_videos(tmp_path / "silent")
+    assert calls == DEMO_VIDEOS  # the same settings, no audio key
+    calls.clear()
+    make_demo_videos(tmp_path / "av", soundtrack=True)
+    assert {scene: kw.get("audio") for scene, kw in calls.items()} == {"demoVid0001": "sine", "demoVid0002": "noise", "demoVid0003": None}
+    assert set(DEMO_SOUNDTRACKS) < set(DEMO_VIDEOS)
+    calls.clear()
+    make_demo_videos(tmp_path / "av", soundtrack=True)  # existing files are kept
+    assert calls == {}
+
+
+@pytest.mark.slow
+def test_demo_soundtracks_are_real(tmp_path):
+    from k9bench.audio import NoAudioStream, read_audio
+    from k9bench.demo import make_demo_videos
+
+    paths = {p.stem: p for p in make_demo_videos(tmp_path, soundtrack=True)}
+    for scene in ("demoVid0001", "demoVid0002"):
+        audio = read_audio(paths[scene], 16000)
+        assert audio.samples.size > 16000 * 4  # as long as the video (5-6 s)
+    with pytest.raises(NoAudioStream):
+        read_audio(paths["demoVid0003"], 16000)

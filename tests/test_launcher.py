@@ -517,6 +517,38 @@ def test_audio_run_passes_audio_and_has_its_own_files(demo_run, tiny_model_dir, 
 
 
 @pytest.mark.slow
+def test_demo_with_audio_end_to_end(tmp_path):
+    """DEMO=1 AUDIO=1: a tiny Qwen2.5-Omni thinker is built, two demo videos get a soundtrack (in a
+    folder of their own), the silent one's questions become failed no_audio_stream records, every
+    artifact is tagged _av and the report labels the run A+V."""
+    out = tmp_path / "out"
+    proc = run_launcher(clean_env(DEMO="1", AUDIO="1", OUT_DIR=str(out)), tmp_path)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    assert "--family qwen2_5_omni" in proc.stdout and "step demo-videos: " in proc.stdout
+    assert re.search(r"\]   VIDEO_DIR +\S*/videos_av", proc.stdout)
+    tag = "tiny-qwen2_5omni_mf4_n-1_av"
+    raw = json.loads((out / f"raw_{tag}.json").read_text())
+    failed = {r["scene_name"]: r.get("error_class") for r in raw["individual_results"] if r.get("error_class")}
+    assert set(failed) == {"demoVid0003"} and set(failed.values()) == {"no_audio_stream"}
+    assert all(r.get("audio_used") for r in raw["individual_results"] if r["scene_name"] != "demoVid0003")
+    md = (out / f"report_{tag}" / "report.md").read_text()
+    assert "| tiny-qwen2_5omni (A+V) | this run | 4 |" in md and "+ audio (A+V)" in md
+    assert not (out / "videos").exists() and not list(out.glob("raw_*_n-1.json"))
+
+
+@pytest.mark.slow
+def test_raw_file_made_without_audio_is_not_reused_for_audio(tmp_path, tiny_model_dir):
+    out = tmp_path / "out"
+    out.mkdir()
+    raw = out / "raw_tiny-qwen3vl_mf4_n-1_av.json"
+    raw.write_text(json.dumps({"individual_results": [], "total_count": 0, "model_name_or_path": str(tiny_model_dir),
+                               "inference": {"dataset": {"source": "demo", "split": "test"}, "frames": {"audio": False}}}))
+    proc = run_launcher(demo_env(tmp_path, tiny_model_dir, AUDIO="1", REPORT="0"), tmp_path, timeout=300)
+    assert proc.returncode == 2, proc.stdout[-3000:]
+    assert "exists but was made with other settings (AUDIO=0 there, 1 now)" in proc.stdout
+
+
+@pytest.mark.slow
 def test_sim_file_of_another_embedding_dtype_is_recomputed(demo_run, tiny_model_dir, tmp_path):
     """A sim file made in bfloat16 (the old GPU default) is not reused under today's float32 default."""
     ref_tmp, _, _ = demo_run
