@@ -219,7 +219,7 @@ def _batch_size(text: str) -> int | str:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1 or auto, got {text!r}") from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1 or auto, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
 
 
@@ -249,6 +249,8 @@ class LauncherSetting:
     """The launcher's own check of the text, on top of the flag's type and choices."""
     default: str | None = None
     """The launcher's own default, where it has one (the SPEC's launcher table); else the flag's."""
+    check_first: bool = False
+    """Run :attr:`check` before the flag's own type, so its message (naming the variable's values) wins."""
 
 
 LAUNCHER_SETTINGS: tuple[LauncherSetting, ...] = (
@@ -258,7 +260,7 @@ LAUNCHER_SETTINGS: tuple[LauncherSetting, ...] = (
     LauncherSetting("VIDEO_DIR", "eval_video_llm", "--video_dir"),
     LauncherSetting("DATASET_NAME", "eval_video_llm", "--dataset_name"),
     LauncherSetting("SPLIT", "eval_video_llm", "--split"),
-    LauncherSetting("BATCH_SIZE", "eval_video_llm", "--batch_size", _batch_size),
+    LauncherSetting("BATCH_SIZE", "eval_video_llm", "--batch_size", _batch_size, check_first=True),
     LauncherSetting("DTYPE", "eval_video_llm", "--torch_dtype"),
     LauncherSetting("ATTN_IMPL", "eval_video_llm", "--attn_implementation"),
     LauncherSetting("EMBEDDING_MODEL", "evaluate_results", "--embedding_model"),
@@ -307,7 +309,7 @@ def check_setting(setting: LauncherSetting, text: str, parsers: dict | None = No
     """Check one value as its script's flag would parse it (type, choices), then the launcher's own rule."""
     parsers = {} if parsers is None else parsers
     action = _flag_action(setting.script, setting.flag, parsers) if setting.script else argparse.Action([], setting.name)
-    for kind in (action.type, setting.check):
+    for kind in ((setting.check, action.type) if setting.check_first else (action.type, setting.check)):
         if kind is None:
             continue
         try:

@@ -90,3 +90,25 @@ def test_read_only_existing_out_dir_with_earlier_results_is_left_unchanged(tmp_p
     assert proc.returncode == 2
     assert f"OUT_DIR={out} is not writable" in proc.stdout
     assert sorted(p.name for p in out.iterdir()) == [earlier.name] and earlier.read_text() == "{}"
+
+
+AUDIO_AND_BATCH_CASES = [
+    ({"AUDIO": "2"}, "AUDIO must be 0 or 1, got '2'"),
+    ({"AUDIO": "yes", "DEMO": "1"}, "AUDIO must be 0 or 1, got 'yes'"),
+    ({"BATCH_SIZE": "many"}, "BATCH_SIZE must be an integer >= 1 or auto, got 'many'"),
+]
+
+
+@pytest.mark.parametrize("overrides, message", AUDIO_AND_BATCH_CASES, ids=[f"{k}={v}" for c in AUDIO_AND_BATCH_CASES for k, v in
+                                                                           list(c[0].items())[:1]])
+def test_bad_audio_or_batch_size_stops_the_launcher_before_anything_runs(tmp_path, overrides, message):
+    test_bad_value_stops_the_launcher_before_anything_runs(tmp_path, overrides, message)
+
+
+def test_batch_size_auto_passes_the_preflight(tmp_path):
+    env = launcher_env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), BATCH_SIZE="auto", AUDIO="1",
+                       DATASET_NAME=str(tmp_path / "missing.jsonl"))
+    proc = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert "BATCH_SIZE       auto" in proc.stdout, proc.stdout + proc.stderr
+    assert "raw_Qwen3-VL-4B-Instruct_mf32_n10_av.json" in proc.stdout  # AUDIO=1 names the artifacts _av
+    assert "ERROR: step download failed" in proc.stdout  # got past the preflight
