@@ -6,9 +6,21 @@ Usage::
     python eval_video_llm.py --model_name_or_path Qwen/Qwen3-VL-4B-Instruct --video_dir k9bench_videos \\
         --max_frames 32 --max_samples 10
 
-    # all questions, batched, fetching missing videos first; rerun the same line to resume
+    # all questions, fetching missing videos first; rerun the same line to resume. --batch_size auto
+    # (the default): 1 on CPU, on a GPU the largest batch that fits; batches span videos and each
+    # video's prefix is computed once (Qwen-VL); --batch_size N forces N questions per batch
     python eval_video_llm.py --model_name_or_path Qwen/Qwen3-VL-8B-Instruct --max_samples -1 \\
-        --batch_size 8 --auto_download --output_file eval_results/raw_Qwen3-VL-8B-Instruct_mf32_n-1.json
+        --auto_download --output_file eval_results/raw_Qwen3-VL-8B-Instruct_mf32_n-1.json
+
+    # InternVL3.5 (transformers-native checkpoint, 32 frames at its processor's fixed size)
+    python eval_video_llm.py --model_name_or_path OpenGVLab/InternVL3_5-8B-HF --max_frames 32 --max_samples -1
+
+    # audio + video: an Omni thinker checkpoint (model_type qwen2_5_omni_thinker or qwen3_omni_moe_thinker,
+    # e.g. python -m k9bench.tiny_model /tmp/omni --family qwen2_5_omni) hears each video's soundtrack
+    # (files named ..._av.json); by API the soundtrack is one input_audio part after the frames
+    python eval_video_llm.py --model_name_or_path /tmp/omni --audio --max_samples -1
+    python eval_video_llm.py --backend openai --api_model gemini-2.5-pro \\
+        --base_url https://generativelanguage.googleapis.com/v1beta/openai/ --video_fps 1 --audio --max_samples -1
 
     # the reference's --use_system_message False: an empty system turn, the model gets no instructions;
     # for a chat template without a system role, put the instructions in the user turn instead

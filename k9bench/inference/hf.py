@@ -4,11 +4,21 @@ Works for any image-text-to-text model whose processor takes ``videos=`` (Qwen3-
 Thinking, Qwen2.5-VL, ...) with no model-name branching: what differs between families is read
 from the processor (patch size, chat template) and the model's own generation config.
 
-Frames arrive already sampled and resized by :mod:`k9bench.video` (qwen-vl-utils' rules, at the
-processor's patch size), so the processor is called with ``do_sample_frames=False`` (it keeps our
-frames and their indices, from which Qwen3-VL derives each frame's timestamp) and
-``do_resize=False`` (no second resize), passing each video's metadata (source fps, indices,
-frame count).
+How frames (and a soundtrack) are handed to the processor is chosen by the processor's type in
+:mod:`k9bench.frame_policy`, nowhere else: Qwen-style patch grids (Qwen2.5-VL, Qwen3-VL, the Omni
+thinkers) get frames resized by qwen-vl-utils' rules at the processor's patch size, with
+``do_sample_frames=False``/``do_resize=False`` and each video's metadata; fixed-size video
+processors (InternVL) get frames sampled at exactly their size (:meth:`HFBackend.sampling_overrides`);
+the Omni processors get the sampled ``fps`` keyword (a batch is split by sampled fps for them). With
+``--audio`` the soundtrack goes to Omni thinkers as audio-in-video input (``use_audio_in_video``);
+a processor that cannot take it is refused at load.
+
+Batches of more than one question (``prepare_batch``/``run_prepared``, used by the runner's
+cross-video path) go through :class:`k9bench.inference.prefix_cache.SharedPrefixEngine` where it
+reproduces ``generate`` (Qwen3-VL, Qwen2.5-VL, no audio: each video's prefix prefilled once), else
+through ``generate`` (recorded under ``inference.backend.decoding`` with the reason; per-batch
+fallbacks counted in ``run_stats.decoding``). Batch size 1 is always ``generate``, the reference's path.
+An uncached Hub id while the Hub is out of reach is refused before anything loads (:meth:`HFBackend.check_source`).
 
 Device, dtype and attention follow :mod:`k9bench.accelerator` (one policy for every model the
 project loads): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. When flash-attn

@@ -1,10 +1,27 @@
 """The inference loop behind ``eval_video_llm.py``.
 
 Questions are grouped by video (first-seen order) and, with ``--num_shards``, whole videos are
-dealt to shards round-robin. Each video's questions go to the backend in batches of up to
-``--batch_size`` (one video per batch, left-padded). While a batch generates, a background
-thread decodes the frames of the next videos (:class:`FramePrefetcher`), each video once
-(:class:`k9bench.video.FrameCache`).
+dealt to shards round-robin. ``--batch_size`` (default ``auto``) is resolved once by the backend
+(:meth:`Runner._choose_batch_size`; ``auto`` is 1 on CPU and, on a GPU, the largest batch the free
+memory holds, :func:`k9bench.inference.batching.auto_batch_size`) and recorded in ``run_stats.batch_size``.
+
+Two paths:
+
+- batch size 1, or a backend without ``prepare_batch`` (the OpenAI backend): video by video, each
+  video's questions in batches of the batch size within that video (:meth:`Runner._run_by_video`);
+  a background thread decodes the next videos' frames (:class:`FramePrefetcher`).
+- batch size > 1 with the HF backend (:meth:`Runner._run_planned`): batches that span videos
+  (:func:`k9bench.inference.batching.plan_batches`: questions stay grouped by video, a video is split
+  only at a batch boundary), each prepared on the CPU ahead of the model by
+  :class:`k9bench.inference.pipeline.AheadPipeline` (frames decoded on worker threads, the processor
+  run) and answered by the backend's ``run_prepared`` (Qwen-VL: one shared-prefix prefill per video,
+  :mod:`k9bench.inference.prefix_cache`; other models, or a batch the engine refuses: ``generate``,
+  recorded with the reason). A video's frames are released after its last batch. The model's time
+  waiting for the CPU is ``run_stats.prepare.wait_seconds``. A batch that runs out of memory halves
+  the batch size (``run_stats.batch_size.history``) and is rerun video by video at the new size.
+
+Each video is decoded once (:class:`k9bench.frame_cache.FrameCache`); with ``--audio`` its soundtrack
+is read once too, at the rate the backend asks for (``FrameCache.get_audio``).
 
 Every finished question, failed or not, is appended at once to ``<output>.partial.jsonl``
 (:class:`k9bench.resume.ResumableStage`, fsynced). Rerunning the same command skips what is
