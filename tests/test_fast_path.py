@@ -9,6 +9,7 @@ mode and a Thinking template too.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -144,3 +145,28 @@ def test_out_of_memory_halves_the_batch_and_keeps_the_answers(tiny, demo_video_d
     choice = fast["run_stats"]["batch_size"]
     assert choice["batch_size"] == 4 and choice["history"] == [[8, "given"], [4, "out of memory"]]
     assert fast["run_stats"]["batch_fallbacks"] == 1 and calls[0] == 8
+
+
+def test_auto_batch_size_on_a_gpu_follows_free_memory(tiny, monkeypatch):
+    """``--batch_size auto`` on a GPU: the memory rule over the loaded model's config (the free memory faked)."""
+    import torch
+
+    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.settings import RunConfig, resolve
+
+    backend = HFBackend(resolve(RunConfig(model=dataclasses.replace(RunConfig().model, model_name_or_path=str(tiny)))))
+    backend.load()
+    backend.device = "cuda:0"  # the rule only; nothing runs on it
+    free = {"bytes": 8 * 2**30}
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 * 2**30))
+    big = backend.choose_batch_size("auto", questions=4744, max_frames=32, max_pixels=360 * 420)
+    assert big.requested == "auto" and 1 < big.batch_size <= 64 and big.inputs["free_bytes"] == 8 * 2**30
+    assert big.inputs["prompt_tokens"] > 32 // 2 * 100  # 16 temporal pairs of ~100+ tokens each, plus text
+    free["bytes"] = 2**20
+    assert backend.choose_batch_size("auto", questions=4744, max_frames=32, max_pixels=360 * 420).batch_size == 1
+    free["bytes"] = 8 * 2**30
+    capped = backend.choose_batch_size("auto", questions=3, max_frames=32, max_pixels=360 * 420)
+    assert capped.batch_size == 3 and big.batch_size > 3
+    given = backend.choose_batch_size(6, questions=4744, max_frames=32, max_pixels=None)
+    assert (given.batch_size, given.reason) == (6, "given")
+    backend.close()
