@@ -73,6 +73,10 @@ CASES = [
     ("a model path that is a file", ["--model_name_or_path", "FILE"], EXIT_BACKEND, ["not a folder"]),
     ("frame cache under a file", ["--frame_cache_dir", "/etc/passwd/cache"], EXIT_USAGE, ["--frame_cache_dir", "/etc/passwd"]),
     ("user-turn instructions with a system turn", ["--instructions_in_user_turn"], EXIT_USAGE, ["--instructions_in_user_turn"]),
+    ("batch size neither a number nor auto", ["--batch_size", "many"], EXIT_USAGE, ["--batch_size", "many", "auto"]),
+    ("batch size 0", ["--batch_size", "0"], EXIT_USAGE, ["--batch_size", ">= 1"]),
+    ("audio in text-only mode", ["--audio", "--max_frames", "0"], EXIT_USAGE, ["--audio", "--max_frames 0"]),
+    ("audio format unknown", ["--audio", "--audio_format", "flac"], EXIT_USAGE, ["--audio_format", "flac"]),
 ]
 
 

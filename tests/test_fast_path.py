@@ -170,3 +170,14 @@ def test_auto_batch_size_on_a_gpu_follows_free_memory(tiny, monkeypatch):
     given = backend.choose_batch_size(6, questions=4744, max_frames=32, max_pixels=None)
     assert (given.batch_size, given.reason) == (6, "given")
     backend.close()
+
+
+def test_audio_with_a_model_that_cannot_hear_is_refused_at_load(tiny, demo_video_dir, tmp_path, capfd):
+    from k9bench.inference.runner import EXIT_BACKEND
+
+    out = tmp_path / "raw.json"
+    capfd.readouterr()
+    assert eval_video_llm.main(["--model_name_or_path", str(tiny), "--dataset_name", "demo", "--video_dir", str(demo_video_dir),
+                                "--max_frames", "4", "--output_file", str(out), "-q", "--audio"]) == EXIT_BACKEND
+    err = capfd.readouterr().err
+    assert "--audio" in err and "Qwen3VLProcessor" in err and not out.exists()
