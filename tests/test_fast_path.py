@@ -181,3 +181,36 @@ def test_audio_with_a_model_that_cannot_hear_is_refused_at_load(tiny, demo_video
                                 "--max_frames", "4", "--output_file", str(out), "-q", "--audio"]) == EXIT_BACKEND
     err = capfd.readouterr().err
     assert "--audio" in err and "Qwen3VLProcessor" in err and not out.exists()
+
+
+def test_sigterm_between_cross_video_batches_then_resume(tiny, demo_video_dir, tmp_path, monkeypatch):
+    import os
+    import signal
+
+    from k9bench.artifacts import checkpoint_path
+    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.runner import EXIT_INTERRUPTED
+
+    original = HFBackend.run_prepared
+    calls = []
+
+    def stop_at_second(self, prepared):
+        calls.append(len(prepared.requests))
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return original(self, prepared)
+
+    out = tmp_path / "fast.json"
+    argv = ["--model_name_or_path", str(tiny), "--dataset_name", "demo", "--video_dir", str(demo_video_dir), "--max_frames", "4",
+            "--max_pixels", "16384", "--min_pixels", "2048", "--max_new_tokens", "8", "--greedy", "--output_file", str(out), "-q",
+            "--batch_size", "5"]
+    with monkeypatch.context() as m:
+        m.setattr(HFBackend, "run_prepared", stop_at_second)
+        assert eval_video_llm.main(argv) == EXIT_INTERRUPTED
+    kept = [json.loads(line) for line in checkpoint_path(out).read_text(encoding="utf-8").splitlines() if line.strip()]
+    assert len(kept) == 5 and not out.exists()  # the first batch is safe, nothing of the interrupted one
+    assert eval_video_llm.main(argv) == EXIT_OK
+    again = json.loads(out.read_text(encoding="utf-8"))
+    assert again["run_stats"]["resumed"] == 5
+    single = run(tiny, demo_video_dir, tmp_path / "b1.json", "--batch_size", "1")
+    assert answers(again) == answers(single)
