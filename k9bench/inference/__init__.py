@@ -12,4 +12,7 @@
                                          signals, out-of-memory retry, the raw artifact
 - :mod:`k9bench.inference.resume_check`  which earlier records a run may reuse (the record fingerprint);
                                          the files themselves are :class:`k9bench.resume.ResumableStage`'s
+- :mod:`k9bench.inference.batching`      batches spanning videos (``plan_batches``) and ``--batch_size auto``
+- :mod:`k9bench.inference.prefix_cache`  each video's shared prefix prefilled once (Qwen-VL, the HF backend)
+- :mod:`k9bench.inference.pipeline`      CPU preparation of the next batches on worker threads
 """
