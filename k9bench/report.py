@@ -447,6 +447,18 @@ def _number(value: Any) -> float | None:
     return float(value) if is_finite_number(value) else None
 
 
+def _record_audio(record: QuestionRecord) -> bool | None:
+    """Whether a record was made with the soundtrack asked for: its ``audio`` flag or soundtrack
+    details, or its ``audio_used``; None when it does not say."""
+    audio = record.extra.get("audio")
+    if isinstance(audio, bool):
+        return audio
+    if isinstance(audio, dict):
+        return True
+    used = record.extra.get("audio_used")
+    return used if isinstance(used, bool) else None
+
+
 def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> RunSettings:
     """A run's settings from its eval file's top level and records (see :class:`RunSettings`)."""
     inference = _top(meta, "inference")
@@ -468,8 +480,9 @@ def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> 
         placement = None if not isinstance(use_system, bool) else "system" if use_system else "user_turn"
     audio = _find(inference, "audio")
     if not isinstance(audio, bool):
-        flags = {r.extra.get("audio") for r in records if isinstance(r.extra.get("audio"), bool)}
-        audio = flags.pop() if len(flags) == 1 else (True if flags else None)
+        # no setting recorded: the records say whether the model heard a soundtrack
+        flags = {_record_audio(r) for r in records} - {None}
+        audio = True if True in flags else False if flags else None
     settings = RunSettings(
         model_name_or_path=_top(meta, "model_name_or_path"),
         embedding_model=metadata.get("similarity_model") or _top(meta, "similarity_model"),

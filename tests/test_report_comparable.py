@@ -255,3 +255,16 @@ def test_audio_video_runs_are_kept_apart_from_video_only_runs(tmp_path):
     bare = tmp_path / "bare.json"
     bare.write_text(json.dumps(data))
     assert load_run(bare).settings.audio is True and load_run(bare).label.endswith("(A+V)")
+    # as eval_video_llm.py writes them: soundtrack details, or audio_used False where a video had none
+    for i, r in enumerate(data["individual_results"]):
+        r.pop("audio")
+        if i % 2:
+            r["audio"] = {"sampling_rate": 16000, "num_samples": 96000}
+        r["audio_used"] = bool(i % 2)
+    bare.write_text(json.dumps(data))
+    assert load_run(bare).settings.audio is True
+    for r in data["individual_results"]:
+        r.pop("audio", None)
+        r["audio_used"] = False
+    bare.write_text(json.dumps(data))
+    assert load_run(bare).settings.audio is False
