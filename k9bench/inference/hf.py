@@ -408,13 +408,15 @@ class HFBackend:
         text_tokens = 512
         if max_frames:
             if self.policy is not None and self.policy.frame_size:
+                # fixed-size frames (InternVL: 448x448, 14-pixel patches, 2x2 pixel shuffle): every frame its own tokens
                 height, width = self.policy.frame_size
-                patch, merge = 14, 2
+                patch, temporal = 14, 1
             else:
-                patch, merge = self._patch_size or 14, 2
+                patch, temporal = self._patch_size or 14, 2
                 side = int((max_pixels or DEFAULT_MAX_PIXELS) ** 0.5)
                 height = width = max(2 * patch, side - side % (2 * patch))
-            prompt = estimate_video_tokens(max_frames, height, width, patch, merge_size=merge, text_tokens=text_tokens)
+            prompt = estimate_video_tokens(max_frames, height, width, patch, merge_size=2, temporal_patch_size=temporal,
+                                           text_tokens=text_tokens)
         else:
             prompt = text_tokens
         dtype_bytes = torch.empty((), dtype=self.model.dtype).element_size()
