@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     # fixed library-only fields (the tests pin yt-dlp to their fake extractor) keeps them.
     config_fields = {f.name for f in dataclasses.fields(DownloadConfig)}
     config = kd.DownloadConfig(**{name: value for name, value in vars(args).items() if name in config_fields})
-    run_provenance = provenance("download_videos.py", list(sys.argv[1:] if argv is None else argv), args)
+    run_provenance = provenance("download_videos.py", list(sys.argv[1:] if argv is None else argv), vars(args))
     try:
         return run(dataset, job, config, run_provenance)
     except KeyboardInterrupt:

@@ -37,7 +37,7 @@ import sys
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator
+from typing import IO, Any, Callable, Iterable, Iterator, Mapping
 from k9bench.redact import redact, redact_argv
 
 log = logging.getLogger(__name__)
@@ -534,8 +534,10 @@ def git_commit(repo: str | os.PathLike | None = None) -> str | None:
         return None
 
 
-def provenance(script: str, argv: list[str] | None, args: Any = None) -> dict:
-    """What produced an artifact: script, arguments, package versions, git commit, host, time."""
+def provenance(script: str, argv: list[str] | None, args: "Mapping[str, Any] | None" = None) -> dict:
+    """What produced an artifact: script, arguments, package versions, git commit, host, time.
+
+    ``args``: the run's settings as a flat mapping (name -> value); secrets are masked."""
     argv = list(sys.argv[1:] if argv is None else argv)
     info: dict[str, Any] = {
         "script": script,
@@ -548,7 +550,7 @@ def provenance(script: str, argv: list[str] | None, args: Any = None) -> dict:
         "schema_version": SCHEMA_VERSION,
     }
     if args is not None:
-        values = vars(args) if hasattr(args, "__dict__") else dict(args)
+        values = dict(args)
         info["args"] = redact({k: v for k, v in values.items() if isinstance(v, (str, int, float, bool, type(None), list))})
     return info
 

@@ -138,10 +138,9 @@ def test_provenance_records_args_versions_commit_and_hides_secrets():
 
 
 def test_provenance_keeps_numbers_of_flags_that_only_mention_tokens():
-    import argparse
 
     argv = ["--max_tokens", "512", "--max_new_tokens=3072", "--tokenizer", "t", "--hf_token", "hf_x", "--openai-api-key=sk"]
-    info = provenance("x.py", argv, argparse.Namespace(max_tokens=512, max_new_tokens=3072, hf_token="hf_x", secret_key="s"))
+    info = provenance("x.py", argv, dict(max_tokens=512, max_new_tokens=3072, hf_token="hf_x", secret_key="s"))
     assert info["argv"] == ["--max_tokens", "512", "--max_new_tokens=3072", "--tokenizer", "t", "--hf_token", "***",
                             "--openai-api-key=***"]
     assert info["args"] == {"max_tokens": 512, "max_new_tokens": 3072, "hf_token": "***", "secret_key": "***"}

@@ -250,8 +250,6 @@ def test_the_namespace_scan_finds_what_it_should():
 
 
 KNOWN_NAMESPACE_USES = {
-    "k9bench.artifacts": "provenance() takes vars() of download_videos.py's Namespace: it should take a mapping "
-                         "(download_videos.main passing vars(args)); remove this entry when fixed",
 }
 """Library modules that still take a Namespace: expected failures (strict, so a fix shows)."""
 
