@@ -136,8 +136,8 @@ def test_provenance_records_args_versions_commit_and_hides_secrets():
     assert info["packages"]["torch"]
     assert "git_commit" in info and info["script"] == "x.py"
 
-def test_provenance_keeps_numbers_of_flags_that_only_mention_tokens():
 
+def test_provenance_keeps_numbers_of_flags_that_only_mention_tokens():
     argv = ["--max_tokens", "512", "--max_new_tokens=3072", "--tokenizer", "t", "--hf_token", "hf_x", "--openai-api-key=sk"]
     info = provenance("x.py", argv, dict(max_tokens=512, max_new_tokens=3072, hf_token="hf_x", secret_key="s"))
     assert info["argv"] == ["--max_tokens", "512", "--max_new_tokens=3072", "--tokenizer", "t", "--hf_token", "***",
