@@ -517,6 +517,37 @@ OMNI_CHAT_TEMPLATE = (
 """The Jinja chat template stored with the tiny Qwen2.5-Omni thinker."""
 
 
+
+def _omni_token_ids(ids: dict[str, int], suffix: str) -> dict[str, int]:
+    """The Omni thinkers' special-token ids; ``suffix`` is how the config names the media tokens
+    (``_index`` in Qwen2.5-Omni, ``_id`` in Qwen3-Omni)."""
+    return {
+        f"audio_token{suffix}": ids["<|AUDIO|>"],
+        f"image_token{suffix}": ids["<|IMAGE|>"],
+        f"video_token{suffix}": ids["<|VIDEO|>"],
+        "audio_start_token_id": ids["<|audio_bos|>"],
+        "audio_end_token_id": ids["<|audio_eos|>"],
+        "vision_start_token_id": ids["<|vision_bos|>"],
+        "vision_end_token_id": ids["<|vision_eos|>"],
+    }
+
+
+def _save_omni_processor(processor_cls, tokenizer, path: Path, patch_size: int) -> None:
+    """An Omni processor (Qwen2-VL image/video processors at ``patch_size``, Whisper features at
+    :data:`OMNI_AUDIO_SAMPLING_RATE`) written beside the weights."""
+    from transformers import Qwen2VLImageProcessor, Qwen2VLVideoProcessor, WhisperFeatureExtractor
+
+    unit = 2 * patch_size  # one merged token covers unit x unit pixels
+    common = {"patch_size": patch_size, "temporal_patch_size": 2, "merge_size": 2}
+    image_processor = Qwen2VLImageProcessor(**common, size={"shortest_edge": unit * unit, "longest_edge": 256 * unit * unit})
+    video_processor = Qwen2VLVideoProcessor(**common, size={"shortest_edge": unit * unit, "longest_edge": 64 * unit * unit * 16},
+                                            cap_pixels_per_frame=True)
+    feature_extractor = WhisperFeatureExtractor(feature_size=128, sampling_rate=OMNI_AUDIO_SAMPLING_RATE, hop_length=160,
+                                                chunk_length=300, n_fft=400, return_attention_mask=True)
+    processor = processor_cls(image_processor=image_processor, video_processor=video_processor,
+                              feature_extractor=feature_extractor, tokenizer=tokenizer, chat_template=OMNI_CHAT_TEMPLATE)
+    processor.save_pretrained(str(path))
+
 def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
     """Write a tiny random-weight Qwen2.5-Omni *thinker* checkpoint (text output only) to ``path``.
 
@@ -528,9 +559,6 @@ def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
         Qwen2_5OmniProcessor,
         Qwen2_5OmniThinkerConfig,
         Qwen2_5OmniThinkerForConditionalGeneration,
-        Qwen2VLImageProcessor,
-        Qwen2VLVideoProcessor,
-        WhisperFeatureExtractor,
     )
 
     path = Path(path)
@@ -552,13 +580,7 @@ def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
             "num_mel_bins": 128, "encoder_layers": 2, "encoder_attention_heads": 2, "encoder_ffn_dim": 64, "d_model": 32,
             "output_dim": text_hidden, "max_source_positions": 1500, "n_window": 100, "initializer_range": 0.5,
         },
-        audio_token_index=ids["<|AUDIO|>"],
-        image_token_index=ids["<|IMAGE|>"],
-        video_token_index=ids["<|VIDEO|>"],
-        audio_start_token_id=ids["<|audio_bos|>"],
-        audio_end_token_id=ids["<|audio_eos|>"],
-        vision_start_token_id=ids["<|vision_bos|>"],
-        vision_end_token_id=ids["<|vision_eos|>"],
+        **_omni_token_ids(ids, "_index"),
         user_token_id=tokenizer.convert_tokens_to_ids("user") if "user" in tokenizer.get_vocab() else 0,
         initializer_range=0.5,
     )
@@ -567,16 +589,7 @@ def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
     model = _random_weights(Qwen2_5OmniThinkerForConditionalGeneration, config, seed, lambda m: m.lm_head,
                             [config.eos_token_id, config.pad_token_id])
     _save_model(model, path, config.eos_token_id, config.pad_token_id)
-    image_processor = Qwen2VLImageProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
-                                            size={"shortest_edge": 28 * 28, "longest_edge": 256 * 28 * 28})
-    video_processor = Qwen2VLVideoProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
-                                            size={"shortest_edge": 28 * 28, "longest_edge": 64 * 28 * 28 * 16},
-                                            cap_pixels_per_frame=True)
-    feature_extractor = WhisperFeatureExtractor(feature_size=128, sampling_rate=OMNI_AUDIO_SAMPLING_RATE, hop_length=160,
-                                                chunk_length=300, n_fft=400, return_attention_mask=True)
-    processor = Qwen2_5OmniProcessor(image_processor=image_processor, video_processor=video_processor,
-                                     feature_extractor=feature_extractor, tokenizer=tokenizer, chat_template=OMNI_CHAT_TEMPLATE)
-    processor.save_pretrained(str(path))
+    _save_omni_processor(Qwen2_5OmniProcessor, tokenizer, path, patch_size=14)
     log.info("tiny Qwen2.5-Omni thinker written to %s (%d parameters)", path, sum(p.numel() for p in model.parameters()))
     return path
 
@@ -590,12 +603,9 @@ def build_tiny_qwen3omni(path: str | Path, seed: int = 0) -> Path:
     is neither padded nor cut to a window).
     """
     from transformers import (
-        Qwen2VLImageProcessor,
-        Qwen2VLVideoProcessor,
         Qwen3OmniMoeProcessor,
         Qwen3OmniMoeThinkerConfig,
         Qwen3OmniMoeThinkerForConditionalGeneration,
-        WhisperFeatureExtractor,
     )
 
     path = Path(path)
@@ -619,13 +629,7 @@ def build_tiny_qwen3omni(path: str | Path, seed: int = 0) -> Path:
             "output_dim": text_hidden, "n_window": 50, "n_window_infer": 800, "conv_chunksize": 500,
             "downsample_hidden_size": 16, "initializer_range": 0.5,
         },
-        audio_token_id=ids["<|AUDIO|>"],
-        image_token_id=ids["<|IMAGE|>"],
-        video_token_id=ids["<|VIDEO|>"],
-        audio_start_token_id=ids["<|audio_bos|>"],
-        audio_end_token_id=ids["<|audio_eos|>"],
-        vision_start_token_id=ids["<|vision_bos|>"],
-        vision_end_token_id=ids["<|vision_eos|>"],
+        **_omni_token_ids(ids, "_id"),
         initializer_range=0.5,
     )
     config.pad_token_id = ids["<|endoftext|>"]
@@ -633,16 +637,7 @@ def build_tiny_qwen3omni(path: str | Path, seed: int = 0) -> Path:
     model = _random_weights(Qwen3OmniMoeThinkerForConditionalGeneration, config, seed, lambda m: m.lm_head,
                             [config.eos_token_id, config.pad_token_id])
     _save_model(model, path, config.eos_token_id, config.pad_token_id)
-    image_processor = Qwen2VLImageProcessor(patch_size=16, temporal_patch_size=2, merge_size=2,
-                                            size={"shortest_edge": 32 * 32, "longest_edge": 256 * 32 * 32})
-    video_processor = Qwen2VLVideoProcessor(patch_size=16, temporal_patch_size=2, merge_size=2,
-                                            size={"shortest_edge": 32 * 32, "longest_edge": 64 * 32 * 32 * 16},
-                                            cap_pixels_per_frame=True)
-    feature_extractor = WhisperFeatureExtractor(feature_size=128, sampling_rate=OMNI_AUDIO_SAMPLING_RATE, hop_length=160,
-                                                chunk_length=300, n_fft=400, return_attention_mask=True)
-    processor = Qwen3OmniMoeProcessor(image_processor=image_processor, video_processor=video_processor,
-                                      feature_extractor=feature_extractor, tokenizer=tokenizer, chat_template=OMNI_CHAT_TEMPLATE)
-    processor.save_pretrained(str(path))
+    _save_omni_processor(Qwen3OmniMoeProcessor, tokenizer, path, patch_size=16)
     log.info("tiny Qwen3-Omni thinker written to %s (%d parameters)", path, sum(p.numel() for p in model.parameters()))
     return path
 
