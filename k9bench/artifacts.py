@@ -31,7 +31,6 @@ import json
 import logging
 import math
 import os
-import re
 import subprocess
 import sys
 import tempfile
