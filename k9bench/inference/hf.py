@@ -357,13 +357,13 @@ class HFBackend:
         preparation, or the processor's inputs for ``generate`` (by sampled fps where the processor needs one)."""
         from k9bench.inference.prefix_cache import PrefixCacheError
 
-        prompts = [self.render_prompt(r.messages) for r in batch]
+        processor = self._thread_processor()
+        prompts = [processor.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in batch]
         if self.engine is not None:
             try:
                 return _Prepared(batch, "shared_prefix", self.engine.prepare(batch, prompts))
             except PrefixCacheError as exc:
                 self._count_fallback(str(exc))
-        processor = self._thread_processor()
         parts = []
         for members in self._fps_groups(batch):
             sub = [batch[i] for i in members]
