@@ -8,7 +8,7 @@ same questions, greedy, in this one process, after a warm-up run:
 * ``today``: ``--batch_size 8`` as it ran before batches could span videos: batches within one
   video through ``model.generate`` (the backend's ``prepare_batch`` hidden for this run, so the
   runner takes its video-by-video path);
-* ``new``: ``--batch_size --new_batch_size`` (default 16): batches spanning videos, each video's
+* ``new``: ``--batch_size N`` with N = ``--new_batch_size`` (default 16): batches spanning videos, each video's
   prefix prefilled once (``SharedPrefixEngine``), preparation ahead on worker threads; on a GPU
   this is what ``--batch_size auto`` runs.
 
@@ -20,7 +20,7 @@ decoding all runs must give the same responses. Exits 1 if today's ratio to batc
 Usage::
 
     python bench/bench_inference.py
-    python bench/bench_inference.py --questions_per_video 8 --max_new_tokens 48 --repeats 1
+    python bench/bench_inference.py --videos 8 --questions_per_video 5 --max_frames 16 --new_batch_size 20 --repeats 1
 """
 
 from __future__ import annotations
@@ -75,12 +75,12 @@ def run_once(common: list[str], out: Path, batch_size: int, *, fast_path: bool =
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--videos", type=int, default=8, help="generated videos")
-    parser.add_argument("--questions_per_video", type=int, default=5, help="questions per video (K9-Bench has 5.2)")
+    parser.add_argument("--videos", type=int, default=6, help="generated videos")
+    parser.add_argument("--questions_per_video", type=int, default=8, help="questions per video")
     parser.add_argument("--batch_size", type=int, default=8, help="today's batch size (batches within one video)")
-    parser.add_argument("--new_batch_size", type=int, default=20, help="the fast path's batch size (batches spanning videos)")
+    parser.add_argument("--new_batch_size", type=int, default=16, help="the fast path's batch size (batches spanning videos)")
     parser.add_argument("--max_new_tokens", type=int, default=48, help="tokens generated per question")
-    parser.add_argument("--max_frames", type=int, default=16, help="frames per video")
+    parser.add_argument("--max_frames", type=int, default=8, help="frames per video")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per batch size (best kept)")
     parser.add_argument("--min_ratio", type=float, default=3.0, help="required questions/s ratio (today's batched / batch size 1)")
     parser.add_argument("--min_new_ratio", type=float, default=2.0, help="required questions/s ratio (fast path / today's batched)")
