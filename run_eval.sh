@@ -89,7 +89,15 @@ set -euo pipefail
 # change or break the run (bash otherwise reads a script piece by piece as it goes).
 {
 
-log() { printf '[run_eval %s] %s\n' "$(date '+%H:%M:%S')" "$*"; }
+mask_secrets() { # TEXT: a key written into a URL (http://user:KEY@host) and the values of the keys in use masked
+    local text=$1 secret
+    text=$(printf '%s' "$text" | sed -E 's#([A-Za-z][A-Za-z0-9+.-]*://)[^/@[:space:]]+@#\1***@#g')
+    for secret in "${OPENAI_API_KEY:-}" "${HF_TOKEN:-}"; do
+        if [[ ${#secret} -ge 6 ]]; then text=${text//"$secret"/***}; fi
+    done
+    printf '%s' "$text"
+}
+log() { printf '[run_eval %s] %s\n' "$(date '+%H:%M:%S')" "$(mask_secrets "$*")"; }
 die() {
     local rc=$1
     shift

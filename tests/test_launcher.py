@@ -565,3 +565,43 @@ def test_sim_file_of_another_embedding_dtype_is_recomputed(demo_run, tiny_model_
     assert re.search(r"step inference: \S+ exists, skipping", proc.stdout)
     assert not re.search(r"step similarity: \S+ exists", proc.stdout)
     assert json.loads(sim.read_text())["similarity_run"]["dtype"] == "float32"
+
+
+@pytest.mark.slow
+def test_launcher_writes_and_logs_no_secret(demo_run, tiny_model_dir, tmp_path):
+    """Issue 15 item 9 through the launcher: a canary key given as OPENAI_API_KEY and inside JUDGE_BASE_URL's
+    userinfo, echoed back by the judge server in an error and in replies, appears in no file of the run and
+    in no line of its log (the judge and report steps run; the earlier stages are copied from the demo)."""
+    import base64
+    import itertools
+
+    from tests.fake_openai_server import Fault, FakeOpenAIServer, Reply
+
+    canary = "sk-launcher-canary-0123456789abcdef"
+    forms = (canary, base64.b64encode(f"user:{canary}".encode()).decode())
+    counter = itertools.count()
+
+    def echoing(request):
+        auth = request.headers.get("authorization", "")
+        if next(counter) == 0:
+            return Fault(401, body=json.dumps({"error": {"message": f"bad credentials: {auth}"}}))
+        return Reply(f"CoT: called with {auth}\n{{'Logic': 7, 'Factuality': 6, 'Accuracy': 5, 'Conciseness': 8, 'Overall': 6}}")
+
+    ref_tmp, _, _ = demo_run
+    copy_finished_stages(ref_tmp, tmp_path)
+    with FakeOpenAIServer(echoing) as server:
+        url = server.base_url.replace("http://", f"http://user:{canary}@", 1)
+        env = demo_env(tmp_path, tiny_model_dir, JUDGE_BASE_URL=url, OPENAI_API_KEY=canary,
+                       JUDGE_ARGS="--max_retries 0 -v -v")
+        proc = run_launcher(env, tmp_path)
+        sent = [r.headers.get("authorization", "") for r in server.chat_requests()]
+    assert proc.returncode == 1, proc.stdout[-3000:]  # the 401 entry is skipped: judge incomplete
+    assert sent and all(any(f in s for f in forms) for s in sent)  # the canary did travel
+    assert "step judge: " in proc.stdout and (tmp_path / "out" / f"judge_{TAG}.json").exists()
+    for line in proc.stdout.splitlines():
+        assert not any(f in line for f in forms), line
+    written = [p for p in tmp_path.rglob("*") if p.is_file() and p.suffix != ".mp4"]
+    assert any(p.name.startswith("judge_") for p in written)
+    for path in written:
+        text = path.read_text(encoding="utf-8", errors="replace")
+        assert not any(f in text for f in forms), path
