@@ -46,6 +46,7 @@ from k9bench.accelerator import (  # noqa: F401 (re-exported for callers of the 
     resolve_dtype,
 )
 from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
+from k9bench.inference.pipeline import PerThread
 from k9bench.inference.settings import OpenAISettings, RunConfig
 
 log = logging.getLogger(__name__)
@@ -90,8 +91,7 @@ class HFBackend:
         self.engine_unavailable: str | None = None
         """Why the shared-prefix engine is not used (plain ``generate`` then), or None."""
         self._fallbacks: dict[str, int] = {}
-        self._local = threading.local()
-        self._owner = threading.get_ident()
+        self._processors = PerThread(lambda: self.processor)
         self._lock = threading.Lock()
         given = flags_given(OpenAISettings, config.openai)
         if given:
@@ -253,13 +253,7 @@ class HFBackend:
 
     def _thread_processor(self) -> Any:
         """The processor for this thread (fast tokenizers refuse concurrent use): worker threads get a copy."""
-        if threading.get_ident() == self._owner:
-            return self.processor
-        proc = getattr(self._local, "processor", None)
-        if proc is None:
-            with self._lock:
-                proc = self._local.processor = copy.deepcopy(self.processor)
-        return proc
+        return self._processors.get()
 
     def audio_sampling_rate(self) -> int | None:
         """The rate soundtracks are read at under ``--audio`` (the feature extractor's), else None."""

@@ -24,12 +24,14 @@ Usage::
 
 from __future__ import annotations
 
+import copy
 import logging
+import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Callable, Generic, Iterable, Iterator, TypeVar
+from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -140,3 +142,25 @@ class AheadPipeline(Generic[T, U]):
 
 
 __all__ = ["AheadPipeline", "DEFAULT_DEPTH", "DEFAULT_WORKERS", "PipelineStats", "Prepared"]
+
+
+class PerThread:
+    """One object per thread: ``original()`` itself for the thread that made this, and for every
+    other thread a deep copy made once (fast tokenizers refuse concurrent use: "Already borrowed",
+    so each worker thread that prepares batches gets its own processor)."""
+
+    def __init__(self, original: Callable[[], Any]):
+        self._original = original
+        self._owner = threading.get_ident()
+        self._local = threading.local()
+        self._lock = threading.Lock()
+
+    def get(self) -> Any:
+        """The object for the calling thread."""
+        if threading.get_ident() == self._owner:
+            return self._original()
+        obj = getattr(self._local, "obj", None)
+        if obj is None:
+            with self._lock:
+                obj = self._local.obj = copy.deepcopy(self._original())
+        return obj

@@ -47,7 +47,6 @@ Integration (HF backend)::
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import inspect
 import logging
@@ -57,6 +56,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Iterable
 
 from k9bench.inference.backend import GenerationOutput, GenerationRequest
+from k9bench.inference.pipeline import PerThread
 
 if TYPE_CHECKING:
     import torch
@@ -279,8 +279,7 @@ class SharedPrefixEngine:
         self.stats = EngineStats()
         self._states: dict[str, PrefixState] = {}
         self._lock = threading.Lock()
-        self._owner = threading.get_ident()
-        self._local = threading.local()
+        self._processors = PerThread(lambda: self.processor)
         self._split_checked = False
         special = list(getattr(self.tokenizer, "all_special_tokens", []) or [])
         added = getattr(self.tokenizer, "added_tokens_decoder", {}) or {}
@@ -309,13 +308,7 @@ class SharedPrefixEngine:
     def _processor(self) -> Any:
         """The processor for this thread: fast tokenizers refuse concurrent use ("Already borrowed"),
         so each worker thread that prepares batches gets its own copy (made once)."""
-        if threading.get_ident() == self._owner:
-            return self.processor
-        proc = getattr(self._local, "processor", None)
-        if proc is None:
-            with self._lock:
-                proc = self._local.processor = copy.deepcopy(self.processor)
-        return proc
+        return self._processors.get()
 
     def _processor_kwargs(self, request: GenerationRequest) -> dict[str, Any]:
         kwargs: dict[str, Any] = {
