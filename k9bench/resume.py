@@ -72,14 +72,19 @@ def check_output_location(path: str | os.PathLike, *, inputs: Iterable[str | os.
         raise OutputLocationError(f"{flag} {path}: {anchor} is a file, not a folder, so nothing can be written under it")
     if out.exists() and not os.access(out, os.W_OK):
         raise OutputLocationError(f"{flag} {path} exists and is not writable")
+    _probe_writable(anchor, flag, path)
+    return out
+
+
+
+def _probe_writable(anchor: Path, flag: str, path: Any) -> None:
+    """Raise :class:`OutputLocationError` unless a file can be created in ``anchor`` (made and removed at once)."""
     try:
         fd, probe = tempfile.mkstemp(prefix=".k9bench-write-probe-", dir=anchor)
     except OSError as exc:
         raise OutputLocationError(f"{flag} {path}: the folder {anchor} is not writable ({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(probe)
-    return out
-
 
 def check_output_folder(path: str | os.PathLike, *, flag: str) -> Path:
     """Raise :class:`OutputLocationError` unless ``path`` is, or can become, a writable folder
@@ -88,12 +93,7 @@ def check_output_folder(path: str | os.PathLike, *, flag: str) -> Path:
     anchor = _first_existing(folder)
     if not anchor.is_dir():
         raise OutputLocationError(f"{flag} {path}: {anchor} is a file, not a folder")
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".k9bench-write-probe-", dir=anchor)
-    except OSError as exc:
-        raise OutputLocationError(f"{flag} {path}: the folder {anchor} is not writable ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
+    _probe_writable(anchor, flag, path)
     return folder
 
 
