@@ -30,3 +30,26 @@ def demo_video_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("demo_videos")
     make_demo_videos(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def av_video_dir(tmp_path_factory) -> Path:
+    """The demo videos with soundtracks (demoVid0001 a sine tone, demoVid0002 pink noise; demoVid0003
+    silent), generated once per session."""
+    from k9bench.demo import make_demo_videos
+
+    folder = tmp_path_factory.mktemp("av_videos")
+    make_demo_videos(folder, soundtrack=True)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """The tiny models run far faster single-threaded on a shared CPU; restored afterwards.
+    Modules that run them use it with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

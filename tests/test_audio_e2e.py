@@ -24,19 +24,6 @@ SECRET = "sk-test-K9AUDIO-0123456789abcdef"
 SILENT = "demoVid0003"
 
 
-@pytest.fixture(scope="module")
-def av_video_dir(tmp_path_factory) -> Path:
-    """The demo videos with a soundtrack (a sine tone, pink noise), except demoVid0003 which has none."""
-    from k9bench.demo import DEMO_VIDEOS
-    from k9bench.ffmpeg import make_video
-
-    folder = tmp_path_factory.mktemp("av_videos")
-    sounds = {"demoVid0001": "sine", "demoVid0002": "noise"}
-    for scene, settings in DEMO_VIDEOS.items():
-        make_video(folder / f"{scene}.mp4", audio=sounds.get(scene, False), **settings)
-    return folder
-
-
 def args(server: FakeOpenAIServer, out: Path, video_dir: Path, *extra: str) -> list[str]:
     return ["--backend", "openai", "--api_model", "gemini-test", "--base_url", server.base_url, "--dataset_name", "demo",
             "--video_dir", str(video_dir), "--output_file", str(out), "--retry_backoff", "0.01", "--max_frames", "2",

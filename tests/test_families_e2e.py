@@ -16,17 +16,7 @@ import eval_video_llm
 from k9bench.inference.runner import EXIT_OK
 from k9bench.tiny_model import build_tiny
 
-pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("one_torch_thread")]
 
 
 @pytest.fixture(scope="module")
@@ -39,19 +29,6 @@ def model(tmp_path_factory):
         return built[family]
 
     return get
-
-
-@pytest.fixture(scope="module")
-def av_video_dir(tmp_path_factory) -> Path:
-    """The demo videos with soundtracks, except demoVid0003 (silent)."""
-    from k9bench.demo import DEMO_VIDEOS
-    from k9bench.ffmpeg import make_video
-
-    folder = tmp_path_factory.mktemp("av_videos")
-    sounds = {"demoVid0001": "sine", "demoVid0002": "noise"}
-    for scene, settings in DEMO_VIDEOS.items():
-        make_video(folder / f"{scene}.mp4", audio=sounds.get(scene, False), **settings)
-    return folder
 
 
 def run(model: Path, video_dir: Path, out: Path, *extra: str) -> dict:

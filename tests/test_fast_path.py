@@ -20,15 +20,7 @@ import eval_video_llm
 from k9bench.inference.runner import EXIT_OK
 from k9bench.tiny_model import build_tiny_qwen3vl
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

@@ -19,22 +19,13 @@ from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK
 from k9bench.prompts import sha256
 from k9bench.tiny_model import build_tiny_qwen3vl
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 SPEC_KEYS = {"idx", "question_category", "video", "ground_truth", "response", "answer", "scene_name", "question",
              "options", "prompt", "model_name", "max_frames", "timestamp"}
 OUR_KEYS = {"frame_indices", "num_frames", "sample_fps", "video_duration", "frame_size", "video_decoder", "text_only",
             "generation", "seed", "attn_implementation", "prompt_sha256", "run_settings", "thinking_unfinished"}
 PER_INVOCATION = ("provenance", "run_stats")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    """The tiny model runs far faster single-threaded on a shared CPU; restored afterwards."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="module")

@@ -19,18 +19,10 @@ import pytest
 from k9bench.inference.backend import GenerationRequest
 from k9bench.inference.prefix_cache import PrefixCacheError, SharedPrefixEngine, split_shared_prefix, unsupported_reason
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 SYSTEM = "You are an expert in dog behaviour. Watch the video and answer the question."
 MAX_NEW_TOKENS = 12
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_torch_thread():
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def messages(question: str, placement: str, with_video: bool) -> list[dict]:
