@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import typing
 from typing import Any, Iterable
 
@@ -146,14 +147,44 @@ def result_fingerprint(*objects: Any) -> dict[str, Any]:
     return out
 
 
-def fingerprint_differences(prior: dict[str, Any], current: dict[str, Any]) -> list[str]:
-    """Human-readable differences between two fingerprints (keys missing on one side count only
-    when the other side has a value other than None: an older file may lack a newer setting)."""
-    diffs = []
-    for key in sorted(set(prior) | set(current)):
-        old, new = prior.get(key), current.get(key)
-        if old != new:
-            diffs.append(f"{key}: {old!r} in the existing file, {new!r} now")
+def _json_normal(value: Any) -> Any:
+    """A value as JSON would give it back (tuples become lists, keys strings), so that a fingerprint
+    read from a file compares equal to the one computed now."""
+    return json.loads(json.dumps(value, default=str))
+
+
+def _walk_differences(old: Any, new: Any, path: str, out: list[str]) -> None:
+    if isinstance(old, dict) and isinstance(new, dict):
+        for key in sorted(set(old) | set(new), key=str):
+            _walk_differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key), out)
+    elif old != new:
+        out.append(f"{path}: {old!r} in the existing file, {new!r} now")
+
+
+def fingerprint_differences(prior: dict[str, Any], current: dict[str, Any], *, partial: bool = False) -> list[str]:
+    """Human-readable differences between two fingerprints, nested dicts compared key by key
+    (``frames.max_frames: 32 in the existing file, 16 now``). This is the one comparison every resume
+    decision uses (the stage contract, the inference runner, the judge).
+
+    A top-level key missing on one side counts only when the other side has a value other than None
+    (an older file may lack a newer setting). With ``partial`` only the keys of ``current`` are
+    compared and a top-level key that ``prior`` lacks is not compared at all: a check made with what
+    is known before a model loads compares part of the settings, a later one the rest."""
+    old, new = _json_normal(prior or {}), _json_normal(current or {})
+    keys = list(new) if partial else sorted(set(old) | set(new), key=str)
+    diffs: list[str] = []
+    for key in keys:
+        if key not in old and (partial or new.get(key) is None):
+            continue
+        if key not in new and old.get(key) is None:
+            continue
+        if partial and isinstance(new.get(key), dict) and isinstance(old.get(key), dict):
+            sub_old = old[key]
+            sub_new = new[key]
+            for sub in sub_new:
+                _walk_differences(sub_old.get(sub), sub_new[sub], f"{key}.{sub}", diffs)
+            continue
+        _walk_differences(old.get(key), new.get(key), str(key), diffs)
     return diffs
 
 

@@ -1,0 +1,176 @@
+"""The stage contract: the output check, locks across processes, the stop policy, done() by content."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from k9bench.stage import (
+    EXIT_INTERRUPTED,
+    Interrupted,
+    LockHeld,
+    OutputError,
+    Stage,
+    check_output,
+    deferred,
+    lock_path,
+    output_lock,
+    run_stage,
+    stop_on_signals,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class CopyStage(Stage):
+    """A tiny stage: upper-cases its input into its output, records its block."""
+
+    name = "copy"
+
+    def __init__(self, src: Path, dst: Path, *, suffix: str = "", work=None):
+        self.src, self.dst, self.suffix, self.work = src, dst, suffix, work
+        self.runs = 0
+
+    def outputs(self):
+        return [self.dst]
+
+    def inputs(self):
+        return [self.src]
+
+    def fingerprint(self):
+        return {"suffix": self.suffix}
+
+    def run(self):
+        self.runs += 1
+        if self.work:
+            self.work()
+        text = self.src.read_text().upper() + self.suffix
+        self.dst.write_text(json.dumps({"text": text, "stage": self.stage_block()}))
+        return 0
+
+
+def test_done_follows_content_and_settings_not_mtime(tmp_path):
+    src, dst = tmp_path / "in.txt", tmp_path / "out.json"
+    src.write_text("abc")
+    stage = CopyStage(src, dst)
+    assert "missing" in stage.done()
+    assert run_stage(stage) == 0
+    assert stage.done() is None
+    os.utime(src, (time.time() + 100, time.time() + 100))  # newer mtime, same content
+    assert stage.done() is None
+    assert "settings differ: suffix: '' in the existing file, '!' now" in CopyStage(src, dst, suffix="!").done()
+    src.write_text("abd")
+    assert CopyStage(src, dst).done() == f"input {src} changed"
+    dst.write_text(json.dumps({"text": "made elsewhere"}))
+    assert "records no stage settings" in CopyStage(src, dst).done()
+
+
+def test_check_output_refusals(tmp_path):
+    src = tmp_path / "in.json"
+    src.write_text("{}")
+    (tmp_path / "afile").write_text("x")
+    cases = {
+        tmp_path: "is a folder",
+        tmp_path / "afile" / "out.json": "is a file, not a folder",
+        src: "is the input file",
+    }
+    for path, words in cases.items():
+        with pytest.raises(OutputError, match=words):
+            check_output(path, flag="--output_file", inputs=[src])
+    with pytest.raises(OutputError, match="--report_dir .*afile is a file"):
+        check_output(tmp_path / "afile" / "dir", flag="--report_dir", folder=True)
+    assert check_output(tmp_path / "new" / "deep" / "out.json", flag="--output_file") == tmp_path / "new" / "deep" / "out.json"
+    assert not (tmp_path / "new").exists()
+    if os.path.exists("/dev/null"):
+        with pytest.raises(OutputError, match="not a regular file"):
+            check_output("/dev/null", flag="--output_file")
+
+
+_HOLDER = textwrap.dedent(
+    """
+    import sys, time
+    from k9bench.stage import output_lock
+    with output_lock(sys.argv[1]):
+        print("locked", flush=True)
+        time.sleep(60)
+    """
+)
+
+
+def _start_holder(target: Path) -> subprocess.Popen:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(target)], cwd=REPO, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_second_process_refused_at_once_and_dead_holder_taken_over(tmp_path):
+    target = tmp_path / "raw.json"
+    proc = _start_holder(target)
+    try:
+        start = time.monotonic()
+        with pytest.raises(LockHeld) as refused:
+            with output_lock(target, flag="--output_file"):
+                pass
+        assert time.monotonic() - start < 1.0
+        assert f"pid {proc.pid} on host" in str(refused.value)
+        assert refused.value.exit_code == 2
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert lock_path(target).exists()  # left behind by the SIGKILLed holder
+    with output_lock(target):
+        assert json.loads(lock_path(target).read_text())["pid"] == os.getpid()
+    assert not lock_path(target).exists()
+
+
+def test_run_stage_refuses_a_held_output(tmp_path, caplog):
+    src, dst = tmp_path / "in.txt", tmp_path / "out.json"
+    src.write_text("abc")
+    proc = _start_holder(dst)
+    try:
+        stage = CopyStage(src, dst)
+        assert run_stage(stage) == 2
+        assert stage.runs == 0 and not dst.exists()
+        assert "is being written by pid" in caplog.text
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGUSR1", "SIGINT"])
+def test_stop_signal_exits_75_and_restores_handlers(tmp_path, signame):
+    src, dst = tmp_path / "in.txt", tmp_path / "out.json"
+    src.write_text("abc")
+    before = signal.getsignal(getattr(signal, signame))
+
+    def work():
+        os.kill(os.getpid(), getattr(signal, signame))
+        time.sleep(5)  # interrupted long before
+
+    stage = CopyStage(src, dst, work=work)
+    assert run_stage(stage) == EXIT_INTERRUPTED
+    assert not dst.exists()
+    assert signal.getsignal(getattr(signal, signame)) == before
+
+
+def test_deferred_holds_the_signal_until_the_block_ends():
+    finished = []
+    with pytest.raises(Interrupted) as stopped:
+        with stop_on_signals() as stop:
+            with deferred():
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(0.05)
+                finished.append("write")
+                os.kill(os.getpid(), signal.SIGTERM)  # a second signal is ignored
+            finished.append("never")
+    assert finished == ["write"]
+    assert stopped.value.name == "SIGTERM" and stop.received == signal.SIGTERM
