@@ -39,13 +39,21 @@ def add_dataset_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) 
 
 
 class ArgumentParser(argparse.ArgumentParser):
-    """argparse's parser, except that an unknown argument is never echoed with a secret in it
-    (``--api_key sk-...`` is reported as ``--api_key ***``). Every script builds its parser from this."""
+    """argparse's parser, except that no error line echoes a secret: an unknown ``--api_key sk-...`` is
+    reported as ``--api_key ***``, and the credentials of a URL in a bad value are masked. Every
+    secret on the command line is registered for masking by value before parsing. Every script builds
+    its parser from this."""
 
     def parse_args(self, args=None, namespace=None):  # noqa: D102 (argparse's)
-        from k9bench.redact import redact_argv
+        from k9bench.redact import redact_argv, register_argv_secrets
 
+        register_argv_secrets(sys.argv[1:] if args is None else list(args))
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             self.error("unrecognized arguments: " + " ".join(redact_argv(extras)))
         return parsed
+
+    def error(self, message: str):  # noqa: D102 (argparse's): a bad value's message masks secrets too
+        from k9bench.redact import redact_text
+
+        super().error(redact_text(message))

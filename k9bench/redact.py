@@ -129,6 +129,18 @@ def redact_argv(argv: list[str]) -> list[str]:
     return out
 
 
+def register_argv_secrets(argv: list[str] | tuple[str, ...] | None) -> None:
+    """Register every secret a command line carries, so that it is masked by value wherever it shows up
+    later (an error line, a library's message, an artifact): the value of each secret-named flag
+    (``--api_key X``, ``--api_key=X``) and the credentials inside any URL (``https://user:X@host``)."""
+    args = [str(a) for a in (argv or ())]
+    for i, arg in enumerate(args):
+        flag, eq, value = arg.partition("=")
+        if arg.startswith("--") and is_secret_name(flag):
+            register_secret(value if eq else (args[i + 1] if i + 1 < len(args) else None))
+        register_url_secrets(arg)
+
+
 def redact_secret_json_text(text: str) -> str:
     """Mask the values of secret-named keys inside a JSON object written as text (``--extra_body``)."""
     if "{" not in text:
