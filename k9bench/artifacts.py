@@ -16,27 +16,38 @@ judge      a bare list of :class:`JudgeEntry`; skipped entries in a second list;
 Our own extra keys (provenance, failure reasons, sampling details...) are added
 beside the reference's and never replace them.
 
-Writes are atomic: :func:`write_json_atomic` writes a temporary file in the same
-folder, fsyncs it and renames it over the target. Per-record stages append each
-finished record to a :class:`CheckpointLog` (JSON lines, flushed and fsynced),
-which a rerun reads back to resume; a line torn by a kill is discarded.
+Files are read and written through :mod:`k9bench.artifact_io` (the one reader, atomic writes,
+checkpoints; its names are re-exported here): a file that is missing, a folder, not UTF-8, not
+JSON, too deep or empty is one :class:`ArtifactError` line naming it. :func:`load_records_artifact`
+also refuses a file whose records are not records (an idx that is not an integer, a duplicate idx:
+both positions named) or that holds no records.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
-import json
 import logging
 import math
 import os
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping, Sequence
+
+from k9bench.artifact_io import (  # noqa: F401  (re-exported: callers import them from here)
+    ArtifactError,
+    CheckpointLog,
+    WriteFailed,
+    atomic_file,
+    checkpoint_path,
+    dumps,
+    read_json,
+    read_text,
+    write_json_atomic,
+    write_text_atomic,
+)
 from k9bench.redact import redact, redact_argv
 
 log = logging.getLogger(__name__)
@@ -48,10 +59,6 @@ SCHEMA_VERSION = 1
 REFERENCE_FAILED_ID = "example_id"
 """The key holding a failed sample's id in the reference's raw files (``{"example_id": N, "error": ...}``,
 no ``idx``). Readers take ``idx`` from it, count the record as failed and keep the key on write."""
-
-
-class ArtifactError(Exception):
-    """An artifact file is missing, unreadable or has the wrong layout; the message names it."""
 
 
 def now_iso() -> str:
@@ -152,6 +159,9 @@ class QuestionRecord:
             if data.get("error") is None:
                 raise ArtifactError(f"{where}: record has no 'idx' (only an 'example_id', and no 'error' marking a failed sample)")
             data = {"idx": example_id, **data}
+        idx = data["idx"]
+        if isinstance(idx, bool) or not isinstance(idx, int):
+            raise ArtifactError(f"{where}: idx {idx!r} is not an integer")
         known = {f.name for f in dataclasses.fields(cls)} - {"extra", "absent"}
         kwargs = {k: v for k, v in data.items() if k in known}
         extra = {k: v for k, v in data.items() if k not in known}
@@ -207,21 +217,6 @@ class RecordsArtifact:
         return out
 
 
-def read_json(path: str | os.PathLike) -> Any:
-    """Read a JSON file; raise :class:`ArtifactError` naming the file on any problem."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ArtifactError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise ArtifactError(f"{path}: cannot read: {exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"{path}: invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
-
-
 def find_records(data: Any, *, where: str) -> tuple[list, dict]:
     """Locate the record list in a loaded artifact; return ``(records, top-level meta)``.
 
@@ -245,11 +240,35 @@ def find_records(data: Any, *, where: str) -> tuple[list, dict]:
     raise ArtifactError(f"{where}: no 'individual_results' list (nor 'threshold_results' -> <key> -> 'individual_results')")
 
 
-def load_records_artifact(path: str | os.PathLike) -> RecordsArtifact:
-    """Load a raw, sim or eval file (ours or the reference's)."""
+def check_unique_idx(records: Sequence["QuestionRecord"], *, where: str) -> None:
+    """Refuse a question counted twice: :class:`ArtifactError` naming the idx and both positions.
+
+    A reference failed sample (idx taken from its ``example_id``, a position in the reference's loop)
+    may share a number with a real question; that is logged, not refused."""
+    seen: dict[int, int] = {}
+    for pos, record in enumerate(records):
+        first = seen.setdefault(record.idx, pos)
+        if first == pos:
+            continue
+        if REFERENCE_FAILED_ID in record.extra or REFERENCE_FAILED_ID in records[first].extra:
+            log.warning("%s: idx %s at records #%d and #%d (one is a reference failed sample's example_id); both kept",
+                        where, record.idx, first, pos)
+            continue
+        raise ArtifactError(f"{where}: idx {record.idx} appears twice, records #{first} and #{pos} (a question counted twice)")
+
+
+def load_records_artifact(path: str | os.PathLike, *, allow_empty: bool = True) -> RecordsArtifact:
+    """Load a raw, sim or eval file (ours or the reference's) through the one reader.
+
+    Raises :class:`ArtifactError` naming the file: any fault of :func:`read_json`, a layout without
+    records, a record without an integer idx, a duplicate idx (both positions named), and with
+    ``allow_empty=False`` a file holding no records."""
     data = read_json(path)
     rows, meta = find_records(data, where=str(path))
+    if not rows and not allow_empty:
+        raise ArtifactError(f"{path}: no records in 'individual_results' (an earlier stage wrote nothing)")
     records = [QuestionRecord.from_dict(r, where=f"{path}: record #{i}") for i, r in enumerate(rows)]
+    check_unique_idx(records, where=str(path))
     return RecordsArtifact(records=records, meta=meta, path=str(path))
 
 
@@ -335,162 +354,6 @@ class SkippedEntry:
             raise ArtifactError(f"{where}: skipped entry has no 'idx'")
         rest = {k: v for k, v in data.items() if k not in ("idx", "error", "timestamp")}
         return cls(idx=data["idx"], error=str(data.get("error", "")), timestamp=str(data.get("timestamp", "")), extra=rest)
-
-
-# ---------------------------------------------------------------------------
-# Atomic writes
-
-
-def _json_default(obj: Any) -> Any:
-    if dataclasses.is_dataclass(obj):
-        return obj.to_dict() if hasattr(obj, "to_dict") else dataclasses.asdict(obj)
-    if hasattr(obj, "item"):  # numpy scalars
-        return obj.item()
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
-
-
-def dumps(obj: Any, *, indent: int | None = 2) -> str:
-    """JSON text as we write it: UTF-8 characters kept, NaN refused."""
-    return json.dumps(obj, indent=indent, ensure_ascii=False, default=_json_default, allow_nan=False)
-
-
-def _read_umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
-_UMASK = _read_umask()  # read once at import: os.umask is process-wide, so never toggle it in threads
-
-
-def _current_umask() -> int:
-    return _UMASK
-
-
-@contextlib.contextmanager
-def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
-    """Open a temporary file beside ``path`` for writing; on success fsync it and rename it over ``path``.
-
-    ``mode`` is ``"w"`` (UTF-8 text) or ``"wb"``. The file gets the mode a plain ``open`` would give it
-    (0666 minus the umask, not mkstemp's 0600). On any exception the temporary file is removed and the
-    target is left as it was: it is never half-written. The one home of atomic writes in this project.
-    """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.fchmod(fd, 0o666 & ~_current_umask())
-        with os.fdopen(fd, mode, **({} if "b" in mode else {"encoding": "utf-8"})) as fh:
-            yield fh
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-
-
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` atomically (see :func:`atomic_file`); any failure raises."""
-    with atomic_file(path, "w") as fh:
-        fh.write(text)
-    return Path(path)
-
-
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """Serialise ``obj`` (dataclasses welcome) and write it atomically."""
-    return write_text_atomic(path, dumps(obj) + "\n")
-
-
-# ---------------------------------------------------------------------------
-# Checkpoints
-
-
-class CheckpointLog:
-    """An append-only JSON-lines checkpoint of finished records.
-
-    Each :meth:`append` writes one line, flushes and fsyncs it, so a record that
-    was appended survives a SIGKILL. :meth:`load` reads the records back, drops a
-    final line torn by a kill (and truncates it away so later appends start on a
-    clean line), and keeps the last record of each key. Callers skip keys already
-    present, so no record is ever produced twice.
-    """
-
-    def __init__(self, path: str | os.PathLike, key: Callable[[dict], Any] = lambda r: r["idx"]):
-        self.path = Path(path)
-        self.key = key
-        self._fh = None
-
-    def load(self) -> dict[Any, dict]:
-        """Records already checkpointed, by key (empty when there is no file)."""
-        if not self.path.exists():
-            return {}
-        out: dict[Any, dict] = {}
-        good_end = 0
-        with open(self.path, "rb") as fh:
-            data = fh.read()
-        pos = 0
-        lineno = 0
-        while pos < len(data):
-            nl = data.find(b"\n", pos)
-            if nl == -1:
-                log.warning("%s: discarding a torn final line (%d bytes) left by an interrupted run", self.path, len(data) - pos)
-                break
-            line = data[pos:nl]
-            lineno += 1
-            pos = nl + 1
-            if line.strip():
-                try:
-                    rec = json.loads(line)
-                    out[self.key(rec)] = rec
-                except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                    raise ArtifactError(f"{self.path}: line {lineno} is not a valid checkpoint record: {exc}") from None
-            good_end = pos
-        if good_end < len(data):
-            with open(self.path, "r+b") as fh:
-                fh.truncate(good_end)
-        return out
-
-    def append(self, record: dict) -> None:
-        """Append one record durably."""
-        if self._fh is None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._fh = open(self.path, "a", encoding="utf-8")
-        self._fh.write(dumps(record, indent=None) + "\n")
-        self._fh.flush()
-        os.fsync(self._fh.fileno())
-
-    def close(self) -> None:
-        if self._fh is not None:
-            self._fh.close()
-            self._fh = None
-
-    def remove(self) -> None:
-        """Delete the checkpoint (after the final artifact is safely written)."""
-        self.close()
-        try:
-            self.path.unlink()
-        except FileNotFoundError:
-            pass
-
-    def __enter__(self) -> "CheckpointLog":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-
-def checkpoint_path(output_file: str | os.PathLike) -> Path:
-    """The checkpoint file that goes with an output artifact: ``<output>.partial.jsonl``."""
-    output_file = Path(output_file)
-    return output_file.with_name(output_file.name + ".partial.jsonl")
 
 
 # ---------------------------------------------------------------------------

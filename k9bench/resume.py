@@ -1,125 +1,69 @@
 """One resumable stage: a final artifact, its checkpoint log, retry of failed entries, and the
-refusal to mix entries made with other settings. Used by the inference runner; written so that any
+refusal to mix entries made with other settings. Used by the inference runner and the judge: any
 stage that produces one entry per key (the judge: one entry per idx) can adopt it.
 
 The life of a stage::
 
     stage = ResumableStage(final_path, read_final=my_reader)       # key: entry["idx"]
-    check_output_location(final_path, inputs=[input_path])          # before any expensive work
+    check_output(final_path, flag=..., inputs=[input_path])         # k9bench.stage, before expensive work
     done = stage.load(selected=wanted_keys, retry_failed=True)      # final file, then checkpoint
     stage.check(done, expected_fingerprint, fingerprint_of=...)     # raises ResumeRefused
     for entry in work(pending):                                     # each finished entry, at once
         stage.append(entry)                                         # fsynced: survives SIGKILL
     stage.finish(final_artifact_dict)                               # atomic write, then the log goes
 
+A damaged checkpoint does not stop a resume: a torn final line is dropped and complete bad lines are
+moved aside to ``<checkpoint>.rejected`` (:class:`k9bench.artifact_io.CheckpointLog`);
+:attr:`ResumableStage.rejected` is their count, for the stage's ``run_stats``. A full disk during an
+append or the final write is one :class:`k9bench.artifact_io.WriteFailed` line; the checkpoint stays
+valid.
+
 Fingerprints are nested dicts of the settings that change an entry (see
-:func:`k9bench.settings.result_fingerprint`). :func:`fingerprint_mismatch` compares an entry's
-with the run's, key by key, recursing into dicts present on both sides; a top-level key the entry
-lacks is not compared (files written before a setting existed stay resumable), and only the keys of
-``expected`` are compared, so a partial fingerprint (what is known before a model loads) checks
-part of the settings early and the full one checks the rest later.
+:func:`k9bench.settings.result_fingerprint`), compared by the project's one comparison,
+:func:`k9bench.settings.fingerprint_differences` with ``partial=True``: only the keys of
+``expected``, a top-level key the entry lacks not compared (files written before a setting existed
+stay resumable), so a partial fingerprint (what is known before a model loads) checks part of the
+settings early and the full one checks the rest later.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Container, Iterable
 
-from k9bench.artifacts import ArtifactError, CheckpointLog, write_json_atomic
-from k9bench.layout import checkpoint_path
+from k9bench.artifact_io import ArtifactError, CheckpointLog, checkpoint_path, write_json_atomic
 from k9bench.settings import fingerprint_differences
+from k9bench.stage import OutputError, check_output
 
 log = logging.getLogger(__name__)
 
 
-class ResumeRefused(ValueError):
+class ResumeRefused(ArtifactError):
     """Earlier files of this stage cannot be reused (unreadable, or made with other settings); the
-    message names the file, the entry and what differs."""
+    message names the file, the entry and what differs (exit 2)."""
 
 
-class OutputLocationError(ValueError):
-    """The output path cannot be written (a folder, under a file, read-only, the input itself)."""
-
-
-def _first_existing(path: Path) -> Path:
-    for candidate in (path, *path.parents):
-        if candidate.exists() or candidate.is_symlink():
-            return candidate
-    return Path(".")
+OutputLocationError = OutputError
+"""Deprecated alias of :class:`k9bench.stage.OutputError`, until the inference runner and the judge
+use :func:`k9bench.stage.check_output` directly (then it goes)."""
 
 
 def check_output_location(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike] = (), flag: str = "--output_file") -> Path:
-    """Raise :class:`OutputLocationError` unless ``path`` (and a checkpoint beside it) can be written:
-    not a folder, no file where a folder must be, a writable folder, not one of ``inputs``.
-    Nothing is created (a probe file is made and removed at once in the nearest existing folder)."""
-    out = Path(path)
-    if str(path).endswith(("/", os.sep)) or (out.exists() and out.is_dir()):
-        raise OutputLocationError(f"{flag} {path} is a folder; give the path of the file to write")
-    for given in inputs:
-        try:
-            if given and out.exists() and Path(given).exists() and out.samefile(given):
-                raise OutputLocationError(f"{flag} {path} is the input file {given}; writing it would destroy the input")
-        except OSError:
-            pass
-    parent = out.parent if str(out.parent) else Path(".")
-    anchor = _first_existing(parent)
-    if not anchor.is_dir():
-        raise OutputLocationError(f"{flag} {path}: {anchor} is a file, not a folder, so nothing can be written under it")
-    if out.exists() and not os.access(out, os.W_OK):
-        raise OutputLocationError(f"{flag} {path} exists and is not writable")
-    _probe_writable(anchor, flag, path)
-    return out
+    """Deprecated: :func:`k9bench.stage.check_output` (this only forwards to it; it goes once no caller is left)."""
+    return check_output(path, flag=flag, inputs=inputs)
 
-
-
-def _probe_writable(anchor: Path, flag: str, path: Any) -> None:
-    """Raise :class:`OutputLocationError` unless a file can be created in ``anchor`` (made and removed at once)."""
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".k9bench-write-probe-", dir=anchor)
-    except OSError as exc:
-        raise OutputLocationError(f"{flag} {path}: the folder {anchor} is not writable ({exc.strerror or exc})") from None
-    os.close(fd)
-    os.unlink(probe)
 
 def check_output_folder(path: str | os.PathLike, *, flag: str) -> Path:
-    """Raise :class:`OutputLocationError` unless ``path`` is, or can become, a writable folder
-    (nothing is created; a probe file is made and removed at once in the nearest existing folder)."""
-    folder = Path(path)
-    anchor = _first_existing(folder)
-    if not anchor.is_dir():
-        raise OutputLocationError(f"{flag} {path}: {anchor} is a file, not a folder")
-    _probe_writable(anchor, flag, path)
-    return folder
-
-
-def _normal(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=str))
-
-
-def _walk(have: Any, want: Any, path: str, prior: dict, current: dict) -> None:
-    if isinstance(want, dict) and isinstance(have, dict):
-        for key in want:
-            _walk(have.get(key), want[key], f"{path}.{key}", prior, current)
-        return
-    prior[path], current[path] = have, want
+    """Deprecated: :func:`k9bench.stage.check_output` with ``folder=True`` (forwards; goes once no caller is left)."""
+    return check_output(path, flag=flag, folder=True)
 
 
 def fingerprint_mismatch(entry: dict, expected: dict) -> list[str]:
-    """The differences between an entry's fingerprint and the run's (see the module doc): only the
-    keys of ``expected``; a top-level key the entry lacks is not compared, inside a dict present on
-    both sides a missing key counts as None."""
-    prior: dict[str, Any] = {}
-    current: dict[str, Any] = {}
-    have, want = _normal(entry), _normal(expected)
-    for key in want:
-        if key in have:
-            _walk(have[key], want[key], key, prior, current)
-    return fingerprint_differences(prior, current)
+    """Deprecated: :func:`k9bench.settings.fingerprint_differences` with ``partial=True`` (forwards to it)."""
+    return fingerprint_differences(entry, expected, partial=True)
 
 
 @dataclass
@@ -136,6 +80,11 @@ class ResumableStage:
     """Entries to redo on a rerun unless ``retry_failed`` is False."""
     log: CheckpointLog = field(init=False)
     """The append-only checkpoint (``<final>.partial.jsonl``)."""
+
+    @property
+    def rejected(self) -> int:
+        """Bad checkpoint lines the last :meth:`load` moved aside (``<checkpoint>.rejected``): for ``run_stats``."""
+        return self.log.rejected
 
     def __post_init__(self) -> None:
         self.final = Path(self.final)
@@ -160,10 +109,7 @@ class ResumableStage:
                     done[self.key(entry)] = entry
             except (ArtifactError, ValueError, KeyError, TypeError) as exc:
                 raise ResumeRefused(f"{self.final}: exists but cannot be resumed from ({exc}); move it away or pick another output") from None
-        try:
-            done.update(self.log.load())
-        except Exception as exc:  # a corrupt line, an unreadable file
-            raise ResumeRefused(f"{self.checkpoint}: cannot be resumed from ({exc}); move it away to start over") from None
+        done.update(self.log.load())  # bad lines are moved aside, a torn last line dropped; an unreadable file raises
         if selected is not None:
             done = {k: v for k, v in done.items() if k in selected}
         if retry_failed:
@@ -177,7 +123,7 @@ class ResumableStage:
     def check(self, done: dict[Any, dict], expected: dict, *, fingerprint_of: Callable[[dict], dict] = lambda entry: entry) -> None:
         """Raise :class:`ResumeRefused` when an entry was made with settings other than ``expected``."""
         for key in sorted(done, key=str):
-            diffs = fingerprint_mismatch(fingerprint_of(done[key]), expected)
+            diffs = fingerprint_differences(fingerprint_of(done[key]), expected, partial=True)
             if diffs:
                 raise ResumeRefused(f"{self.where}: idx {key} was produced with other settings ({'; '.join(diffs)})")
 
@@ -197,4 +143,4 @@ class ResumableStage:
         return self.final
 
 
-__all__ = ["OutputLocationError", "ResumableStage", "ResumeRefused", "check_output_folder", "check_output_location", "fingerprint_mismatch"]
+__all__ = ["ResumableStage", "ResumeRefused"]

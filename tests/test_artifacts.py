@@ -1,5 +1,7 @@
+import errno
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,6 +16,7 @@ from k9bench.artifacts import (
     QuestionRecord,
     RecordsArtifact,
     SkippedEntry,
+    WriteFailed,
     load_records_artifact,
     provenance,
     read_json,
@@ -124,10 +127,10 @@ def test_atomic_write_leaves_old_file_when_serialisation_fails(tmp_path):
 
 
 def test_atomic_write_gives_the_usual_file_mode(tmp_path):
-    from k9bench import artifacts
+    from k9bench import artifact_io
 
     write_json_atomic(tmp_path / "shared.json", {"a": 1})
-    assert (tmp_path / "shared.json").stat().st_mode & 0o777 == 0o666 & ~artifacts._UMASK
+    assert (tmp_path / "shared.json").stat().st_mode & 0o777 == 0o666 & ~artifact_io._UMASK
 
 
 def test_provenance_records_args_versions_commit_and_hides_secrets():
@@ -189,3 +192,171 @@ def test_sigkilled_writer_resumes_without_loss_or_duplicates(tmp_path, repo_root
     subprocess.run([sys.executable, "-c", WRITER, str(path), str(n)], check=True, env=env, capture_output=True)
     lines = [json.loads(line) for line in path.read_text().splitlines()]
     assert sorted(r["idx"] for r in lines) == list(range(n))  # each exactly once
+
+
+# ---------------------------------------------------------------- the one reader (issue 23)
+
+
+@pytest.mark.parametrize("make, needle", [
+    (lambda p: p.write_bytes(b'{"a": "\xff\xfe"}'), "not UTF-8 text (byte 0xff at offset 7)"),
+    (lambda p: p.write_bytes(b"\x00\x01\x02binary"), "invalid JSON at line 1 column 1"),
+    (lambda p: p.write_text("[" * 200_000), "JSON nested too deeply to read"),
+    (lambda p: p.write_text(""), "the file is empty"),
+    (lambda p: p.write_text("  \n\n"), "the file holds only white space"),
+    (lambda p: p.write_text('{"a": 1'), "invalid JSON at line 1 column 8"),
+    (lambda p: p.mkdir(), "is a folder, not a file"),
+    (lambda p: (p.symlink_to(p.with_name("loop2")), p.with_name("loop2").symlink_to(p)), "a symbolic link loop"),
+    (lambda p: p.symlink_to(p.with_name("gone")), "a symbolic link to nothing"),
+    (lambda p: os.mkfifo(p), "not a regular file"),
+])
+def test_the_one_reader_names_the_file_and_the_fault(tmp_path, make, needle):
+    path = tmp_path / "in.json"
+    make(path)
+    with pytest.raises(ArtifactError) as info:
+        read_json(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: ") and needle in message and "\n" not in message
+
+
+def test_a_path_under_a_file_names_the_file(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ArtifactError, match=r"afile is a file, not a folder"):
+        read_json(tmp_path / "afile" / "in.json")
+    with pytest.raises(ArtifactError, match="no such file"):
+        read_json(tmp_path / "nope" / "in.json")
+
+
+def test_read_text_refuses_bad_bytes_and_empty_files(tmp_path):
+    from k9bench.artifacts import read_text
+
+    (tmp_path / "p.txt").write_bytes(b"caf\xe9")
+    with pytest.raises(ArtifactError, match=r"p\.txt: not UTF-8 text \(byte 0xe9 at offset 3\)"):
+        read_text(tmp_path / "p.txt")
+    (tmp_path / "e.txt").write_text("")
+    with pytest.raises(ArtifactError, match="the file is empty"):
+        read_text(tmp_path / "e.txt")
+    assert read_text(tmp_path / "e.txt", allow_empty=True) == ""
+
+
+def record_dict(idx, **extra):
+    return {"idx": idx, "question_category": "posture analysis", "ground_truth": "A", "answer": "x", **extra}
+
+
+@pytest.mark.parametrize("idx", [1.0, True, "3", None])
+def test_an_idx_that_is_not_an_integer_is_refused(tmp_path, idx):
+    path = tmp_path / "raw.json"
+    path.write_text(json.dumps({"individual_results": [record_dict(0), record_dict(idx)]}))
+    with pytest.raises(ArtifactError, match=rf"record #1: idx {re.escape(repr(idx))} is not an integer"):
+        load_records_artifact(path)
+
+
+def test_a_duplicate_idx_names_both_positions(tmp_path):
+    path = tmp_path / "raw.json"
+    path.write_text(json.dumps({"individual_results": [record_dict(4), record_dict(5), record_dict(4)]}))
+    with pytest.raises(ArtifactError, match=r"idx 4 appears twice, records #0 and #2"):
+        load_records_artifact(path)
+    # a reference failed sample's example_id (a position) may share a number with a question: kept
+    path.write_text(json.dumps({"individual_results": [record_dict(4), {"example_id": 4, "error": "boom"}]}))
+    assert [r.idx for r in load_records_artifact(path).records] == [4, 4]
+
+
+def test_a_file_without_records_is_refused_where_records_are_needed(tmp_path):
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps({"individual_results": [], "total_count": 0}))
+    assert load_records_artifact(path).records == []
+    with pytest.raises(ArtifactError, match=r"eval\.json: no records in 'individual_results'"):
+        load_records_artifact(path, allow_empty=False)
+
+
+# ---------------------------------------------------------------- damaged checkpoints resume (issue 23)
+
+GOOD = [{"idx": i, "v": "x" * i} for i in range(4)]
+
+
+def lines_of(records):
+    return b"".join(json.dumps(r).encode() + b"\n" for r in records)
+
+
+@pytest.mark.parametrize("damage, rejected, torn", [
+    (lambda good, cut: good + b'{"idx": 4, "v": "half', 0, 1),                      # torn by a kill
+    (lambda good, cut: good[:cut] + b"#garbage line%%\n" + good[cut:], 1, 0),       # garbage between records
+    (lambda good, cut: good + b"\x00" * 300, 0, 1),                                 # NUL tail, no newline
+    (lambda good, cut: good + b"\x00" * 300 + b"\n", 1, 0),                         # NUL tail, a whole line
+    (lambda good, cut: good[:cut] + b"\x00" * 50 + b"\n" + good[cut:], 1, 0),       # NULs before later records
+    (lambda good, cut: good + b'[1, 2]\n{"no_idx": 1}\n', 2, 0),                    # JSON, but no record
+])
+def test_a_damaged_checkpoint_resumes_with_every_valid_record(tmp_path, caplog, damage, rejected, torn):
+    path = tmp_path / "out.json.partial.jsonl"
+    good = lines_of(GOOD)
+    data = damage(good, good.index(b"\n") + 1)
+    path.write_bytes(data)
+    log = CheckpointLog(path)
+    with caplog.at_level("WARNING"):
+        done = log.load()
+    assert done == {r["idx"]: r for r in GOOD}  # every valid record
+    assert (log.rejected, log.torn) == (rejected, torn)
+    if rejected:
+        moved = [json.loads(line) for line in log.rejected_path.read_text().splitlines()]
+        assert len(moved) == rejected and all(m["line"] >= 1 and m["reason"] for m in moved)
+        assert "moved aside to" in caplog.text
+    else:
+        assert not log.rejected_path.exists()
+    if torn:
+        assert "dropping a torn final line" in caplog.text
+    # the checkpoint is clean again: the rerun appends and a second load sees no damage
+    log.append({"idx": 9, "v": "new"})
+    log.close()
+    again = CheckpointLog(path)
+    assert sorted(again.load()) == [0, 1, 2, 3, 9] and again.rejected == 0 and again.torn == 0
+
+
+def test_a_garbage_line_is_moved_aside_with_its_line_number(tmp_path):
+    path = tmp_path / "ck.jsonl"
+    path.write_bytes(lines_of(GOOD[:2]) + b"not json at all\n" + lines_of(GOOD[2:]))
+    log = CheckpointLog(path)
+    assert sorted(log.load()) == [0, 1, 2, 3] and log.rejected == 1
+    moved = json.loads(log.rejected_path.read_text())
+    assert moved["line"] == 3 and moved["text"] == "not json at all" and moved["checkpoint"] == str(path)
+
+
+def enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_during_an_append_is_one_line_and_the_checkpoint_stays_valid(tmp_path, monkeypatch):
+    path = tmp_path / "ck.jsonl"
+    log = CheckpointLog(path)
+    log.append(GOOD[0])
+    real_write = os.write
+    calls = []
+
+    def half_then_full(fd, data):
+        calls.append(1)
+        if len(calls) == 1:  # a partial write first, then the disk is full
+            return real_write(fd, bytes(data[:5]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", half_then_full)
+    with pytest.raises(WriteFailed) as info:
+        log.append(GOOD[1])
+    monkeypatch.undo()
+    message = str(info.value)
+    assert message.startswith(f"{path}: cannot write: no space left on device (") and " free in " in message
+    assert "\n" not in message and info.value.__cause__ is None and info.value.__suppress_context__
+    assert path.read_bytes() == lines_of(GOOD[:1])  # the half line is cut away
+    again = CheckpointLog(path)
+    assert sorted(again.load()) == [0]
+    again.append(GOOD[1])  # the rerun resumes
+    again.close()
+    assert sorted(CheckpointLog(path).load()) == [0, 1]
+
+
+def test_a_full_disk_during_the_final_write_keeps_the_earlier_file(tmp_path, monkeypatch):
+    target = tmp_path / "sim.json"
+    write_json_atomic(target, {"earlier": True})
+    monkeypatch.setattr(os, "fsync", enospc)
+    with pytest.raises(WriteFailed, match=r"sim\.json: cannot write: no space left on device \(.* free in "):
+        write_json_atomic(target, {"new": list(range(1000))})
+    monkeypatch.undo()
+    assert json.loads(target.read_text()) == {"earlier": True}
+    assert [p.name for p in tmp_path.iterdir()] == ["sim.json"]  # no temporary left
