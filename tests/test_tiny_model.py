@@ -55,3 +55,46 @@ def test_cli_builds_same_weights(tmp_path, tiny_dir, capsys):
     assert main([str(tmp_path / "again")]) == 0
     assert capsys.readouterr().out.strip() == str(tmp_path / "again")
     assert (tmp_path / "again" / "model.safetensors").read_bytes() == (tiny_dir / "model.safetensors").read_bytes()
+
+
+def test_head_dim_64_scales_mrope_and_generates(tmp_path):
+    """--head_dim 64 (the size vLLM's CPU attention takes) gives mrope_section [16, 8, 8] and a model that runs."""
+    import json
+
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    assert main([str(tmp_path / "hd64"), "--head_dim", "64"]) == 0
+    text = json.loads((tmp_path / "hd64" / "config.json").read_text())["text_config"]
+    assert text["head_dim"] == 64 and text["rope_parameters"]["mrope_section"] == [16, 8, 8]
+    model = AutoModelForImageTextToText.from_pretrained(tmp_path / "hd64")
+    out = model.generate(input_ids=torch.tensor([[5, 6, 7]]), max_new_tokens=4, do_sample=False)
+    assert out.shape == (1, 7)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--head_dim", "12"], "not a positive multiple of 8"),
+    (["--head_dim", "x"], "not a whole number"),
+    (["--head_dim", "64", "--family", "internvl"], "--head_dim is only for --family qwen3_vl"),
+])
+def test_bad_head_dim_is_one_usage_line(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as info:
+        main([str(tmp_path / "m"), *argv])
+    assert info.value.code == 2
+    assert message in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_cli_output_has_no_progress_bar(tmp_path):
+    """Run as a subprocess with stderr to a file (not a terminal): the log has no tqdm bar."""
+    import subprocess
+    import sys
+
+    err = tmp_path / "err.log"
+    with err.open("w") as fh:
+        done = subprocess.run([sys.executable, "-m", "k9bench.tiny_model", str(tmp_path / "m")], stdout=subprocess.PIPE,
+                              stderr=fh, text=True, timeout=300, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == str(tmp_path / "m")
+    log = err.read_text()
+    assert "\r" not in log and "it/s" not in log and "%|" not in log, log
+    assert "tiny Qwen3-VL written to" in log

@@ -1,0 +1,156 @@
+"""Tiny random-weight checkpoints (Qwen3-VL and other families), built offline, for tests, demos and benchmarks.
+
+Everything is generated locally (nothing comes from the Hub): a small byte-level BPE
+tokenizer trained on a few sentences written here, with the Qwen special tokens
+(``<|im_start|>``, ``<|im_end|>``, ``<|vision_start|>``, ``<|video_pad|>``, ``<think>`` ...),
+a Qwen3-VL style chat template, the Qwen2-VL image processor, the Qwen3-VL video processor,
+a generation config, and a two-layer language model with a two-block vision tower.
+
+The folder loads with ``AutoProcessor.from_pretrained(path)`` and
+``AutoModelForImageTextToText.from_pretrained(path)`` in about a second, and ``generate``
+runs on CPU. The weights are random, so the text is gibberish, but it is varied (the
+initialisation is wide enough that greedy decoding does not collapse onto one token)
+and deterministic for a given ``seed``.
+
+Usage::
+
+    python -m k9bench.tiny_model /tmp/tiny-qwen3vl
+    python -m k9bench.tiny_model /tmp/tiny-qwen3vl --seed 1
+    python -m k9bench.tiny_model /tmp/tiny-qwen3vl-hd64 --head_dim 64       # a head size vLLM's CPU attention takes
+    python -m k9bench.tiny_model /tmp/tiny-qwen25vl --family qwen2_5_vl   # a tiny Qwen2.5-VL too
+    python -m k9bench.tiny_model /tmp/tiny-internvl --family internvl      # transformers-native InternVL
+    python -m k9bench.tiny_model /tmp/tiny-omni --family qwen2_5_omni      # Qwen2.5-Omni thinker (audio + video in)
+    python -m k9bench.tiny_model /tmp/tiny-omni3 --family qwen3_omni       # Qwen3-Omni (MoE) thinker
+
+The other families are built the same way (local tokenizer, the family's own processor classes
+and a chat template written here; ``FAMILIES`` lists them):
+
+- ``internvl``: ``InternVLForConditionalGeneration`` with ``InternVLProcessor`` (GotOcr2 image
+  processor, ``InternVLVideoProcessor`` with a fixed 56x56 frame size, ``<video>`` expanded to
+  ``FrameN: <img><IMG_CONTEXT>...</img>`` per frame), as the Hub's ``OpenGVLab/InternVL3_5-*-HF``
+  checkpoints are laid out (Qwen3 text model);
+- ``qwen2_5_omni``: ``Qwen2_5OmniThinkerForConditionalGeneration`` (text output only) with
+  ``Qwen2_5OmniProcessor`` (Qwen2-VL image/video processors and a Whisper feature extractor at
+  16 kHz, 128 mel bins, 300 s window), which takes a video's soundtrack as audio-in-video input;
+- ``qwen3_omni``: ``Qwen3OmniMoeThinkerForConditionalGeneration`` with ``Qwen3OmniMoeProcessor``
+  (patch 16, a four-expert MoE text model; audio neither padded nor cut).
+
+Every folder loads with ``AutoProcessor`` and ``AutoModelForImageTextToText``.
+
+``--head_dim`` (Qwen3-VL only; default 16) sets the attention head size; the text model's
+``mrope_section`` is scaled with it (16 -> [4, 2, 2], 64 -> [16, 8, 8]). vLLM's CPU attention
+refuses head size 16, so the vLLM tests serve a ``--head_dim 64`` model (docs/vllm.md).
+
+The parts: :mod:`k9bench.tiny_model.base` (tokenizer, template, weights), :mod:`k9bench.tiny_model.qwen_vl`
+(Qwen3-VL, Qwen2.5-VL), :mod:`k9bench.tiny_model.families` (InternVL, the Omni thinkers).
+"""
+
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+
+from k9bench.tiny_model.base import CHAT_TEMPLATE, EXTRA_TOKENS, SPECIAL_TOKENS, VOCAB_SIZE, build_tokenizer
+from k9bench.tiny_model.families import (
+    INTERNVL_CHAT_TEMPLATE,
+    INTERNVL_FRAME_SIZE,
+    INTERNVL_NAMED_TOKENS,
+    INTERNVL_TOKENS,
+    OMNI_AUDIO_SAMPLING_RATE,
+    OMNI_CHAT_TEMPLATE,
+    OMNI_NAMED_TOKENS,
+    OMNI_TOKENS,
+    build_tiny_internvl,
+    build_tiny_qwen2_5omni,
+    build_tiny_qwen3omni,
+)
+from k9bench.tiny_model.qwen_vl import DEFAULT_HEAD_DIM, build_config, build_tiny_qwen2_5vl, build_tiny_qwen3vl
+
+log = logging.getLogger(__name__)
+
+FAMILIES = {
+    "qwen3_vl": build_tiny_qwen3vl,
+    "qwen2_5_vl": build_tiny_qwen2_5vl,
+    "internvl": build_tiny_internvl,
+    "qwen2_5_omni": build_tiny_qwen2_5omni,
+    "qwen3_omni": build_tiny_qwen3omni,
+}
+"""Family name -> builder ``(path, seed=0) -> path``."""
+
+FAMILY_ALIASES = {"qwen3vl": "qwen3_vl", "qwen2_5vl": "qwen2_5_vl", "qwen2_5omni": "qwen2_5_omni", "qwen3omni": "qwen3_omni"}
+"""Other spellings ``--family`` accepts."""
+
+
+HEAD_DIM_FAMILIES = ("qwen3_vl",)
+"""Families whose builder takes ``head_dim``."""
+
+
+def build_tiny(family: str, path: str | Path, seed: int = 0, head_dim: int | None = None) -> Path:
+    """Build the tiny checkpoint of ``family`` (a ``FAMILIES`` key or alias) at ``path``.
+
+    ``head_dim`` (None: the family's own, 16) only for :data:`HEAD_DIM_FAMILIES`; ValueError otherwise."""
+    name = FAMILY_ALIASES.get(family, family)
+    if name not in FAMILIES:
+        raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    if head_dim is None:
+        return FAMILIES[name](path, seed=seed)
+    if name not in HEAD_DIM_FAMILIES:
+        raise ValueError(f"--head_dim is only for {', '.join(HEAD_DIM_FAMILIES)}, not {name}")
+    return FAMILIES[name](path, seed=seed, head_dim=head_dim)
+
+
+def _quiet_progress_bars() -> None:
+    """No tqdm bar of transformers or huggingface_hub in a log that is not a terminal."""
+    if sys.stderr.isatty():
+        return
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except ImportError:  # transformers is a requirement; nothing to quiet without it
+        pass
+
+
+def _head_dim(text: str) -> int:
+    """``--head_dim``: a positive multiple of 8 (mrope_section splits half of it 2:1:1)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0 or value % 8:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive multiple of 8")
+    return value
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m k9bench.tiny_model", description=__doc__.split("\n\n")[0])
+    parser.add_argument("output_dir", help="folder to write the checkpoint into")
+    parser.add_argument("--seed", type=int, default=0, help="weight seed (default: %(default)s)")
+    parser.add_argument("--family", choices=(*FAMILIES, *FAMILY_ALIASES), default="qwen3_vl",
+                        help="model family (default: %(default)s; qwen3vl, qwen2_5vl, qwen2_5omni, qwen3omni are accepted spellings too)")
+    parser.add_argument("--head_dim", type=_head_dim, default=None,
+                        help=f"attention head size, a multiple of 8 (qwen3_vl only; default: {DEFAULT_HEAD_DIM}; "
+                             "64 for vLLM's CPU attention, which refuses 16)")
+    args = parser.parse_args(argv)
+    family = FAMILY_ALIASES.get(args.family, args.family)
+    if args.head_dim is not None and family not in HEAD_DIM_FAMILIES:
+        parser.error(f"--head_dim is only for --family {', '.join(HEAD_DIM_FAMILIES)}, not {args.family}")
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    _quiet_progress_bars()
+    out = build_tiny(family, args.output_dir, seed=args.seed, head_dim=args.head_dim)
+    print(out)
+    return 0
+
+
+__all__ = [
+    "CHAT_TEMPLATE", "DEFAULT_HEAD_DIM", "EXTRA_TOKENS", "FAMILIES", "FAMILY_ALIASES", "HEAD_DIM_FAMILIES",
+    "INTERNVL_CHAT_TEMPLATE", "INTERNVL_FRAME_SIZE", "INTERNVL_NAMED_TOKENS", "INTERNVL_TOKENS", "OMNI_AUDIO_SAMPLING_RATE",
+    "OMNI_CHAT_TEMPLATE", "OMNI_NAMED_TOKENS", "OMNI_TOKENS", "SPECIAL_TOKENS", "VOCAB_SIZE", "build_config", "build_tiny",
+    "build_tiny_internvl", "build_tiny_qwen2_5omni", "build_tiny_qwen2_5vl", "build_tiny_qwen3omni", "build_tiny_qwen3vl",
+    "build_tokenizer", "main",
+]
