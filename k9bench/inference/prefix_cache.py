@@ -6,24 +6,15 @@ and the language model's prefill over that shared prefix are the bulk of a quest
 :class:`SharedPrefixEngine` computes them once per video and answers all the video's questions from
 the prefilled key/value cache, in batches that may span videos.
 
-How a batch is laid out (``B`` questions over ``V`` videos)::
-
-    row b:  [zeros .. prefix of its video (P_v) ][pads .. question suffix (S_b)] [generated ...]
-             <------------ P_max ---------------><----------- S_max ---------->
-
-The prefix caches (one forward per video, batch 1, no padding) are right-aligned into one cache of
-``P_max`` positions; the suffixes are left-padded to ``S_max``, so every row's last prompt token sits
-in the same column and decoding appends one column per step. The 2-D attention mask hides the
-zeros and pads; the rotary positions are the ones the full prompt would have had: Qwen's multimodal
-rope gives the prefix its 3-D positions (``get_rope_index``), the question's tokens continue one by
-one after the prefix's last token, and generated tokens follow ``generate``'s rule (the prompt's
-largest position + 1, + 1 per step: the two differ only where a video's temporal positions run past
-the question's end, as Qwen2.5-VL's scaled time axis can). Each step's logits go through ``generate``'s
-own logits processors (temperature, top-k/top-p, repetition penalty... from the generation config;
-none for plain greedy decoding), then an argmax, or a draw when the config samples (seed it as
-``generate`` is seeded: ``torch.manual_seed`` before :meth:`SharedPrefixEngine.run`). Rows that
-produced a stop token continue with the pad token, as ``generate`` does, until every row has stopped
-or ``max_new_tokens`` is reached.
+How a batch is decoded (the model's batch axis holds videos, a video's questions sit side by side along
+the sequence axis, one 4-D mask keeps them apart, so each video's key/value prefix is held once, not once
+per question; rotary positions as ``generate`` gives them at batch size 1; stop checks every few steps)
+is :mod:`k9bench.inference.shared_decode`'s part. Each step's logits go through ``generate``'s own
+logits processors (temperature, top-k/top-p, repetition penalty... from the generation config; none for
+plain greedy decoding), then an argmax, or a draw when the config samples (seed it as ``generate`` is
+seeded: ``torch.manual_seed`` before :meth:`SharedPrefixEngine.run`). Rows that produced a stop token
+continue with the pad token, as ``generate`` does, until every row has stopped or ``max_new_tokens``
+is reached.
 
 Text-only requests (no frames) have no shared prefix here: their prompts are left-padded whole,
 so the same loop is plain batched generation.
@@ -40,7 +31,7 @@ logits may resolve differently.
 Integration (HF backend)::
 
     engine, why = SharedPrefixEngine.create_or_explain(model, processor, generation_config, stop_ids,
-                                                       resize_in_processor=..., cache="dynamic")
+                                                       resize_in_processor=...)
     prepared = engine.prepare(requests, prompts)      # CPU only; may run on a worker thread
     outputs = engine.run(prepared)                     # on the model's device; GenerationOutput per request, in order
 """
@@ -53,18 +44,19 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import Any, Iterable
 
 from k9bench.inference.backend import GenerationOutput, GenerationRequest
 from k9bench.inference.pipeline import PerThread
-
-if TYPE_CHECKING:
-    import torch
+from k9bench.inference.shared_decode import (DECODE_ATTENTION, DEFAULT_EOS_CHECK_EVERY, DecodeRow, PrefixCacheError,
+                                             PrefixState, SharedDecoder, model_input_device)
+from k9bench.inference.shared_decode import prefill as prefill_prefix
 
 log = logging.getLogger(__name__)
 
-CACHE_KINDS = ("dynamic", "static")
-"""Key/value cache layouts of the decoding loop (see :attr:`SharedPrefixEngine.cache_kind`)."""
+CACHE_KINDS = ("static",)
+"""Key/value cache layouts of the decoding loop: ``static``, one preallocated cache per batch holding each
+video's prefix once, written in place (the per-question ``dynamic`` layout of before is gone)."""
 
 SUPPORTED_MODEL_TYPES = ("qwen3_vl", "qwen2_5_vl")
 """``config.model_type`` values whose prefill/decoding this module reproduces (others keep ``generate``)."""
@@ -86,10 +78,6 @@ _UNSUPPORTED_SETTINGS: dict[str, tuple] = {
     "prompt_lookup_num_tokens": (None,),
     "assistant_early_exit": (None,),
 }
-
-
-class PrefixCacheError(RuntimeError):
-    """The shared-prefix path cannot answer this batch (the caller falls back to ``generate``)."""
 
 
 def unsupported_reason(model: Any, generation_config: Any) -> str | None:
@@ -197,24 +185,6 @@ class PreparedBatch:
 
 
 @dataclass
-class PrefixState:
-    """A video's prefilled key/value cache (on the device), batch 1."""
-
-    key: str
-    keys: list
-    """Per layer, a (1, kv_heads, P, head_dim) tensor."""
-    values: list
-    length: int
-    """P: prefix tokens."""
-    next_position: int
-    """Rotary position of the first token after the prefix (the last prefix token is text: one position for all axes)."""
-    max_position: int
-    """Largest rotary position inside the prefix (a video's temporal axis can run past the text)."""
-    input_ids: Any = None
-    """The prefix's token ids (1, P), for logits processors that look at the sequence (repetition penalty)."""
-
-
-@dataclass
 class EngineStats:
     """Counters of the shared-prefix engine (for ``run_stats``)."""
 
@@ -231,6 +201,12 @@ class EngineStats:
     """Suffix prefill and token-by-token decoding, summed."""
     prepare_seconds: float = 0.0
     generated_tokens: int = 0
+    decode_steps: int = 0
+    """Decoding steps run, summed over batches (stop checks every few steps: a few surplus pad steps per batch)."""
+    prefix_copies: int = 0
+    """Video prefixes copied into a batch's cache (one per video per batch, never one per question)."""
+    peak_cache_bytes: int = 0
+    """The largest batch key/value cache allocated."""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -256,7 +232,8 @@ class SharedPrefixEngine:
     """Generation for Qwen-VL models with one prefill per video prefix, batches spanning videos (see the module doc)."""
 
     def __init__(self, model: Any, processor: Any, generation_config: Any, stop_ids: Iterable[int], *,
-                 resize_in_processor: bool, keep_prefixes: int = 1, cache: str = "dynamic"):
+                 resize_in_processor: bool, keep_prefixes: int = 1, cache: str = "static",
+                 eos_check_every: int = DEFAULT_EOS_CHECK_EVERY):
         if cache not in CACHE_KINDS:
             raise ValueError(f"cache {cache!r}: one of {', '.join(CACHE_KINDS)}")
         reason = unsupported_reason(model, generation_config)
@@ -274,8 +251,9 @@ class SharedPrefixEngine:
         self.keep_prefixes = keep_prefixes
         """Prefix states kept after a batch (the last videos of the batch, which may continue in the next one)."""
         self.cache_kind = cache
-        """``dynamic``: the cache grows by concatenation each step (as ``generate``); ``static``: preallocated
-        for the prompt and ``max_new_tokens``, written in place (no copy of the whole cache per step)."""
+        """``static``: one cache per batch, preallocated for the prompts and ``max_new_tokens``, each video's
+        prefix in it once, written in place (no copy of the whole cache per step)."""
+        self.decoder = SharedDecoder(model, generation_config, self.stop_ids, eos_check_every=eos_check_every)
         self.stats = EngineStats()
         self._states: dict[str, PrefixState] = {}
         self._lock = threading.Lock()
@@ -296,11 +274,16 @@ class SharedPrefixEngine:
 
     def describe(self) -> dict[str, Any]:
         """What ran (for the artifact's ``inference.backend``)."""
+        kernel = self.model.config.get_text_config()._attn_implementation
         return {
-            "decoding": f"shared video prefix (one prefill per video), {'sampling' if self.do_sample else 'greedy'}, "
-                        f"{self.cache_kind} KV cache",
+            "decoding": f"shared video prefix (one prefill per video, held once per batch for all its questions), "
+                        f"{'sampling' if self.do_sample else 'greedy'}, {self.cache_kind} KV cache",
             "cache": self.cache_kind,
             "keep_prefixes": self.keep_prefixes,
+            "eos_check_every": self.decoder.eos_check_every,
+            "decode_attention": DECODE_ATTENTION if kernel == DECODE_ATTENTION else
+                                f"{DECODE_ATTENTION} (the model's {kernel} cannot take the engine's 4-D mask)",
+            "position_rule": "generated tokens continue from the last prompt token's position + 1 (transformers 5's generate)",
         }
 
     # ------------------------------------------------------------------ CPU side
@@ -377,39 +360,9 @@ class SharedPrefixEngine:
 
     # ------------------------------------------------------------------ device side
 
-    def _rope_kwargs(self, inputs: dict) -> dict[str, Any]:
-        return {k: v for k, v in inputs.items() if k in self._rope_params and k != "input_ids"}
-
     def prefill(self, video: PreparedVideo) -> PrefixState:
         """Vision tower + language model over one video's prefix (batch 1, no padding)."""
-        import torch
-
-        device = self.model.device
-        dtype = self.model.dtype
-        inputs = {}
-        for k, v in video.inputs.items():
-            if isinstance(v, torch.Tensor):
-                v = v.to(device)
-                if k in ("pixel_values_videos", "pixel_values") and v.is_floating_point():
-                    v = v.to(dtype)
-            inputs[k] = v
-        ids = inputs["input_ids"]
-        length = int(ids.shape[1])
-        rope_pos, _ = self.model.model.get_rope_index(ids, **self._rope_kwargs(inputs))
-        text_pos = torch.arange(length, device=device).view(1, 1, -1)
-        position_ids = torch.cat([text_pos, rope_pos.to(device)], dim=0)
-        forward = {k: v for k, v in inputs.items() if k not in ("attention_mask",)}
-        out = self.model(**forward, attention_mask=inputs.get("attention_mask"), position_ids=position_ids,
-                         use_cache=True, logits_to_keep=1)
-        cache = getattr(out, "cache", None)
-        if cache is None:
-            cache = out.past_key_values
-        keys = [layer.keys for layer in cache.layers]
-        values = [layer.values for layer in cache.layers]
-        last = rope_pos[:, 0, -1]
-        if not bool((last == last[0]).all()):
-            raise PrefixCacheError("the shared prefix does not end with a text token")
-        return PrefixState(video.key, keys, values, length, int(last[0]) + 1, int(rope_pos.max()), ids)
+        return prefill_prefix(self.model, video.key, video.inputs, self._rope_params)
 
     def _states_for(self, prepared: PreparedBatch) -> dict[str, PrefixState]:
         states: dict[str, PrefixState] = {}
@@ -430,8 +383,9 @@ class SharedPrefixEngine:
     def _sync(self) -> None:
         import torch
 
-        if self.model.device.type == "cuda":
-            torch.cuda.synchronize(self.model.device)
+        device = model_input_device(self.model)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
     def release(self, video_key: str | None = None) -> None:
         """Drop kept prefix states (one, or all)."""
@@ -447,160 +401,53 @@ class SharedPrefixEngine:
         with torch.inference_mode():
             states = self._states_for(prepared)
             t0 = time.perf_counter()
-            new_tokens = self._decode(prepared.rows, states)
+            # one group per video (its questions share its prefix), one per text-only question
+            groups: list[PrefixState | None] = []
+            index: dict[str, int] = {}
+            rows = []
+            for r in prepared.rows:
+                if r.video_key is None:
+                    groups.append(None)
+                    rows.append(DecodeRow(len(groups) - 1, r.suffix_ids))
+                    continue
+                if r.video_key not in index:
+                    index[r.video_key] = len(groups)
+                    groups.append(states[r.video_key])
+                rows.append(DecodeRow(index[r.video_key], r.suffix_ids))
+            result = self.decoder.decode(groups, rows)
             self._sync()
             self.stats.decode_seconds += time.perf_counter() - t0
         # keep the last videos' prefixes: a video split across batches continues in the next one
-        order = list(dict.fromkeys(r.video_key for r in prepared.rows if r.video_key is not None))
+        order = list(index)
         keep = order[-self.keep_prefixes:] if self.keep_prefixes > 0 else []
         self._states = {k: states[k] for k in keep}
         self.stats.batches += 1
         self.stats.questions += len(prepared.rows)
-        texts = self.processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-        stop = set(self.stop_ids)
+        self.stats.decode_steps += result.steps
+        self.stats.prefix_copies += len(index)
+        self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, result.cache_bytes)
+        texts = self.processor.batch_decode(result.tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         outputs: list[GenerationOutput | None] = [None] * len(prepared.rows)
-        for row, ids, text in zip(prepared.rows, new_tokens.tolist(), texts):
-            stop_at = next((i for i, t in enumerate(ids) if t in stop), None)
-            n_out = stop_at + 1 if stop_at is not None else len(ids)
-            self.stats.generated_tokens += n_out
+        for row, ids, stopped, text in zip(prepared.rows, result.tokens, result.stopped, texts):
+            self.stats.generated_tokens += len(ids)
             prefix_len = states[row.video_key].length if row.video_key is not None else 0
             outputs[row.request_index] = GenerationOutput(
-                text=text, prompt=row.prompt, num_input_tokens=prefix_len + len(row.suffix_ids), num_output_tokens=n_out,
-                finish_reason="stop" if stop_at is not None else "length",
+                text=text, prompt=row.prompt, num_input_tokens=prefix_len + len(row.suffix_ids), num_output_tokens=len(ids),
+                finish_reason="stop" if stopped else "length",
             )
         return outputs  # type: ignore[return-value]
-
-    def _decode(self, rows: list[PreparedRow], states: dict[str, PrefixState]) -> "torch.Tensor":
-        """Greedy decoding of every row; returns the (B, steps) new tokens (pad after a stop)."""
-        import torch
-
-        device = self.model.device
-        batch = len(rows)
-        p_max = max((states[r.video_key].length for r in rows if r.video_key is not None), default=0)
-        s_max = max(len(r.suffix_ids) for r in rows)
-        width = p_max + s_max
-        static = self.cache_kind == "static"
-        total = width + self.max_new_tokens if static else width
-        mask = torch.zeros(batch, total, dtype=torch.long, device=device)
-        ids = torch.full((batch, s_max), self.pad_id, dtype=torch.long, device=device)
-        # rotary position = text index (real tokens before it) + delta. The question's tokens continue
-        # after the prefix's last token; generated tokens follow generate's rule, max position + 1 + step
-        # (the same unless a video's temporal positions run past the question's end).
-        prompt_delta = torch.zeros(batch, dtype=torch.long, device=device)
-        decode_delta = torch.zeros(batch, dtype=torch.long, device=device)
-        for b, r in enumerate(rows):
-            n = len(r.suffix_ids)
-            ids[b, s_max - n:] = torch.tensor(r.suffix_ids, dtype=torch.long, device=device)
-            mask[b, width - n:width] = 1
-            if r.video_key is not None:
-                st = states[r.video_key]
-                mask[b, p_max - st.length:p_max] = 1
-                prompt_delta[b] = st.next_position - st.length
-                decode_delta[b] = max(st.max_position, st.next_position + n - 1) + 1 - (st.length + n)
-        cache = self._batch_cache(rows, states, batch, p_max, total)
-
-        prompt_text = (mask[:, :width].cumsum(-1) - 1).masked_fill(mask[:, :width] == 0, 1)[:, p_max:]
-        prompt_rope = (prompt_text + prompt_delta[:, None]).unsqueeze(0).expand(3, -1, -1)
-        real = mask[:, :width].sum(-1)  # P_b + S_b: text index of the first generated token
-
-        stop = torch.tensor(self.stop_ids, dtype=torch.long, device=device)
-        processors = self._logits_processors(width)
-        sequence = self._sequence(rows, states, ids, p_max) if len(processors) else None
-        out = self.model(input_ids=ids, attention_mask=mask,
-                         position_ids=torch.cat([prompt_text.unsqueeze(0), prompt_rope], dim=0), cache=cache,
-                         use_cache=True, logits_to_keep=1)
-        finished = torch.zeros(batch, dtype=torch.bool, device=device)
-        produced = []
-        for step in range(self.max_new_tokens):
-            scores = out.logits[:, -1, :].float()
-            if sequence is not None:
-                scores = processors(sequence, scores)
-            if self.do_sample:
-                token = torch.multinomial(torch.nn.functional.softmax(scores, dim=-1), num_samples=1).squeeze(1)
-            else:
-                token = scores.argmax(-1)
-            token = torch.where(finished, torch.full_like(token, self.pad_id), token)
-            produced.append(token)
-            if sequence is not None:
-                sequence = torch.cat([sequence, token[:, None]], dim=-1)
-            finished = finished | torch.isin(token, stop)
-            if step == self.max_new_tokens - 1 or bool(finished.all()):
-                break
-            if static:
-                mask[:, width + step] = 1  # the column this step writes
-            else:
-                mask = torch.cat([mask, mask.new_ones((batch, 1))], dim=1)
-            text = (real + step)[:, None]
-            pos = torch.cat([text.unsqueeze(0), (text + decode_delta[:, None]).unsqueeze(0).expand(3, -1, -1)], dim=0)
-            out = self.model(input_ids=token[:, None], attention_mask=mask, position_ids=pos, cache=cache,
-                             use_cache=True, logits_to_keep=1)
-        return torch.stack(produced, dim=1).cpu()
-
-    def _logits_processors(self, prompt_width: int) -> Any:
-        """generate's own logits processors for these settings (temperature, top-k/p, penalties...)."""
-        return self.model._get_logits_processor(generation_config=self.generation_config, input_ids_seq_length=prompt_width,
-                                                encoder_input_ids=None, prefix_allowed_tokens_fn=None, logits_processor=None,
-                                                device=self.model.device, model_kwargs={})
-
-    def _sequence(self, rows: list[PreparedRow], states: dict[str, PrefixState], suffix_ids: "torch.Tensor", p_max: int) -> "torch.Tensor":
-        """The (B, P_max + S_max) token ids of the batch's prompts, pad id where the cache holds padding:
-        what generate's processors see (its own batches hold left padding the same way)."""
-        import torch
-
-        seq = torch.full((len(rows), p_max), self.pad_id, dtype=torch.long, device=suffix_ids.device)
-        for b, r in enumerate(rows):
-            if r.video_key is not None:
-                st = states[r.video_key]
-                seq[b, p_max - st.length:] = st.input_ids[0].to(seq.device)
-        return torch.cat([seq, suffix_ids], dim=1)
-
-    def _batch_cache(self, rows: list[PreparedRow], states: dict[str, PrefixState], batch: int, p_max: int, total: int) -> Any:
-        """The batch's cache holding each row's prefix right-aligned in ``p_max`` positions.
-
-        Per layer, the videos' prefixes are stacked once (V rows) and expanded to the questions with
-        one ``index_select``: a few kernels per layer instead of one copy per question.
-        """
-        import torch
-        from transformers import DynamicCache, StaticCache
-
-        static = self.cache_kind == "static"
-        if not p_max:
-            return StaticCache(config=self.model.config, max_cache_len=total) if static else DynamicCache(config=self.model.config)
-        order = list(dict.fromkeys(r.video_key for r in rows))
-        row_video = torch.tensor([order.index(r.video_key) for r in rows], dtype=torch.long, device=self.model.device)
-        video_states = [states[k] for k in order]
-
-        def expanded(i: int, values: bool) -> "torch.Tensor":
-            first = (video_states[0].values if values else video_states[0].keys)[i]
-            stacked = first.new_zeros((len(order), first.shape[1], p_max, first.shape[3]))
-            for v, st in enumerate(video_states):
-                stacked[v, :, p_max - st.length:] = (st.values if values else st.keys)[i][0]
-            return stacked.index_select(0, row_video)
-
-        n_layers = len(video_states[0].keys)
-        if static:
-            cache = StaticCache(config=self.model.config, max_cache_len=total)
-            for i, layer in enumerate(cache.layers):
-                k0, v0 = video_states[0].keys[i], video_states[0].values[i]
-                layer.lazy_initialization(k0.new_empty((batch, k0.shape[1], 0, k0.shape[3])),
-                                          v0.new_empty((batch, v0.shape[1], 0, v0.shape[3])))
-                layer.keys[:, :, :p_max] = expanded(i, False)
-                layer.values[:, :, :p_max] = expanded(i, True)
-                layer.cumulative_length.fill_(p_max)
-            return cache
-        return DynamicCache(ddp_cache_data=[(expanded(i, False), expanded(i, True)) for i in range(n_layers)], config=self.model.config)
 
     # ------------------------------------------------------------------ convenience
 
     @classmethod
     def create_or_explain(cls, model: Any, processor: Any, generation_config: Any, stop_ids: Iterable[int], *,
-                          resize_in_processor: bool, keep_prefixes: int = 1,
-                          cache: str = "dynamic") -> tuple["SharedPrefixEngine | None", str | None]:
+                          resize_in_processor: bool, keep_prefixes: int = 1, cache: str = "static",
+                          eos_check_every: int = DEFAULT_EOS_CHECK_EVERY) -> tuple["SharedPrefixEngine | None", str | None]:
         """``(engine, None)``, or ``(None, why)`` when this model or these settings must stay on ``generate``
         (the caller logs ``why`` and records it, e.g. under ``inference.backend.decoding``)."""
         try:
             return cls(model, processor, generation_config, stop_ids, resize_in_processor=resize_in_processor,
-                       keep_prefixes=keep_prefixes, cache=cache), None
+                       keep_prefixes=keep_prefixes, cache=cache, eos_check_every=eos_check_every), None
         except PrefixCacheError as exc:
             return None, str(exc)
 
@@ -612,4 +459,5 @@ class SharedPrefixEngine:
 __all__ = [
     "CACHE_KINDS", "EngineStats", "PrefixCacheError", "PrefixState", "PreparedBatch", "PreparedRow", "PreparedVideo",
     "SharedPrefixEngine", "SUPPORTED_MODEL_TYPES", "frames_key", "split_shared_prefix", "unsupported_reason",
+    "model_input_device",
 ]
