@@ -1,7 +1,9 @@
 """The bundled synthetic demo set.
 
 Twelve questions written for this project (never K9-Bench content) over three
-short videos that ffmpeg generates on demand, so nothing large is committed.
+short videos that ffmpeg generates on demand, so nothing large is committed. Every source is
+deterministic or seeded (``life`` with a fixed seed, the noise soundtrack too), so two
+generations give byte-identical files with the same ffmpeg.
 The questions describe the generated test patterns, one category label each, so
 that every category appears; a model is not expected to answer them well.
 
@@ -9,6 +11,10 @@ With ``soundtrack`` (``--soundtrack``; the launcher's ``DEMO=1 AUDIO=1``) two of
 soundtrack (a sine tone, pink noise) and the third stays silent, so an audio+video run meets both
 cases (the silent one becomes a failed ``no_audio_stream`` record). Without it the videos are
 exactly the silent ones they always were.
+
+The download (``download_videos.py --dataset_name demo`` and ``eval_video_llm.py --dataset_name demo
+--auto_download``) makes these videos locally through :func:`demo_generators`: a missing or corrupt
+demo video is made again, never looked for on YouTube.
 
 Usage::
 
@@ -23,6 +29,7 @@ import json
 import logging
 from importlib import resources
 from pathlib import Path
+from typing import Callable, Iterable
 
 log = logging.getLogger(__name__)
 
@@ -43,22 +50,41 @@ def demo_rows() -> list[dict]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def is_demo_dataset(dataset_name: str) -> bool:
+    """True for the bundled demo set's name (``--dataset_name demo``)."""
+    from k9bench.dataset import DEMO_NAME
+
+    return dataset_name == DEMO_NAME
+
+
+def make_demo_video(scene: str, path: str | Path, *, soundtrack: bool = False) -> Path:
+    """Generate demo video ``scene`` at ``path`` (with its soundtrack of :data:`DEMO_SOUNDTRACKS` if asked)."""
+    from k9bench.ffmpeg import make_video
+
+    sound = DEMO_SOUNDTRACKS.get(scene) if soundtrack else None
+    log.info("generating demo video %s%s", path, f" (soundtrack: {sound})" if sound else "")
+    return make_video(path, **DEMO_VIDEOS[scene], **({"audio": sound} if sound else {}))
+
+
+def demo_generators(scenes: Iterable[str] | None = None, *, soundtrack: bool = False) -> dict[str, Callable[[Path], Path]]:
+    """Scene -> a function that makes that demo video at the path it is given, for the demo scenes
+    among ``scenes`` (all of them by default): the download's ``generators``."""
+    wanted = DEMO_VIDEOS if scenes is None else [s for s in scenes if s in DEMO_VIDEOS]
+    return {scene: (lambda path, scene=scene: make_demo_video(scene, path, soundtrack=soundtrack)) for scene in wanted}
+
+
 def make_demo_videos(video_dir: str | Path, *, overwrite: bool = False, soundtrack: bool = False) -> list[Path]:
     """Generate the demo videos as ``{scene}.mp4`` in ``video_dir``; existing files are kept.
 
     ``soundtrack``: the scenes of :data:`DEMO_SOUNDTRACKS` get theirs (keep such videos in a folder
     of their own: an existing file is kept as it is, with or without sound)."""
-    from k9bench.ffmpeg import make_video
-
     video_dir = Path(video_dir)
     video_dir.mkdir(parents=True, exist_ok=True)
     paths = []
-    for scene, settings in DEMO_VIDEOS.items():
+    for scene in DEMO_VIDEOS:
         path = video_dir / f"{scene}.mp4"
         if overwrite or not path.exists():
-            sound = DEMO_SOUNDTRACKS.get(scene) if soundtrack else None
-            log.info("generating demo video %s%s", path, f" (soundtrack: {sound})" if sound else "")
-            make_video(path, **settings, **({"audio": sound} if sound else {}))
+            make_demo_video(scene, path, soundtrack=soundtrack)
         paths.append(path)
     return paths
 
@@ -71,6 +97,13 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"give {' and '.join(DEMO_SOUNDTRACKS)} a soundtrack (the other video stays silent), for audio+video runs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from k9bench.stage import StageError, check_output
+
+    try:
+        check_output(Path(args.video_dir), flag="--video_dir", folder=True)
+    except StageError as exc:
+        log.error("%s", exc)
+        return 2
     for path in make_demo_videos(args.video_dir, overwrite=args.overwrite, soundtrack=args.soundtrack):
         print(path)
     return 0

@@ -3,7 +3,8 @@
 Two kinds of failure, kept apart:
 
 * :class:`DownloadInputError`: bad input or environment (URL, scene id, output folder,
-  ffmpeg, cookies). Raised before anything is written; the scripts exit 2 on it.
+  ffmpeg, cookies). Raised before anything is written; the scripts exit 2 on it (a
+  :class:`~k9bench.stage.StageError`).
 * :class:`VideoFailure`: one video could not be fetched. It carries a failure class from
   :data:`FAILURE_CLASSES` (recorded in the manifest) and never stops the other videos.
 
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import re
 from typing import Any
+
+from k9bench.stage import EXIT_USAGE, StageError
 
 FAILURE_CLASSES = {
     "unavailable": "the video is unavailable, private, removed, members-only or geo-restricted",
@@ -35,8 +38,11 @@ NO_FORMAT_HINT = (
 """Added to the message of a failure where yt-dlp found no usable format (class ``error``)."""
 
 
-class DownloadInputError(ValueError):
-    """Bad input or environment (URL, scene id, output folder, ffmpeg, cookies): nothing was written."""
+class DownloadInputError(StageError, ValueError):
+    """Bad input or environment (URL, scene id, output folder, ffmpeg, cookies): nothing was written.
+    A :class:`~k9bench.stage.StageError`: the stage says it in one line and exits 2."""
+
+    exit_code = EXIT_USAGE
 
 
 class VideoFailure(Exception):

@@ -61,7 +61,7 @@ _PATTERNS = {
     # Each source shows motion, so sampled frames differ from each other.
     "testsrc2": "testsrc2=size={w}x{h}:rate={fps}",
     "mandelbrot": "mandelbrot=size={w}x{h}:rate={fps}",
-    "life": "life=size={w}x{h}:rate={fps}:mold=10:ratio=0.3:death_color=#302010:life_color=#c08040",
+    "life": "life=size={w}x{h}:rate={fps}:mold=10:ratio=0.3:seed=9:death_color=#302010:life_color=#c08040",
     "smpte": "smptehdbars=size={w}x{h}:rate={fps}",
 }
 

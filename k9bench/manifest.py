@@ -1,10 +1,13 @@
 """The download manifest: one typed entry per video, the run's summary, and what a rerun trusts.
 
 The manifest (JSON, ``download_manifest.json`` in the output folder by default) is written
-atomically by :mod:`k9bench.download`, refreshed during a run and at its end. A rerun reads
-the previous one (:func:`load_previous_manifest`) only to skip verifying again a file it
-recorded as verified with the same size and modification time (:func:`verified_earlier`):
-the download's resume is "skip what is present and verified", nothing more.
+atomically by :mod:`k9bench.download_run`, refreshed during a run and at its end. A rerun reads
+the previous one (:func:`load_previous_manifest`) to skip verifying again a file it recorded as
+verified with the same size and modification time (:func:`verified_earlier`), and to keep what it
+knew about a finished video (:func:`earlier_facts`: the format yt-dlp fetched, when, its
+warnings), so a repeated or killed-and-rerun download never records a finished video as
+``format: null``. Entries of the earlier manifest for videos this run has not (yet) decided are
+kept under ``earlier`` (a run killed mid-way, a rerun with fewer ``--max_samples``).
 """
 
 from __future__ import annotations
@@ -60,6 +63,9 @@ class VideoResult:
     """Why a pre-existing ``{scene}.mp4`` was rejected and deleted, if one was."""
     mtime_ns: int | None = None
     """Modification time of the final file (with ``size_bytes``, lets a rerun trust an unchanged verified file)."""
+    downloaded_at: str | None = None
+    """When the file was downloaded (or made locally): this run's time for ``ok``, the earlier run's for ``skipped``
+    (None when no manifest recorded it)."""
     timestamp: str = ""
     """When this outcome was reached (ISO 8601)."""
 
@@ -95,6 +101,10 @@ class DownloadReport:
     """The settings used."""
     provenance: dict = field(default_factory=dict)
     """What produced the run (script, arguments, versions)."""
+    earlier: dict = field(default_factory=dict)
+    """Entries of the earlier manifest (by scene) for videos not decided by this run: kept, not counted."""
+    stage: dict | None = None
+    """The stage block (:meth:`k9bench.stage.Stage.stage_block`) when run as a stage."""
 
     @property
     def counts(self) -> dict[str, int]:
@@ -145,7 +155,8 @@ class DownloadReport:
 
     def manifest(self) -> dict:
         """The manifest JSON object."""
-        return {
+        decided = {r.scene_name for r in self.results}
+        out = {
             "manifest_version": MANIFEST_VERSION,
             "output_dir": self.output_dir,
             "started_at": self.started_at,
@@ -155,12 +166,17 @@ class DownloadReport:
             "failure_classes": FAILURE_CLASSES,
             "config": self.config,
             "videos": [r.to_dict() for r in self.results],
+            "earlier": {s: e for s, e in self.earlier.items() if s not in decided},
             "provenance": self.provenance,
         }
+        if self.stage is not None:
+            out["stage"] = self.stage
+        return out
 
 
 def load_previous_manifest(path: Path | None) -> dict[str, dict]:
-    """Entries of an earlier manifest by scene (empty when absent, unreadable or of another version)."""
+    """Entries of an earlier manifest by scene, its ``earlier`` ones included (empty when absent,
+    unreadable or of another version)."""
     if path is None or not path.is_file():
         return {}
     from k9bench.artifacts import ArtifactError, read_json
@@ -172,7 +188,10 @@ def load_previous_manifest(path: Path | None) -> dict[str, dict]:
         return {}
     if not isinstance(data, dict) or data.get("manifest_version") != MANIFEST_VERSION or not isinstance(data.get("videos"), list):
         return {}
-    return {e["scene_name"]: e for e in data["videos"] if isinstance(e, dict) and isinstance(e.get("scene_name"), str)}
+    earlier = data.get("earlier") if isinstance(data.get("earlier"), dict) else {}
+    out = {s: e for s, e in earlier.items() if isinstance(s, str) and isinstance(e, dict)}
+    out.update({e["scene_name"]: e for e in data["videos"] if isinstance(e, dict) and isinstance(e.get("scene_name"), str)})
+    return out
 
 
 def verified_earlier(final: Path, entry: dict | None) -> dict | None:
@@ -186,3 +205,21 @@ def verified_earlier(final: Path, entry: dict | None) -> dict | None:
     if entry.get("size_bytes") == stat.st_size and entry.get("mtime_ns") == stat.st_mtime_ns:
         return entry
     return None
+
+
+KEPT_FACTS = ("format", "downloaded_at", "warnings")
+"""What a ``skipped`` entry takes over from the earlier entry of the same file."""
+
+
+def earlier_facts(entry: dict | None, final: Path) -> dict:
+    """What the earlier entry knew about ``final`` (:data:`KEPT_FACTS`), when it recorded this very
+    file present and verified with the same size; else nothing."""
+    if not entry or entry.get("status") not in ("ok", "skipped") or entry.get("file") != final.name:
+        return {}
+    try:
+        size = final.stat().st_size
+    except OSError:
+        return {}
+    if entry.get("size_bytes") != size:
+        return {}
+    return {key: entry.get(key) for key in KEPT_FACTS if entry.get(key) is not None}

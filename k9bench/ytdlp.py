@@ -3,7 +3,7 @@
 yt-dlp is imported only inside the functions that run it. :func:`fetch` runs yt-dlp for one
 video in its private work folder and raises :class:`~k9bench.download_failures.VideoFailure`
 with a failure class for anything that goes wrong; the orchestration
-(:mod:`k9bench.download`) decides what to do with the file it leaves.
+(:mod:`k9bench.download_one`) decides what to do with the file it leaves.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from k9bench.download_failures import DownloadInputError, VideoFailure, classify_error, clean_message
 
 if TYPE_CHECKING:
-    from k9bench.download import DownloadConfig
+    from k9bench.download_settings import DownloadConfig
 
 log = logging.getLogger("k9bench.download")
 """yt-dlp's lines are logged under the download's logger (one place to turn them up or down)."""

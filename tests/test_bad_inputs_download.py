@@ -58,13 +58,15 @@ CASES = {
     "max_samples -2": (["--max_samples", "-2"], "--max_samples"),
     # item 6: refused before the demo videos are generated
     "workers 0": (["--workers", "0"], "--workers"),
-    "missing cookies file": (["--cookies", "{tmp}/missing_cookies.txt"], "cookies file {tmp}/missing_cookies.txt: no such file"),
-    "cookies is a folder": (["--cookies", "{tmp}/cookies_dir"], "cookies file {tmp}/cookies_dir: is a folder"),
+    "missing cookies file": (["--cookies", "{tmp}/missing_cookies.txt"], "--cookies {tmp}/missing_cookies.txt: no such file"),
+    # issue 23: a folder given as the cookies file is said plainly, before the dataset is read
+    "cookies is a folder": (["--cookies", "{tmp}/cookies_dir"], "--cookies {tmp}/cookies_dir: is a folder, not a cookies file"),
     "unknown browser": (["--cookies_from_browser", "netscape"], "unknown browser 'netscape'"),
-    "manifest is a folder": (["--manifest", "{tmp}/cookies_dir"], "manifest {tmp}/cookies_dir: is a folder"),
-    "output dir is a file": (["--output_dir", "{tmp}/a_file"], "output folder {tmp}/a_file: exists and is not a folder"),
-    "output dir under a file": (["--output_dir", "{tmp}/a_file/videos"], "output folder {tmp}/a_file/videos"),
-    "manifest under a file": (["--manifest", "{tmp}/a_file/m.json"], "manifest folder {tmp}/a_file"),
+    # the stage contract's one writable-output check (k9bench.stage.check_output), naming the flag
+    "manifest is a folder": (["--manifest", "{tmp}/cookies_dir"], "--manifest {tmp}/cookies_dir is a folder"),
+    "output dir is a file": (["--output_dir", "{tmp}/a_file"], "--output_dir {tmp}/a_file/download_manifest.json: {tmp}/a_file is a file"),
+    "output dir under a file": (["--output_dir", "{tmp}/a_file/videos"], "--output_dir {tmp}/a_file/videos/download_manifest.json: {tmp}/a_file is a file"),
+    "manifest under a file": (["--manifest", "{tmp}/a_file/m.json"], "--manifest {tmp}/a_file/m.json: {tmp}/a_file is a file"),
 }
 
 
@@ -114,6 +116,6 @@ def test_an_unwritable_output_folder_is_refused_before_the_hub_dataset_is_loaded
     proc = run_script("--dataset_name", "owner/not-cached", "--output_dir", str(workspace / "a_file" / "videos"))
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     error_lines = [ln for ln in proc.stderr.splitlines() if " ERROR " in ln]
-    assert len(error_lines) == 1 and f"output folder {workspace}/a_file/videos" in error_lines[0], proc.stderr
+    assert len(error_lines) == 1 and f"--output_dir {workspace}/a_file/videos" in error_lines[0], proc.stderr
     assert "owner/not-cached" not in proc.stderr  # the dataset was never asked for
     assert tree(workspace) == before
