@@ -74,7 +74,11 @@ def config_from_argv(argv: list[str] | None, *, script: str = "download_videos.p
     import sys
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    args = build_parser().parse_args(argv)
+    return run_from_namespace(build_parser().parse_args(argv), argv, script=script)
+
+
+def run_from_namespace(args: argparse.Namespace, argv: list[str], *, script: str = "download_videos.py") -> DownloadRun:
+    """:func:`config_from_argv`'s step from parsed flags to the frozen settings."""
     values = vars(args)
     dataset = DatasetSettings(**{f.name: values[f.name] for f in dataclasses.fields(DatasetSettings)})
     job = DownloadJob(**{f.name: values[f.name] for f in dataclasses.fields(DownloadJob)})
