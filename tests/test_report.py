@@ -11,12 +11,7 @@ import pytest
 
 from k9bench import CATEGORIES
 from k9bench.artifacts import write_json_atomic
-from k9bench.published import (
-    PUBLISHED_ACCURACY,
-    find_published_accuracy,
-    find_published_judge,
-    normalize_model_name,
-)
+from k9bench.published import PUBLISHED_ACCURACY, find_published_accuracy, normalize_model_name
 from k9bench.report import (
     ReportError,
     ReportSettings,
@@ -24,7 +19,6 @@ from k9bench.report import (
     bootstrap_intervals,
     build_report,
     frame_series,
-    interval_in_block,
     load_judge,
     load_run,
     run_report,
@@ -62,17 +56,17 @@ def make_eval(path: Path, *, model: str = "Qwen3-VL-4B-Instruct", frames: int = 
         cr = [r for r in records if r["question_category"] == c]
         k = sum(r["is_correct"] for r in cr)
         cats[c] = {"accuracy": k / len(cr), "correct": k, "total": len(cr)}
-        if ci == "fraction":
-            cats[c]["ci95"] = [max(k / len(cr) - 0.1, 0), min(k / len(cr) + 0.1, 1)]
     data = {
         "evaluation_timestamp": "2026-01-01T00:00:00", "eval_mode": "fine", "threshold": 0.5,
         "accuracy": correct / len(records), "correct_count": correct, "total_count": len(records),
         "category_wise_accuracy": cats, "individual_results": records,
         "metadata": {"similarity_model": "m", "similarity_calculated_at": "t"},
     }
-    if ci == "fraction":
-        data["accuracy_ci95"] = None
-        data["ci95"] = [correct / len(records) - 0.05, correct / len(records) + 0.05]
+    if ci == "file":  # evaluate_results.py's statistics block (fractions)
+        def block(k: int, n: int, half: float) -> dict:
+            return {"all": {"accuracy": k / n, "correct": k, "total": n, "ci95": [max(k / n - half, 0), min(k / n + half, 1)]}}
+        data["statistics"] = {"overall": block(correct, len(records), 0.05), "categories": {
+            c: block(cats[c]["correct"], cats[c]["total"], 0.1) for c in CATEGORIES}}
     write_json_atomic(path, data)
     return path
 
@@ -175,27 +169,30 @@ def test_durations_are_binned(tmp_path):
 
 
 def test_interval_from_file_is_used_and_scaled(tmp_path):
-    run = load_run(make_eval(tmp_path / "eval_m_mf32_n20.json", hits={c: 2 for c in CATEGORIES}, ci="fraction"))
+    """evaluate_results.py's statistics block (fractions) is read, in percent; 20 questions per category
+    over 10 videos each are enough for an interval."""
+    run = load_run(make_eval(tmp_path / "eval_m_mf32_n100.json", per_cat=20, hits={c: 10 for c in CATEGORIES}, ci="file"))
     assert run.ci_source == "file"
     assert run.overall.ci == pytest.approx((45.0, 55.0))
     assert run.categories[CATEGORIES[0]].ci == pytest.approx((40.0, 60.0))
 
 
-@pytest.mark.parametrize(
-    "block, pct, expected",
-    [
-        ({"accuracy": 0.5, "ci95": [0.4, 0.6]}, 50.0, (40.0, 60.0)),
-        ({"accuracy": 50.0, "ci95": [40.0, 60.0]}, 50.0, (40.0, 60.0)),
-        ({"accuracy": 0.5, "ci_low": 0.4, "ci_high": 0.6}, 50.0, (40.0, 60.0)),
-        ({"accuracy": 0.5, "confidence_interval": {"low": 0.45, "high": 0.55}}, 50.0, (45.0, 55.0)),
-        ({"accuracy": 0.5, "ci95": [0.6, 0.4]}, 50.0, None),
-        ({"accuracy": 0.5, "ci95": [float("nan"), 0.6]}, 50.0, None),
-        ({"accuracy": 0.5}, 50.0, None),
-    ],
-)
-def test_interval_spellings(block, pct, expected):
-    got = interval_in_block(block, pct)
-    assert got == (pytest.approx(expected) if expected else None)
+def test_intervals_from_fewer_than_ten_videos_are_na_never_zero_width(tmp_path):
+    """A bootstrap over 3 videos gives [0.0, 0.0] for a run that got everything wrong: shown as n/a."""
+    path = make_eval(tmp_path / "eval_m_mf32_n6.json", per_cat=2, hits={c: 0 for c in CATEGORIES})
+    data = json.loads(path.read_text())
+    data["individual_results"] = data["individual_results"][:6]  # 3 videos, every answer wrong
+    data["total_count"], data["correct_count"] = 6, 0
+    path.write_text(json.dumps(data))
+    run = load_run(path)
+    assert run.overall.videos == 3 and run.overall.ci is None and run.overall.too_few_videos
+    md = Path(write_report(build_report([str(path)]), tmp_path / "rep")["markdown"]).read_text()
+    assert "0.0 [n/a]" in md and "[0.0, 0.0]" not in md
+    assert "fewer than 10 videos" in md
+    # a file's own interval over too few videos is not shown either
+    small = load_run(make_eval(tmp_path / "eval_s_mf32_n20.json", ci="file"))
+    assert small.ci_source == "file" and small.overall.ci is not None  # 10 videos
+    assert all(score.ci is None for score in small.categories.values())  # 2 videos each
 
 
 def test_bootstrap_is_seeded_and_contains_the_estimate(tmp_path):
@@ -258,7 +255,6 @@ def test_published_matching():
     assert find_published_accuracy("Qwen/Qwen3-VL-4B-Instruct").average == 27.6
     assert find_published_accuracy("Qwen3-VL-4B-Thinking").average == 22.4
     assert find_published_accuracy("my-tiny-model") is None
-    assert find_published_judge("Qwen/Qwen3-VL-8B-Instruct").scores["Overall"] == 52.64
     assert normalize_model_name("Gemini-2.5 Pro (1 FPS)") == normalize_model_name("gemini 2.5 pro")
     for row in PUBLISHED_ACCURACY:
         assert set(row.categories) == set(CATEGORIES)
@@ -287,8 +283,7 @@ def test_report_reads_intervals_written_by_evaluate_results(tmp_path):
     assert run.overall.correct == data["correct_count"] == 20
     low, high = data["statistics"]["overall"]["all"]["ci95"]
     assert run.overall.ci == pytest.approx((100 * low, 100 * high))
-    cat_low, cat_high = data["statistics"]["categories"][CATEGORIES[1]]["all"]["ci95"]
-    assert run.categories[CATEGORIES[1]].ci == pytest.approx((100 * cat_low, 100 * cat_high))
+    assert run.categories[CATEGORIES[1]].ci is None  # 6 questions over 3 videos: n/a
     assert evaluate_results.main(["--mode", "report", "--input_file", str(eval_path), "--report_dir", str(tmp_path / "rep"), "-q"]) == 0
     assert f"| {100 * 20 / 30:.1f} [{100 * low:.1f}, {100 * high:.1f}] |" in (tmp_path / "rep" / "report.md").read_text()
 

@@ -8,25 +8,26 @@ from pathlib import Path
 
 import pytest
 
-from k9bench import CATEGORIES
-from k9bench import report as report_mod
+from k9bench import CATEGORIES, published
 from k9bench.artifacts import write_json_atomic
 from k9bench.published import PAPER_SETUP
-from k9bench.report import NOT_COMPARABLE_MARK, build_report, frame_sweep_files, load_run, write_report
+from k9bench.report import NOT_COMPARABLE_MARK, build_report, frame_series, frame_sweep_files, load_run, write_report
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"
 PROMPT_HASH = "ab" * 32
 
 
 def inference_block(*, max_frames: int = 32, fps: float = 1.0, max_pixels: int = 360 * 420, source: str = "builtin:system_prompt",
-                    use_system_message: bool = True, text_only: bool = False) -> dict:
+                    use_system_message: bool = True, text_only: bool = False, audio: bool = False) -> dict:
     """The raw file's ``inference`` block as eval_video_llm.py writes it."""
     return {
         "text_only": text_only,
-        "frames": None if text_only else {"fps": fps, "max_frames": max_frames, "max_pixels": max_pixels, "min_pixels": None},
-        "prompt": {"system_prompt_source": source, "system_prompt_sha256": PROMPT_HASH, "use_system_message": use_system_message},
+        "frames": None if text_only else {"fps": fps, "max_frames": max_frames, "max_pixels": max_pixels, "min_pixels": None,
+                                          "audio": audio},
+        "prompt": {"system_prompt_source": source, "system_prompt_sha256": PROMPT_HASH, "use_system_message": use_system_message,
+                   "placement": "system" if use_system_message else "empty_system"},
         "dataset": {"source": "ogmen/K9Bench", "split": "test", "max_samples": -1},
-        "backend": {"fps": 99.0, "max_pixels": 1},  # machine description: never read as the run's settings
+        "backend": {"name": "hf", "fps": 99.0, "max_pixels": 1},  # machine description: never read as the run's settings
     }
 
 
@@ -79,8 +80,13 @@ def test_minilm_run_carries_the_mark_and_names_minilm(tmp_path):
     assert summary["runs"][0]["settings"]["embedding_model"] == MINILM
 
 
+def reference_hash(monkeypatch, digest: str | None = PROMPT_HASH) -> None:
+    """The reference system prompt's hash in force (published.py's, swapped for the test's)."""
+    monkeypatch.setattr(published, "REFERENCE_SYSTEM_PROMPT_SHA256", digest, raising=False)
+
+
 def test_paper_setup_is_comparable_and_unmarked(tmp_path, monkeypatch):
-    monkeypatch.setattr(report_mod, "REFERENCE_PROMPT_SHA256", frozenset({PROMPT_HASH}))
+    reference_hash(monkeypatch)
     path = write_eval(tmp_path / "eval_full.json", n=PAPER_SETUP.questions,
                       inference=inference_block(source="prompts/reference_system.txt"))
     report = build_report([str(path)], published="matching")
@@ -90,6 +96,7 @@ def test_paper_setup_is_comparable_and_unmarked(tmp_path, monkeypatch):
     assert NOT_COMPARABLE_MARK not in md
     assert "comparable (the paper's setup)" in md
     assert "| Qwen3-VL-8B | paper |" in md
+    assert "system_prompt: reference prompts (confirmed): prompts/reference_system.txt" in md
 
 
 @pytest.mark.parametrize(
@@ -97,7 +104,7 @@ def test_paper_setup_is_comparable_and_unmarked(tmp_path, monkeypatch):
     [
         ({"threshold": 0.3}, "threshold 0.3 (paper: 0.5)"),
         ({"inference": inference_block(source="builtin:system_prompt")}, "system_prompt in this project's own words"),
-        ({"inference": inference_block(use_system_message=False)}, "not sent as the system message"),
+        ({"inference": inference_block(use_system_message=False)}, "an empty system turn"),
         ({"frames": 8, "inference": inference_block(max_frames=8)}, "frames 8 (paper: 32)"),
         ({"inference": inference_block(fps=2.0)}, "fps 2 (paper: 1)"),
         ({"inference": inference_block(max_pixels=1000)}, "max_pixels 1000"),
@@ -111,11 +118,18 @@ def test_each_difference_from_the_paper_is_named(tmp_path, kwargs, expected):
     assert any(expected in d for d in run.settings.differences), run.settings.differences
 
 
-def test_unverifiable_prompt_file_and_missing_settings_are_unconfirmed(tmp_path):
+def test_prompt_file_checked_by_hash_and_missing_settings_are_unconfirmed(tmp_path, monkeypatch):
     path = write_eval(tmp_path / "eval_x.json", n=PAPER_SETUP.questions, inference=inference_block(source="my_prompt.txt"))
+    reference_hash(monkeypatch, None)  # no reference hash to check against: unconfirmed
     run = load_run(path)
     assert run.settings.standing == "unconfirmed"
     assert any("my_prompt.txt" in u for u in run.settings.unconfirmed)
+    reference_hash(monkeypatch, "cd" * 32)  # a file whose text differs from the reference's (by one character, say)
+    run = load_run(path)
+    assert run.settings.standing == "not comparable" and not run.settings.prompts_confirmed
+    assert any("my_prompt.txt" in d and "not the reference's" in d for d in run.settings.differences)
+    reference_hash(monkeypatch)
+    assert load_run(path).settings.prompts_confirmed
     bare = tmp_path / "eval_bare.json"  # a reference-style eval file: no inference settings at all
     data = json.loads(path.read_text())
     data.pop("input_meta")
@@ -132,12 +146,9 @@ def test_settings_come_from_contents_not_the_file_name(tmp_path):
     assert (run.model, run.max_frames, run.settings.questions) == ("Qwen3-VL-8B-Instruct", 32, 10)
     plain = write_eval(tmp_path / "results.json", frames=16, inference=inference_block(max_frames=16))
     assert load_run(plain).max_frames == 16
-    # the settings as a future settings dump may nest them: a prompt file of None is the built-in text
-    nested = write_eval(tmp_path / "nested.json", inference={"frames": {"fps": 1.0, "max_frames": 32, "max_pixels": 151200},
-                                                             "generation": {"system_prompt_file": None, "use_system_message": True}})
-    settings = load_run(nested).settings
-    assert settings.prompts == {"system_prompt": {"source": "builtin:system_prompt", "sha256": None}}
-    assert (settings.fps, settings.max_pixels) == (1.0, 151200)
+    settings = load_run(plain).settings
+    assert settings.prompts == {"system_prompt": {"source": "builtin:system_prompt", "sha256": PROMPT_HASH, "reference": False}}
+    assert (settings.fps, settings.max_pixels) == (1.0, 151200)  # not the backend block's fps 99 / max_pixels 1
 
 
 def test_short_video_subset_is_its_own_row(tmp_path):
@@ -202,18 +213,20 @@ def test_unwritable_report_location_is_refused_before_reading(tmp_path, caplog, 
          "empty system turn (no instructions)"),
         ({"use_system_message": False, "instructions_in_user_turn": True, "placement": "user_turn"}, "user_turn",
          "not sent as the system message", "instructions in the user turn"),
-        # written before the placement was recorded: use_system_message False put the instructions in the user turn
-        ({"use_system_message": False}, "user_turn", "not sent as the system message", "instructions in the user turn"),
+        # no placement recorded: not guessed from use_system_message
+        ({"use_system_message": False}, None, None, None),
     ],
 )
 def test_prompt_placement_is_read_not_guessed(tmp_path, monkeypatch, prompt, placement, difference, shown):
-    monkeypatch.setattr(report_mod, "REFERENCE_PROMPT_SHA256", frozenset({PROMPT_HASH}))
+    reference_hash(monkeypatch)
     block = inference_block(source="prompts/reference_system.txt")
     block["prompt"] = {"system_prompt_source": "prompts/reference_system.txt", "system_prompt_sha256": PROMPT_HASH, **prompt}
     path = write_eval(tmp_path / "eval_x.json", n=PAPER_SETUP.questions, inference=block)
     run = load_run(path)
     assert run.settings.prompt_placement == placement
-    if difference is None:
+    if placement is None:
+        assert run.settings.standing == "unconfirmed" and "prompt placement not recorded" in run.settings.unconfirmed
+    elif difference is None:
         assert run.settings.standing == "comparable", run.settings.differences
     else:
         assert run.settings.standing == "not comparable"
@@ -232,14 +245,14 @@ def test_audio_video_runs_are_kept_apart_from_video_only_runs(tmp_path):
     video = [write_eval(tmp_path / f"eval_m_mf{f}_n10.json", frames=f, inference=inference_block(max_frames=f)) for f in (8, 16)]
     av = []
     for f in (8, 32):
-        block = {**inference_block(max_frames=f), "audio": True}
+        block = inference_block(max_frames=f, audio=True)
         av.append(write_eval(tmp_path / f"eval_m_mf{f}_n10_av.json", frames=f, inference=block))
     report = build_report([str(p) for p in video + av], published="matching")
     labels = {r.path: r.label for r in report.runs}
     assert labels[str(av[0])] == "Qwen3-VL-8B-Instruct (A+V) @8f" and labels[str(video[0])] == "Qwen3-VL-8B-Instruct @8f"
     run_av = next(r for r in report.runs if r.path == str(av[0]))
     assert run_av.settings.audio is True and any("audio+video" in d for d in run_av.settings.differences)
-    series = report_mod.frame_series(report.runs)
+    series = frame_series(report.runs)
     assert set(series) == {"Qwen3-VL-8B-Instruct", "Qwen3-VL-8B-Instruct (A+V)"}
     assert [r.path for r in series["Qwen3-VL-8B-Instruct"]] == [str(p) for p in video]
     assert [r.path for r in series["Qwen3-VL-8B-Instruct (A+V)"]] == [str(p) for p in av]
@@ -247,22 +260,17 @@ def test_audio_video_runs_are_kept_apart_from_video_only_runs(tmp_path):
     assert "+ audio (A+V)" in md.split("## Run settings")[1]
     assert frame_sweep_files(video[0]) == [video[0], video[1]]
     assert frame_sweep_files(av[1]) == [av[1], av[0]]
-    # records that say audio (no inference block) count too
+    # without an inference block, the records say (as eval_video_llm.py writes them: soundtrack
+    # details and audio_used, False where a video had none)
     data = json.loads(video[1].read_text())
     data.pop("input_meta")
-    for r in data["individual_results"]:
-        r["audio"] = True
     bare = tmp_path / "bare.json"
-    bare.write_text(json.dumps(data))
-    assert load_run(bare).settings.audio is True and load_run(bare).label.endswith("(A+V)")
-    # as eval_video_llm.py writes them: soundtrack details, or audio_used False where a video had none
     for i, r in enumerate(data["individual_results"]):
-        r.pop("audio")
         if i % 2:
             r["audio"] = {"sampling_rate": 16000, "num_samples": 96000}
         r["audio_used"] = bool(i % 2)
     bare.write_text(json.dumps(data))
-    assert load_run(bare).settings.audio is True
+    assert load_run(bare).settings.audio is True and load_run(bare).label.endswith("(A+V)")
     for r in data["individual_results"]:
         r.pop("audio", None)
         r["audio_used"] = False

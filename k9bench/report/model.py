@@ -1,0 +1,377 @@
+"""What a report holds: scores, a run's settings and its standing against the paper's Table 1.
+
+Nothing here reads a file (:mod:`k9bench.report.load` does) or writes one
+(:mod:`k9bench.report.markdown`, :mod:`k9bench.report.plots`, :mod:`k9bench.report.stage`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from k9bench import published
+from k9bench.artifacts import ArtifactError
+from k9bench.published import PAPER_SETUP, normalize_model_name
+
+CATEGORY_HEADERS = {
+    "posture analysis": "Posture",
+    "action sequence": "Action seq.",
+    "context analysis": "Context",
+    "cause-effect analysis": "Cause-effect",
+    "interaction analysis": "Interaction",
+}
+"""Table 1 column heads for the five categories."""
+
+DURATION_BINS: tuple[tuple[float, float], ...] = ((0, 30), (30, 60), (60, 150), (150, 300), (300, math.inf))
+"""Video-duration bins in seconds, ``[low, high)``; 150 s is the paper's short-video cut."""
+
+MIN_INTERVAL_VIDEOS = 10
+"""An interval drawn from fewer videos than this is shown as ``n/a`` (a bootstrap over 3 videos says
+nothing: it often gives ``[0.0, 0.0]``)."""
+
+PROMPT_PLACEMENTS = ("system", "empty_system", "user_turn")
+"""Where a run's instructions stood (the raw file's ``inference.prompt.placement``)."""
+
+PLACEMENT_DIFFERENCES = {
+    "empty_system": "an empty system turn: the model got no instructions (the reference's --use_system_message False)",
+    "user_turn": "instructions not sent as the system message (no system turn; they open the user turn)",
+}
+"""How a placement other than the paper's is named among a run's differences."""
+
+PLACEMENT_SHOWN = {"empty_system": "empty system turn (no instructions)", "user_turn": "instructions in the user turn"}
+"""How a placement other than ``system`` is shown in the Run settings table."""
+
+AUDIO_MARK = "A+V"
+"""The label suffix of an audio+video run; such runs are never mixed with video-only ones."""
+
+COMPARABLE, NOT_COMPARABLE, UNCONFIRMED = "comparable", "not comparable", "unconfirmed"
+"""A run's standing against the paper's Table 1 setup."""
+
+NOT_COMPARABLE_MARK = "not comparable to the paper's Table 1"
+"""The mark a run carries when its settings differ from the paper's."""
+
+CONFIRMED_PROMPTS = "reference prompts (confirmed)"
+"""How a prompt whose SHA-256 is the reference's (:mod:`k9bench.published`) is shown."""
+
+REFERENCE_HASH_NAMES = {"system_prompt": "REFERENCE_SYSTEM_PROMPT_SHA256", "judge_prompt": "REFERENCE_JUDGE_PROMPT_SHA256"}
+"""Prompt kind -> the name in :mod:`k9bench.published` of the reference text's SHA-256."""
+
+
+class ReportError(ArtifactError):
+    """An input of the report is unusable; the message names the file."""
+
+
+def reference_prompt_sha256(kind: str) -> str | None:
+    """The SHA-256 of the reference's prompt of this kind, read from :mod:`k9bench.published` when it is
+    called (None where published.py has none)."""
+    name = REFERENCE_HASH_NAMES.get(kind)
+    value = getattr(published, name, None) if name else None
+    return value if isinstance(value, str) and value else None
+
+
+def prompt_is_reference(kind: str, digest: object, confirmed_flag: object = None) -> bool:
+    """True when a recorded prompt is the reference's: its recorded hash equals the reference's, or the
+    writer recorded that it checked this (``confirmed_flag`` True)."""
+    if confirmed_flag is True:
+        return True
+    want = reference_prompt_sha256(kind)
+    return bool(want) and digest == want
+
+
+# ---------------------------------------------------------------------------
+# Scores
+
+
+@dataclass
+class Score:
+    """An accuracy with its counts and interval, in percent."""
+
+    correct: int
+    """Correct answers."""
+    total: int
+    """Questions counted (failed samples included)."""
+    ci: tuple | None = None
+    """95% interval ``(low, high)`` in percent, or None (none computed, or from too few videos)."""
+    videos: int | None = None
+    """Videos the questions come from (the bootstrap's units); None when unknown."""
+
+    @property
+    def accuracy(self) -> float | None:
+        """Accuracy in percent (None when there is no question)."""
+        return 100.0 * self.correct / self.total if self.total else None
+
+    @property
+    def too_few_videos(self) -> bool:
+        """True when the questions come from fewer than :data:`MIN_INTERVAL_VIDEOS` videos."""
+        return self.videos is not None and self.videos < MIN_INTERVAL_VIDEOS
+
+    def to_dict(self) -> dict:
+        return {"correct": self.correct, "total": self.total, "accuracy": self.accuracy,
+                "ci": list(self.ci) if self.ci else None, "videos": self.videos}
+
+
+def duration_bin_label(low: float, high: float) -> str:
+    """``0-30 s``, ..., ``300+ s``."""
+    return f"{low:g}+ s" if math.isinf(high) else f"{low:g}-{high:g} s"
+
+
+# ---------------------------------------------------------------------------
+# A run's settings
+
+
+@dataclass
+class RunSettings:
+    """What a run was made with, read from its eval file's contents (never from the file name)."""
+
+    model_name_or_path: str | None = None
+    """The model as given to eval_video_llm.py (None when the file does not say)."""
+    embedding_model: str | None = None
+    """Similarity model of the sim stage."""
+    threshold: float | None = None
+    """Threshold of the fine rule."""
+    prompts: dict = field(default_factory=dict)
+    """Prompt kind (``system_prompt``) -> ``{"source": ..., "sha256": ..., "reference": bool}``."""
+    prompt_placement: str | None = None
+    """Where the instructions stood: ``system`` (the system turn), ``empty_system`` (the reference's
+    ``--use_system_message False``: an empty system turn, no instructions at all) or ``user_turn``
+    (ours: no system turn, the instructions open the user turn); None when the file does not say."""
+    audio: bool | None = None
+    """True for an audio+video run (the model heard the soundtracks); None when the file does not say."""
+    text_only: bool | None = None
+    """True for a run without video (MAX_FRAMES 0)."""
+    max_frames: int | None = None
+    """Frame budget per video."""
+    fps: float | None = None
+    """Frames per second sampled before the budget."""
+    max_pixels: int | None = None
+    """Pixels per resized frame."""
+    questions: int = 0
+    """Questions counted in the report (after ``--subset``)."""
+    dataset: str | None = None
+    """Dataset source (Hub id, file, ``demo``)."""
+    server: dict | None = None
+    """What the inference server said about itself (``inference.backend.server``), or None."""
+    subset: str | None = None
+    """The ``--subset`` the questions were restricted to (its description), or None."""
+    differences: list = field(default_factory=list)
+    """How the run differs from the paper's Table 1 setup (empty: it does not)."""
+    unconfirmed: list = field(default_factory=list)
+    """Settings the file does not record, or that cannot be checked (a prompt file's text)."""
+
+    @property
+    def standing(self) -> str:
+        """``comparable``, ``not comparable`` or ``unconfirmed``."""
+        if self.differences:
+            return NOT_COMPARABLE
+        return UNCONFIRMED if self.unconfirmed else COMPARABLE
+
+    @property
+    def prompts_confirmed(self) -> bool:
+        """Every recorded prompt is the reference's (by hash)."""
+        return bool(self.prompts) and all(p.get("reference") for p in self.prompts.values())
+
+
+SERVER_FIELDS = ("engine", "version", "served_model", "root", "max_model_len", "system_fingerprints")
+"""The keys of ``inference.backend.server`` the report shows (:mod:`k9bench.inference.server_info`
+writes them from ``/v1/models``, ``/version`` and each reply's ``system_fingerprint``)."""
+
+
+def served_checkpoint_differs(settings: RunSettings) -> str | None:
+    """Why the served checkpoint is not the model the run names (an FP8 export of it, say), or None."""
+    server = settings.server or {}
+    root = server.get("root")
+    named = settings.model_name_or_path
+    if not root or not named:
+        return None
+    if normalize_model_name(str(root)) == normalize_model_name(str(named)):
+        return None
+    return f"the server served checkpoint {root}, not {named}"
+
+
+def compare_with_paper(settings: RunSettings) -> tuple[list[str], list[str]]:
+    """``(differences, unconfirmed)`` of a run's settings against the paper's Table 1 setup."""
+    paper = PAPER_SETUP
+    differences: list[str] = []
+    unconfirmed: list[str] = []
+    if settings.embedding_model is None:
+        unconfirmed.append("embedding model not recorded")
+    elif normalize_model_name(settings.embedding_model) != normalize_model_name(paper.embedding_model):
+        differences.append(f"embedding model {settings.embedding_model} (paper: {paper.embedding_model})")
+    if settings.threshold is None:
+        unconfirmed.append("threshold not recorded")
+    elif settings.threshold != paper.threshold:
+        differences.append(f"threshold {settings.threshold:g} (paper: {paper.threshold:g})")
+    if settings.prompt_placement is None:
+        unconfirmed.append("prompt placement not recorded")
+    elif settings.prompt_placement != paper.prompt_placement:
+        differences.append(PLACEMENT_DIFFERENCES.get(settings.prompt_placement, f"prompt placement {settings.prompt_placement}"))
+    if settings.audio and not paper.audio:
+        differences.append("audio+video: the model heard the soundtracks (paper's Table 1: video only)")
+    if not settings.prompts:
+        unconfirmed.append("prompts not recorded")
+    for kind, prompt in settings.prompts.items():
+        source = str(prompt.get("source"))
+        if prompt.get("reference"):
+            continue
+        if source.startswith("builtin"):
+            differences.append(f"{kind} in this project's own words ({source}), not the reference's")
+        elif reference_prompt_sha256(kind) is None:
+            unconfirmed.append(f"{kind} from {source} (no reference hash to confirm it against)")
+        else:
+            differences.append(f"{kind} from {source}: its SHA-256 is not the reference's")
+    served = served_checkpoint_differs(settings)
+    if served:
+        differences.append(served)
+    if settings.text_only:
+        differences.append("text only, no video (paper: 32 frames)")
+    else:
+        for name, have, want, shown in (
+            ("frames", settings.max_frames, paper.max_frames, f"{paper.max_frames}"),
+            ("fps", settings.fps, paper.fps, f"{paper.fps:g}"),
+            ("max_pixels", settings.max_pixels, paper.max_pixels, f"{paper.max_pixels} = 360x420"),
+        ):
+            if have is None:
+                unconfirmed.append(f"{name} not recorded")
+            elif have != want:
+                differences.append(f"{name} {have:g} (paper: {shown})")
+    if settings.questions != paper.questions:
+        differences.append(f"{settings.questions:,} question{'' if settings.questions == 1 else 's'} (paper: {paper.questions:,})")
+    return differences, unconfirmed
+
+
+# ---------------------------------------------------------------------------
+# Runs, judge files, the report
+
+
+@dataclass
+class RunSummary:
+    """The figures of one eval file."""
+
+    path: str
+    """The eval file."""
+    label: str
+    """Display name (the model, disambiguated when needed)."""
+    model: str
+    """Short model name."""
+    max_frames: int | None
+    """Frame budget of the run (None when unknown)."""
+    overall: Score
+    """Accuracy over all questions (failed samples count as wrong)."""
+    categories: dict = field(default_factory=dict)
+    """Category -> :class:`Score`."""
+    failed: int = 0
+    """Records that carry an error."""
+    missing_videos: int = 0
+    """Records that failed because their video was not there (``missing_video``)."""
+    ci_source: str = "none"
+    """``file`` (read from the eval file), ``bootstrap`` (computed here) or ``none``."""
+    durations: dict = field(default_factory=dict)
+    """Duration-bin label -> :class:`Score` (empty when records carry no duration)."""
+    missing_durations: int = 0
+    """Records without a usable duration."""
+    settings: RunSettings = field(default_factory=RunSettings)
+    """What the run was made with, and how it stands against the paper's setup."""
+    short: Score | None = None
+    """Accuracy over the short-video subset (videos under 150 s); None without durations."""
+    short_categories: dict = field(default_factory=dict)
+    """Category -> :class:`Score` over the short-video subset."""
+    outside_subset: int = 0
+    """Records left out by ``--subset``."""
+    absent_from_subset: int = 0
+    """Questions of the ``--subset`` that this file has no record of."""
+    records: list = field(default_factory=list, repr=False)
+    """The records counted (not written to report.json)."""
+
+    def to_dict(self) -> dict:
+        return {
+            "path": self.path, "label": self.label, "model": self.model, "max_frames": self.max_frames,
+            "overall": self.overall.to_dict(), "categories": {k: v.to_dict() for k, v in self.categories.items()},
+            "failed": self.failed, "missing_videos": self.missing_videos, "ci_source": self.ci_source,
+            "durations": {k: v.to_dict() for k, v in self.durations.items()}, "missing_durations": self.missing_durations,
+            "settings": {**asdict(self.settings), "standing": self.settings.standing,
+                         "prompts_confirmed": self.settings.prompts_confirmed},
+            "short": self.short.to_dict() if self.short else None,
+            "short_categories": {k: v.to_dict() for k, v in self.short_categories.items()},
+            "outside_subset": self.outside_subset, "absent_from_subset": self.absent_from_subset,
+        }
+
+
+@dataclass
+class JudgeSummary:
+    """Judge scores of one run, in the layout of the paper's Table 3."""
+
+    path: str
+    """The judge file."""
+    label: str
+    """Display name."""
+    scores: dict
+    """Table 3 column -> mean score scaled to 0-100 (1-10 mean times 10)."""
+    scored: int
+    """Entries with all five scores."""
+    ignored: int = 0
+    """Entries without usable scores."""
+    model: str | None = None
+    """The judged run's model (matched to an eval file of the report), used to find the paper's row."""
+    skipped: list = field(default_factory=list)
+    """``{"idx", "reason"}`` of each entry of the judge's skipped file (``<judge>_skipped.json``)."""
+    skipped_file: str | None = None
+    """The skipped file read, or None when there is none."""
+    judge_model: str | None = None
+    """The judge model (from the meta sidecar)."""
+    prompt: dict | None = None
+    """``{"source", "sha256", "reference"}`` of the judge prompt (from the meta sidecar), or None."""
+
+
+@dataclass
+class CommonQuestions:
+    """The runs compared on the questions whose videos every one of them had."""
+
+    count: int
+    """Questions every run answered with its video."""
+    videos: int
+    """Their videos."""
+    scores: dict
+    """Run label -> :class:`Score` over those questions."""
+    categories: dict
+    """Run label -> category -> :class:`Score` over those questions."""
+    same_questions: bool
+    """True when every run has exactly these questions (nothing was left out)."""
+
+    def to_dict(self) -> dict:
+        return {"count": self.count, "videos": self.videos, "same_questions": self.same_questions,
+                "scores": {k: v.to_dict() for k, v in self.scores.items()},
+                "categories": {k: {c: s.to_dict() for c, s in v.items()} for k, v in self.categories.items()}}
+
+
+@dataclass
+class Report:
+    """Everything a report holds, before it is written."""
+
+    runs: list
+    """:class:`RunSummary` per eval file."""
+    judges: list
+    """:class:`JudgeSummary` per judge file."""
+    published: list
+    """Table 1 rows shown beside the runs."""
+    published_mode: str
+    """``none``, ``matching`` or ``all``."""
+    notes: list = field(default_factory=list)
+    """Caller's lines shown at the top of the report (``--note``)."""
+    subset: dict | None = None
+    """The ``--subset`` (``{"path", "description", "sha256", "count"}``), or None."""
+    common: CommonQuestions | None = None
+    """The runs on their common questions (two runs or more)."""
+
+    def stamp(self) -> list[str]:
+        """The lines every figure carries: the caller's notes (the demo's), and the runs that are not
+        comparable to the paper's Table 1 (or whose comparability is unconfirmed)."""
+        lines = [n.strip() for n in self.notes if n.strip()]
+        marked = [r.label for r in self.runs if r.settings.standing == NOT_COMPARABLE]
+        unsure = [r.label for r in self.runs if r.settings.standing == UNCONFIRMED]
+        if marked:
+            lines.append(f"{NOT_COMPARABLE_MARK}: {', '.join(marked)}")
+        if unsure:
+            lines.append(f"comparability to the paper's Table 1 unconfirmed: {', '.join(unsure)}")
+        if self.subset:
+            lines.append(f"restricted to {self.subset['count']:,} questions ({self.subset['description']})")
+        return lines

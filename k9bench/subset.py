@@ -1,0 +1,202 @@
+"""Question subsets: compare runs whose video sets differ on the questions they all had.
+
+K9-Bench's videos live on YouTube and disappear over time, so two labs that downloaded at different
+times evaluate different questions. A *subset file* names the questions whose videos a set of runs
+all had, with a hash of its own so that a lab can cite it::
+
+    python -m k9bench.subset --runs raw_lab_a.json raw_lab_b.json --output subset_ab.json
+    evaluate_results.py --mode report --input_file eval_lab_a.json eval_lab_b.json --subset subset_ab.json
+
+A run *had* a question's video when its file holds a record of the question that did not fail with
+``missing_video``. ``--runs`` takes raw, sim or eval files (all hold ``individual_results``).
+
+``--subset FILE`` (the report; scoring too) accepts, through :func:`read_subset`:
+
+- a subset file written here;
+- a JSON list of idx, or a text file of idx separated by white space or commas;
+- another run's raw, sim or eval file: the questions whose video that run had.
+
+The subset file::
+
+    {"kind": "k9bench-subset", "version": 1,
+     "sha256": "<SHA-256 of the canonical JSON of 'subset'>",
+     "subset": {"idx": [sorted idx], "count": N},
+     "description": "...", "runs": [{"path", "sha256", "records", "with_video"}, ...]}
+
+Only ``subset`` is hashed (``json.dumps(subset, sort_keys=True, separators=(",", ":"))``), so the same
+questions give the same hash whoever writes them; the file holds no timestamp, so two writes from the
+same runs are byte-identical. Exit status: 0, 2 for a bad input or output (one line naming it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable
+
+from k9bench.artifacts import ArtifactError, RecordsArtifact, load_records_artifact, read_json, write_json_atomic
+
+log = logging.getLogger(__name__)
+
+KIND = "k9bench-subset"
+"""The ``kind`` of a subset file."""
+
+VERSION = 1
+"""The subset file's format version."""
+
+VIDEO_ABSENT = frozenset({"missing_video"})
+"""Failure classes that mean the run did not have the question's video."""
+
+
+class SubsetError(ArtifactError):
+    """A subset input is unusable; the message names the file."""
+
+
+@dataclass(frozen=True)
+class Subset:
+    """A set of questions with its provenance."""
+
+    idx: frozenset
+    """The question ids."""
+    description: str
+    """What the questions are (shown in reports)."""
+    source: str | None = None
+    """The file it was read from, if any."""
+
+    @property
+    def sha256(self) -> str:
+        """SHA-256 of the canonical JSON of the sorted idx (the hashed part of a subset file)."""
+        return subset_sha256(self.idx)
+
+    def summary(self) -> dict:
+        """``{"path", "description", "sha256", "count"}`` as recorded in artifacts."""
+        return {"path": self.source, "description": self.description, "sha256": self.sha256, "count": len(self.idx)}
+
+
+def _hashed_part(idx: Iterable[int]) -> dict:
+    ordered = sorted(idx)
+    return {"idx": ordered, "count": len(ordered)}
+
+
+def subset_sha256(idx: Iterable[int]) -> str:
+    """The hash a subset file carries for these questions."""
+    text = json.dumps(_hashed_part(idx), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def questions_with_video(artifact: RecordsArtifact) -> frozenset:
+    """idx of the records whose video the run had (not failed with ``missing_video``)."""
+    return frozenset(r.idx for r in artifact.records if r.error_class not in VIDEO_ABSENT)
+
+
+def _int_idx(values: Iterable[Any], where: str) -> frozenset:
+    out = set()
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise SubsetError(f"{where}: {value!r} is not a question idx (an integer)")
+        out.add(value)
+    return frozenset(out)
+
+
+def read_subset(path: str | Path) -> Subset:
+    """A subset from a subset file, a list of idx, or a run's raw/sim/eval file (see the module doc)."""
+    path = Path(path)
+    if not path.is_file():
+        raise SubsetError(f"--subset {path}: no such file")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    stripped = text.strip()
+    if stripped and stripped[0] not in "[{":
+        tokens = [t for t in re.split(r"[\s,]+", stripped) if t]
+        bad = next((t for t in tokens if not re.fullmatch(r"-?\d+", t)), None)
+        if bad is not None:
+            raise SubsetError(f"--subset {path}: {bad!r} is not a question idx (give idx separated by spaces or commas, a JSON list, "
+                              "a subset file or a run's file)")
+        return Subset(frozenset(int(t) for t in tokens), f"{len(set(tokens))} idx listed in {path.name}", str(path))
+    data = read_json(path)
+    if isinstance(data, list):
+        idx = _int_idx(data, f"--subset {path}")
+        return Subset(idx, f"{len(idx)} idx listed in {path.name}", str(path))
+    if isinstance(data, dict) and data.get("kind") == KIND:
+        block = data.get("subset")
+        if not isinstance(block, dict) or not isinstance(block.get("idx"), list):
+            raise SubsetError(f"--subset {path}: a subset file needs 'subset': {{'idx': [...]}}")
+        idx = _int_idx(block["idx"], f"--subset {path}: subset.idx")
+        recorded = data.get("sha256")
+        if recorded != subset_sha256(idx):
+            raise SubsetError(f"--subset {path}: its sha256 {recorded!r} does not match its questions (the file was edited); write it again")
+        return Subset(idx, str(data.get("description") or f"subset {recorded[:12]}"), str(path))
+    try:
+        artifact = load_records_artifact(path)
+    except ArtifactError as exc:
+        raise SubsetError(f"--subset {path}: neither a subset file, a list of idx nor a run's file ({exc})") from None
+    idx = questions_with_video(artifact)
+    return Subset(idx, f"the {len(idx):,} questions whose video {path.name} had", str(path))
+
+
+def load_subset(path: str | Path) -> frozenset:
+    """The question ids of ``--subset PATH`` (see :func:`read_subset`)."""
+    return read_subset(path).idx
+
+
+def build_subset_file(runs: list[str | Path]) -> dict:
+    """The subset file's content for the questions whose videos every run had."""
+    from k9bench.stage import file_digest
+
+    if not runs:
+        raise SubsetError("--runs: give at least one raw, sim or eval file")
+    common: frozenset | None = None
+    sources = []
+    for path in runs:
+        try:
+            artifact = load_records_artifact(path)
+        except ArtifactError as exc:
+            raise SubsetError(f"--runs {exc}") from None
+        have = questions_with_video(artifact)
+        common = have if common is None else common & have
+        sources.append({"path": str(path), "sha256": file_digest(Path(path)), "records": len(artifact.records),
+                        "with_video": len(have)})
+    idx = common or frozenset()
+    names = ", ".join(Path(p).name for p in runs)
+    return {
+        "kind": KIND,
+        "version": VERSION,
+        "sha256": subset_sha256(idx),
+        "subset": _hashed_part(idx),
+        "description": f"the {len(idx):,} questions whose videos all {len(runs)} runs had ({names})",
+        "runs": sources,
+    }
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m k9bench.subset", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", nargs="+", required=True, metavar="RUN_JSON", help="raw, sim or eval files of the runs")
+    parser.add_argument("--output", required=True, metavar="SUBSET_JSON", help="the subset file to write")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    from k9bench.stage import StageError, check_output
+
+    try:
+        output = check_output(Path(args.output), flag="--output", inputs=[Path(p) for p in args.runs])
+        content = build_subset_file(args.runs)
+    except (ArtifactError, StageError) as exc:
+        print(f"subset: {exc}", file=sys.stderr)
+        return 2
+    write_json_atomic(output, content)
+    count = content["subset"]["count"]
+    print(f"{output}: {count:,} questions common to {len(args.runs)} runs, sha256 {content['sha256']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
