@@ -115,10 +115,75 @@ class PaperSetup:
 PAPER_SETUP = PaperSetup()
 """The paper's Table 1 setup."""
 
-REFERENCE_PROMPT_SHA256: frozenset = frozenset()
-"""SHA-256 of the reference scripts' prompt texts, where known. Our built-in prompts are our own
-wording (never the reference's); a prompt given as a file is accepted as the reference's only
-when its hash is listed here, otherwise it is reported as unconfirmed."""
+REFERENCE_SYSTEM_PROMPT_SHA256 = "392d2ea2400ae21fa6b1011f2f3bde6d8521e6edd3dc56103bd81d0d7e49155e"
+"""SHA-256 (UTF-8) of the reference scripts' inference system prompt: 490 characters, no trailing
+newline. Normalisation: one trailing newline of the text compared is ignored (a prompt file that ends
+in a newline matches), nothing else."""
+
+REFERENCE_JUDGE_PROMPT_SHA256 = "7a769edca037e5dff97c586648000366919f2b36b367f5e7d874d1934029bd7e"
+"""SHA-256 (UTF-8) of the reference scripts' judge prompt in our template form, filled with the literal
+strings ``{question}``, ``{correct_answer}`` and ``{model_output}`` (that is,
+``template.format(question="{question}", correct_answer="{correct_answer}", model_output="{model_output}")``):
+1,928 characters ending in one newline. No other normalisation."""
+
+REFERENCE_PROMPT_SHA256: frozenset = frozenset({REFERENCE_SYSTEM_PROMPT_SHA256, REFERENCE_JUDGE_PROMPT_SHA256})
+"""Both hashes. Our built-in prompts are our own wording (never the reference's); a prompt given as a
+file is the reference's only when :func:`is_reference_prompt` says so (``python -m k9bench.prompts
+from-reference`` writes such files from a copy of the reference script), otherwise it is unconfirmed."""
+
+CONFIRMED_PROMPTS = "reference prompts (confirmed)"
+"""How a run whose prompts are the reference's is described in its record and report."""
+
+JUDGE_FIELDS = ("question", "correct_answer", "model_output")
+"""The judge template's placeholders, in the order the prompt gives them."""
+
+
+def filled_judge_template(template: str) -> str | None:
+    """``template`` filled with its own placeholders' names (the form :data:`REFERENCE_JUDGE_PROMPT_SHA256`
+    hashes); None when it is not a template of exactly those fields (unknown or positional fields,
+    conversions, format specs, bad braces)."""
+    import string
+
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError:
+        return None
+    for _literal, name, spec, conversion in parsed:
+        if name is not None and (name not in JUDGE_FIELDS or spec or conversion):
+            return None
+    return template.format(**{name: "{" + name + "}" for name in JUDGE_FIELDS})
+
+
+def reference_digest(kind: str, text: str) -> str | None:
+    """The SHA-256 of ``text`` as the reference hash of prompt ``kind`` (``system_prompt`` or
+    ``judge_prompt``) is taken: one trailing newline dropped for the system prompt; the judge
+    template filled with its placeholders' names (None when it is no such template)."""
+    import hashlib
+
+    if kind == "system_prompt":
+        body = text[:-1] if text.endswith("\n") else text
+    elif kind == "judge_prompt":
+        body = filled_judge_template(text)
+        if body is None:
+            return None
+    else:
+        raise KeyError(f"unknown prompt kind {kind!r}")
+    return hashlib.sha256(body.encode("utf-8")).hexdigest()
+
+
+def is_reference_prompt(kind: str, text: str | None) -> bool:
+    """True when prompt ``text`` of ``kind`` (``system_prompt``, ``judge_prompt``) is the reference's,
+    by :data:`REFERENCE_SYSTEM_PROMPT_SHA256` / :data:`REFERENCE_JUDGE_PROMPT_SHA256` (read when
+    called) and the normalisation of :func:`reference_digest`."""
+    want = {"system_prompt": REFERENCE_SYSTEM_PROMPT_SHA256, "judge_prompt": REFERENCE_JUDGE_PROMPT_SHA256}.get(kind)
+    return bool(want) and text is not None and reference_digest(kind, text) == want
+
+
+def reference_prompts_confirmed(system_prompt: str | None = None, judge_prompt: str | None = None) -> bool:
+    """True when every prompt text given is the reference's (at least one must be given): the run is
+    described as :data:`CONFIRMED_PROMPTS`."""
+    given = [(k, t) for k, t in (("system_prompt", system_prompt), ("judge_prompt", judge_prompt)) if t is not None]
+    return bool(given) and all(is_reference_prompt(k, t) for k, t in given)
 
 
 def normalize_model_name(name: str) -> str:
@@ -138,15 +203,6 @@ def find_published_accuracy(model_name: str) -> PublishedAccuracy | None:
     """The Table 1 row for a run's model (matched by :func:`normalize_model_name`), if the paper has one."""
     key = normalize_model_name(model_name)
     for row in PUBLISHED_ACCURACY:
-        if normalize_model_name(row.model) == key:
-            return row
-    return None
-
-
-def find_published_judge(model_name: str) -> PublishedJudge | None:
-    """The Table 3 row for a run's model, if the paper has one."""
-    key = normalize_model_name(model_name)
-    for row in PUBLISHED_JUDGE:
         if normalize_model_name(row.model) == key:
             return row
     return None

@@ -1,0 +1,87 @@
+"""``python -m k9bench.prompts from-reference PATH``: the reference's prompt files, from your copy of its script.
+
+Reads the reference script you supply (it is parsed, never run), takes out the system prompt and
+the judge prompt, checks each against the SHA-256 in :mod:`k9bench.published`, and writes the two
+files this project's tools read::
+
+    python -m k9bench.prompts from-reference path/to/reference_eval_script.py
+    python eval_video_llm.py --system_prompt_file eval_results/reference_prompts/system_prompt.txt ...
+    python subjective_evals.py --prompt_file eval_results/reference_prompts/judge_prompt.txt ...
+
+A run made with both files is "reference prompts (confirmed)" in its record and report. Nothing of
+the reference is stored in this project: only the hashes.
+
+Exit status: 0 both prompts found and written; 1 one or both not found in the script (what was
+found is written); 2 bad input (the script cannot be read or parsed, an output path that cannot be
+written).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+log = logging.getLogger("k9bench.prompts")
+
+DEFAULT_OUTPUT_DIR = "eval_results/reference_prompts"
+FILES = {"system_prompt": "system_prompt.txt", "judge_prompt": "judge_prompt.txt"}
+USED_BY = {"system_prompt": "eval_video_llm.py --system_prompt_file", "judge_prompt": "subjective_evals.py --prompt_file"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from k9bench.cli import ArgumentParser, add_logging_args
+
+    parser = ArgumentParser(prog="python -m k9bench.prompts", description=__doc__.split("\n\n")[0],
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    ref = sub.add_parser("from-reference", help="write the reference's prompt files from a copy of its script",
+                         description="Take the reference's system and judge prompts out of a copy of its script "
+                                     "(parsed, never run), check them against the published SHA-256, write them.")
+    ref.add_argument("script", metavar="PATH_TO_THE_REFERENCE_SCRIPT", help="your copy of the reference script (.py)")
+    ref.add_argument("--output_dir", default=DEFAULT_OUTPUT_DIR, help="folder for system_prompt.txt and judge_prompt.txt "
+                                                                       "(default: %(default)s)")
+    add_logging_args(ref)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from k9bench.artifacts import write_text_atomic
+    from k9bench.cli import setup_logging
+    from k9bench.prompts.reference import ReferenceScriptError, extract_reference_prompts
+    from k9bench.stage import StageError, check_output
+
+    args = build_parser().parse_args(argv)
+    setup_logging(args.verbose, args.quiet)
+    out_dir = Path(args.output_dir)
+    try:
+        check_output(out_dir, flag="--output_dir", folder=True)
+        found = extract_reference_prompts(args.script)
+    except (ReferenceScriptError, StageError) as exc:
+        log.error("%s", exc)
+        return 2
+    texts = {"system_prompt": found.system_prompt, "judge_prompt": found.judge_prompt}
+    missing = [kind for kind, text in texts.items() if text is None]
+    for kind, text in texts.items():
+        if text is None:
+            continue
+        path = out_dir / FILES[kind]
+        try:
+            check_output(path, flag="--output_dir")
+            out_dir.mkdir(parents=True, exist_ok=True)
+            write_text_atomic(path, text)
+        except (StageError, OSError) as exc:
+            log.error("%s", exc)
+            return 2
+        log.info("%s: the reference's text (SHA-256 confirmed), %d characters -> %s  (use: %s %s)", kind, len(text), path,
+                 USED_BY[kind], path)
+    if missing:
+        log.error("%s: no string of the %d in it matches the reference's %s (SHA-256 in k9bench/published.py); "
+                  "is it the reference's evaluation script, unmodified?", args.script, found.candidates, " and ".join(missing))
+        return 1
+    log.info("both prompts confirmed: runs made with these files are marked 'reference prompts (confirmed)'")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
