@@ -32,6 +32,9 @@ Usage::
     python eval_video_llm.py --max_frames 0 --max_samples -1
     python eval_video_llm.py --max_samples -1 --num_shards 4 --shard_id 2
 
+    # every GPU of a node: 4 worker processes (CUDA_VISIBLE_DEVICES=0..3), one shard each, then one merge
+    python eval_video_llm.py --max_samples -1 --data_parallel 4
+
     # offline smoke test with the bundled demo set and a tiny random model
     python -m k9bench.tiny_model /tmp/tiny && python -m k9bench.demo --video_dir /tmp/videos
     python eval_video_llm.py --model_name_or_path /tmp/tiny --dataset_name demo --video_dir /tmp/videos \\
@@ -40,79 +43,28 @@ Usage::
 Settings: every flag is a field of :mod:`k9bench.inference.settings` (type, default, help in one
 place); the raw file's ``inference`` block holds them as run.
 
-Exit codes: 0 done (failed questions are records with ``error``), 1 unexpected error,
-2 bad input, 3 model could not be loaded, 75 stopped by SIGTERM/SIGUSR1 (rerun to resume),
-130 Ctrl-C (rerun to resume).
+Exit codes: 0 done (failed questions are records with ``error``), 1 every question failed or a
+write failed, 2 bad input (before any model loads; a second run on the same output too), 3 model
+could not be loaded, 75 stopped by SIGTERM/SIGUSR1/Ctrl-C (rerun the same command to resume).
 """
 
 from __future__ import annotations
 
 import argparse
-import logging
-import sys
-
-from k9bench.cli import ArgumentParser, add_dataset_args, add_logging_args, setup_logging
-
-log = logging.getLogger("eval_video_llm")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The flags, generated from the settings classes of :mod:`k9bench.inference.settings`."""
-    from k9bench.inference.settings import (
-        DataSettings,
-        FrameSettings,
-        GenerationSettings,
-        HFSettings,
-        ModelSettings,
-        OutputSettings,
-        PromptSettings,
-        add_openai_arguments,
-    )
-    from k9bench.settings import add_arguments, default_of
+    """The flags (:func:`k9bench.inference.stage.build_parser`, generated from :mod:`k9bench.inference.settings`)."""
+    from k9bench.inference.stage import build_parser as package_parser
 
-    parser = ArgumentParser(
-        description="Run a video LLM on K9-Bench and write the raw results JSON (resumable, batched).",
-    )
-    model = parser.add_argument_group("model (reference flags)")
-    add_arguments(model, ModelSettings, only=("model_name_or_path",))
-    add_arguments(model, HFSettings)
-    add_arguments(model, ModelSettings, only=("backend",))
-    add_openai_arguments(parser.add_argument_group("OpenAI-compatible backend (--backend openai)"))
-
-    data = parser.add_argument_group("data (reference flags)")
-    add_dataset_args(data)
-    add_arguments(data, DataSettings)
-
-    add_arguments(parser.add_argument_group("video frames"), FrameSettings)
-
-    gen = parser.add_argument_group("prompt and generation")
-    add_arguments(gen, PromptSettings)
-    add_arguments(gen, GenerationSettings)
-    sampling = gen.add_mutually_exclusive_group()
-    sampling.add_argument("--do_sample", dest="do_sample", action="store_true", default=default_of(GenerationSettings, "do_sample"),
-                          help="sample (default: the model's generation config)")
-    sampling.add_argument("--greedy", dest="do_sample", action="store_false", help="greedy decoding (default: the model's generation config)")
-
-    add_arguments(parser.add_argument_group("output"), OutputSettings)
-    add_logging_args(parser)
-    return parser
+    return package_parser()
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exc:  # a bad flag value (argparse printed one line) or --help
-        return exc.code if isinstance(exc.code, int) else 2
-    setup_logging(args.verbose, args.quiet)
-    from k9bench.redact import install_log_filter
+    """Parse, check every flag, then run the stage (:class:`k9bench.inference.stage.InferenceStage`)."""
+    from k9bench.inference.stage import main as stage_main
 
-    install_log_filter()
-    from k9bench.inference.runner import run
-    from k9bench.inference.settings import config_from_namespace, resolve
-
-    config = resolve(config_from_namespace(args))
-    return run(config, argv if argv is not None else sys.argv[1:])
+    return stage_main(argv)
 
 
 if __name__ == "__main__":

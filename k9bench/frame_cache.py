@@ -175,6 +175,8 @@ class FrameCache:
         self._pending: dict[tuple[str, int, int], Future] = {}
         self._by_path: dict[str, tuple[str, int, int]] = {}
         self._audio: dict[tuple[tuple[str, int, int], int], Future] = {}
+        self._identity: dict[str, dict] = {}
+        """Video path -> its file's bytes and SHA-256 (kept after :meth:`release`: the records need it)."""
         self._closing = False
         self._lock = threading.Lock()
         self._executor: ThreadPoolExecutor | None = None
@@ -341,7 +343,32 @@ class FrameCache:
             slot.error = exc
             self._count("failures")
             log.warning("video %s cannot be used: %s", path, exc.detail)
+            return slot
+        self._hash_file(path, fid)
         return slot
+
+    def _hash_file(self, path: Path, fid: tuple[str, int, int]) -> None:
+        """Hash the video file once per run, on the thread that decoded it (see :meth:`file_identity`)."""
+        from k9bench.stage import file_digest
+
+        key = str(path)
+        with self._lock:
+            if key in self._identity:
+                return
+        try:
+            digest = file_digest(path)
+        except OSError as exc:
+            log.warning("video %s: cannot hash the file (%s)", path, exc)
+            return
+        with self._lock:
+            self._identity[key] = {"bytes": fid[1], "sha256": digest}
+
+    def file_identity(self, path: str | os.PathLike) -> dict | None:
+        """``{"bytes", "sha256"}`` of a video whose frames this cache gave out (hashed once, when first
+        decoded or read from disk), else None."""
+        with self._lock:
+            found = self._identity.get(str(Path(path)))
+            return dict(found) if found is not None else None
 
     # ------------------------------------------------------------------ soundtracks
 

@@ -75,21 +75,26 @@ def assignment(setting: str, value: str) -> str:
 # Local paths, Hub ids, the cache
 
 
-def looks_like_path(name: str) -> bool:
-    """True for a name only a local path can be (``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x/``)."""
-    text = name.strip()
-    return (
+def looks_like_local_path(name: str) -> bool:
+    """True for a name meant as a local path, not a Hub id: ``./x``, ``/x``, ``~/x``, ``a/b/c``, ``x/``, a
+    name no Hub id can be, and ``a/b`` whose first part is an existing folder here (``demo_out/tiny-qwen3v``
+    when ``demo_out/`` exists: a typo in a local path, not a Hub repository). The one rule every stage and
+    the launcher use."""
+    text = str(name).strip()
+    if (
         text.startswith((".", "/", "~"))
         or text.endswith(("/", os.sep))
         or "\\" in text
         or text.count("/") > 1
         or _HUB_ID_RE.fullmatch(text) is None
-    )
+    ):
+        return True
+    return "/" in text and os.path.isdir(os.path.expanduser(text.split("/", 1)[0]))
 
 
 def is_hub_id(name: str) -> bool:
     """True when ``name`` is not an existing local path and has the form of a Hub id (``owner/name`` or ``name``)."""
-    return not os.path.exists(os.path.expanduser(name)) and not looks_like_path(name) and ".." not in name
+    return not os.path.exists(os.path.expanduser(name)) and not looks_like_local_path(name) and ".." not in name
 
 
 def hub_cache_dir() -> Path:
@@ -241,3 +246,27 @@ def check_model_source(name_or_path: str, *, what: str, setting: str, offline_mo
     if offline_model:
         fixes.append(f"work offline with {offline_model} in {setting}")
     check_hub_repo(name, repo_type="model", what=what, fixes=fixes, offline_vars=("TRANSFORMERS_OFFLINE",))
+
+
+def read_model_config(name_or_path: str) -> dict | None:
+    """The model's ``config.json`` as a dict when it is on this machine (a local folder, or a Hub id in the
+    cache), without loading anything else; None when it is not here or cannot be read."""
+    import json
+
+    name = str(name_or_path).strip()
+    folder = Path(os.path.expanduser(name))
+    candidates = [folder / "config.json"] if folder.is_dir() else []
+    if not candidates and is_hub_id(name):
+        snapshots = hub_cache_dir() / f"models--{name.replace('/', '--')}" / "snapshots"
+        try:
+            candidates = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime, reverse=True)
+        except OSError:
+            candidates = []
+    for path in candidates:
+        try:
+            value = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if isinstance(value, dict):
+            return value
+    return None

@@ -15,6 +15,7 @@ import pytest
 
 import eval_video_llm
 from k9bench.inference import runner
+from k9bench.inference import stage as inference_stage
 from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK, EXIT_USAGE
 from tests.fake_openai_server import FakeOpenAIServer, Reply, fake_openai  # noqa: F401
 from tests.test_inference_units import FakeBackend
@@ -40,7 +41,7 @@ def no_model_load(monkeypatch):
         created.append(config)
         raise AssertionError("the model was loaded before the bad input was refused")
 
-    monkeypatch.setattr(runner, "create_backend", create)
+    monkeypatch.setattr(inference_stage, "create_backend", create)
     return created
 
 

@@ -173,16 +173,37 @@ def test_missing_and_corrupt_videos_fail_alone(tiny, demo_video_dir, tmp_path):
 
 
 def test_a_run_where_every_question_failed_is_not_a_success(tiny, tmp_path):
-    """All videos missing: the file is written for inspection, but the exit code says the run cannot be trusted."""
+    """Every video undecodable: the file is written for inspection, but the exit code says the run cannot be trusted."""
     from k9bench.inference.runner import EXIT_ERROR
 
+    broken = tmp_path / "broken_videos"
+    broken.mkdir()
+    (broken / "demoVid0001.mp4").write_bytes(b"not a video at all")
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(base_args(tiny, broken, out, "--max_samples", "3")) == EXIT_ERROR
+    data = load(out)
+    assert data["failed_count"] == 3 == len(data["individual_results"])
+    assert data["failures_by_class"] == {"decode_error": 3}
+
+
+def test_a_video_dir_holding_none_of_the_videos_is_refused_before_the_model_loads(tiny, tmp_path, capfd, monkeypatch):
+    """Issue 25: a wrong VIDEO_DIR exits 2 in seconds, naming the folder, and no model is loaded."""
+    import transformers
+
+    from k9bench.inference.runner import EXIT_USAGE
+
+    def must_not_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(transformers.AutoModelForImageTextToText, "from_pretrained", must_not_load)
     empty = tmp_path / "no_videos_here"
     empty.mkdir()
     out = tmp_path / "raw.json"
-    assert eval_video_llm.main(base_args(tiny, empty, out, "--max_samples", "3")) == EXIT_ERROR
-    data = load(out)
-    assert data["failed_count"] == 3 == len(data["individual_results"])
-    assert data["failures_by_class"] == {"missing_video": 3}
+    capfd.readouterr()
+    assert eval_video_llm.main(base_args(tiny, empty, out, "--max_samples", "3")) == EXIT_USAGE
+    err = [line for line in capfd.readouterr().err.splitlines() if " ERROR " in line]
+    assert len(err) == 1 and str(empty) in err[0] and "holds none of the 1 video(s) of the 3 question(s)" in err[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["no_videos_here"]
 
 
 @pytest.mark.parametrize("frames", ["1", "-1"])

@@ -13,6 +13,7 @@ import pytest
 import eval_video_llm
 from k9bench.artifacts import checkpoint_path
 from k9bench.inference import runner
+from k9bench.inference import stage as inference_stage
 from k9bench.inference.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from k9bench.inference.settings import (
     SECTIONS,
@@ -34,7 +35,7 @@ ENGINE_FILES = ["k9bench/inference/runner.py", "k9bench/inference/backend.py", "
 @pytest.fixture
 def use_backend(monkeypatch):
     def _install(backend):
-        monkeypatch.setattr(runner, "create_backend", lambda config: backend)
+        monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
         return backend
 
     return _install

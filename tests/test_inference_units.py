@@ -13,14 +13,12 @@ import pytest
 import eval_video_llm
 from k9bench.artifacts import checkpoint_path
 from k9bench.dataset import load_questions
-from k9bench.inference import runner
+from k9bench.inference import planning
+from k9bench.inference import records as records_module
+from k9bench.inference import stage as inference_stage
 from k9bench.inference.backend import BACKENDS, Backend, BackendError, GenerationOutput, backend_class
-from k9bench.inference.runner import (
+from k9bench.inference.planning import (
     EXIT_BACKEND,
-    EXIT_INTERRUPTED,
-    EXIT_ERROR,
-    EXIT_OK,
-    EXIT_USAGE,
     build_messages,
     chunks,
     default_output_file,
@@ -28,6 +26,7 @@ from k9bench.inference.runner import (
     shard_groups,
     shard_output_file,
 )
+from k9bench.inference.runner import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 
 class FakeOOM(RuntimeError):
@@ -96,7 +95,7 @@ class FakeBackend:
 @pytest.fixture
 def use_backend(monkeypatch):
     def _install(backend):
-        monkeypatch.setattr(runner, "create_backend", lambda config: backend)
+        monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
         return backend
 
     return _install
@@ -172,20 +171,27 @@ def test_sigusr1_stops_cleanly_and_rerun_resumes(use_backend, demo_video_dir, tm
     assert not checkpoint_path(out).exists()
 
 
-def test_failed_records_retried_on_rerun_unless_asked(use_backend, demo_video_dir, tmp_path):
+def test_failed_records_retried_on_rerun_unless_asked(use_backend, demo_video_dir, tmp_path, capfd):
     video_dir = tmp_path / "videos"
     video_dir.mkdir()
     out = tmp_path / "raw.json"
-    use_backend(FakeBackend())
-    # every question failed: an error exit, but the records are kept
-    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3")) == EXIT_ERROR
-    assert all(r["error_class"] == "missing_video" for r in records(out).values())
+    backend = use_backend(FakeBackend())
+    # none of the videos there: refused before the model loads, nothing written (issue 25)
+    capfd.readouterr()
+    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3")) == EXIT_USAGE
+    assert "holds none of the 1 video(s)" in capfd.readouterr().err and os.listdir(tmp_path) == ["videos"]
+    os.symlink(demo_video_dir / "demoVid0001.mp4", video_dir / "demoVid0001.mp4")
+    # two of the three videos missing: their questions are failed records, the run goes on
+    assert eval_video_llm.main(args_for(video_dir, out)) == EXIT_OK
+    missing = {idx for idx, r in records(out).items() if r.get("error_class") == "missing_video"}
+    assert len(missing) == 8 and backend.answered == 4
     for name in os.listdir(demo_video_dir):
-        os.symlink(demo_video_dir / name, video_dir / name)
-    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3", "--no_retry_failed")) == EXIT_ERROR
-    assert all("error" in r for r in records(out).values())
-    assert eval_video_llm.main(args_for(video_dir, out, "--max_samples", "3")) == EXIT_OK
-    assert not any("error" in r for r in records(out).values())
+        if not (video_dir / name).exists():
+            os.symlink(demo_video_dir / name, video_dir / name)
+    assert eval_video_llm.main(args_for(video_dir, out, "--no_retry_failed")) == EXIT_OK
+    assert {idx for idx, r in records(out).items() if r.get("error")} == missing and backend.answered == 4
+    assert eval_video_llm.main(args_for(video_dir, out)) == EXIT_OK
+    assert not any("error" in r for r in records(out).values()) and backend.answered == 12
 
 
 def test_checkpoint_from_another_frame_budget_is_refused(use_backend, demo_video_dir, tmp_path):
@@ -338,7 +344,7 @@ def test_grouping_and_sharding_keep_videos_whole():
     shards = [shard_groups(groups, 2, k) for k in range(2)]
     assert [g.scene_name for g in shards[0]] == ["demoVid0001", "demoVid0003"]
     assert [g.scene_name for g in shards[1]] == ["demoVid0002"]
-    with pytest.raises(runner.UsageError):
+    with pytest.raises(planning.UsageError):
         shard_groups(groups, 2, 2)
 
 
@@ -430,11 +436,11 @@ def test_sigterm_and_sigusr1_exit_75_with_records_kept(use_backend, demo_video_d
 def test_reply_cut_inside_opened_thinking_is_flagged():
     """A Thinking template opens <think> in the prompt; a reply cut before </think> is flagged, and counted."""
     q = load_questions("demo").questions[0]
-    ctx = runner.RunContext("m", 0, "SYS", True, 0, {}, None, True)
+    ctx = records_module.RunContext("m", 0, "SYS", True, 0, {}, None, True)
     prompt = "<|im_start|>assistant\n<think>\n"
-    cut = runner.make_record(q, ctx, output=GenerationOutput(text="The dog", prompt=prompt, finish_reason="length"))
-    done = runner.make_record(q, ctx, output=GenerationOutput(text='r</think>{"answer": "Sits."}', prompt=prompt))
-    plain = runner.make_record(q, ctx, output=GenerationOutput(text="The dog", prompt="<|im_start|>assistant\n"))
+    cut = records_module.make_record(q, ctx, output=GenerationOutput(text="The dog", prompt=prompt, finish_reason="length"))
+    done = records_module.make_record(q, ctx, output=GenerationOutput(text='r</think>{"answer": "Sits."}', prompt=prompt))
+    plain = records_module.make_record(q, ctx, output=GenerationOutput(text="The dog", prompt="<|im_start|>assistant\n"))
     assert (cut.answer, cut.extra["thinking_unfinished"]) == ("The dog", True)
     assert (done.answer, done.extra["thinking_unfinished"]) == ("Sits.", False)
     assert plain.extra["thinking_unfinished"] is False
@@ -450,19 +456,3 @@ def test_missing_video_dir_and_folder_output_are_bad_input(use_backend, demo_vid
     assert "is a folder" in capfd.readouterr().err and backend.answered == 0
     # text-only needs no video folder
     assert eval_video_llm.main(args_for(tmp_path / "no_such_dir", tmp_path / "t.json", "--max_frames", "0", "--max_samples", "1")) == EXIT_OK
-
-
-def test_a_second_stop_signal_does_not_interrupt_the_clean_up_of_the_first():
-    import signal as _signal
-
-    from k9bench.inference.runner import Interrupted, _install_signal_handlers, _restore_signal_handlers
-
-    previous = _install_signal_handlers()
-    try:
-        handler = _signal.getsignal(_signal.SIGTERM)
-        with pytest.raises(Interrupted):
-            handler(_signal.SIGTERM, None)
-        handler(_signal.SIGTERM, None)  # the duplicate (SLURM + the launcher's forward) is ignored
-        handler(_signal.SIGUSR1, None)
-    finally:
-        _restore_signal_handlers(previous)

@@ -5,9 +5,9 @@ The files and the mechanics (final file, checkpoint log, retry of failed records
 the record keys ``model_name``, ``max_frames``, ``generation``, ``seed``, ``attn_implementation``,
 ``text_only`` and ``run_settings`` (the settings marked ``result=True`` in
 :mod:`k9bench.inference.settings` that are not already record keys, plus what the backend
-reports: dtype, transport, request parameters). Two checks use it: :func:`expected_before_load`
-(what the flags alone decide, checked before a model loads) and :func:`expected_after_load` (the
-effective values the backend reports).
+reports: dtype, transport, request parameters). It is built in one place, :func:`fingerprint`:
+before a model loads from the flags alone (checked then, and the stage's fingerprint,
+:func:`stage_fingerprint`), after the load with what the backend reports.
 """
 
 from __future__ import annotations
@@ -77,13 +77,45 @@ def prompt_fingerprint(config: RunConfig, system_prompt_sha256: str) -> dict:
     return out
 
 
-def run_settings(config: RunConfig, describe: dict, system_prompt_sha256: str, image_patch_size: int | None) -> dict:
-    """A record's ``run_settings`` (secrets masked: ``--extra_body`` travels in ``request_params``)."""
-    out: dict[str, Any] = {"backend": describe.get("name")}
-    out.update({k: describe[k] for k in BACKEND_SETTING_KEYS if k in describe})
-    out.update(prompt_fingerprint(config, system_prompt_sha256))
-    out["frames"] = frame_fingerprint(config, image_patch_size)
+def fingerprint(config: RunConfig, model_name: str, system_prompt_sha256: str, describe: dict | None = None,
+                image_patch_size: int | None = None) -> dict:
+    """THE inference fingerprint: what a record made by this run carries (``model_name``, ``max_frames``,
+    ``generation``, ``seed``, ``text_only``, ``run_settings``, ``attn_implementation``), from the result
+    fields of the config (:func:`k9bench.settings.result_fingerprint`) and, once the backend is loaded, what
+    it reports (``describe``: the generation config it uses, dtype, transport...).
+
+    Without ``describe`` it is the part the flags decide alone (checked before any model loads, and the stage's
+    fingerprint); with it, the whole. A record's ``run_settings`` is this one's, secrets masked; compare
+    records against :func:`expected` of it."""
+    loaded = describe is not None
+    gen = result_fingerprint(config.generation)
+    if loaded:
+        generation = dict(describe.get("generation") or {})
+    else:  # the model's generation config decides the rest
+        generation = {"max_new_tokens": gen["max_new_tokens"]}
+        generation.update({k: gen[k] for k in ("do_sample", "temperature", "top_p", "top_k") if gen[k] is not None})
+    settings: dict[str, Any] = {}
+    if loaded:
+        settings["backend"] = describe.get("name")
+        settings.update({k: describe[k] for k in BACKEND_SETTING_KEYS if k in describe})
+    settings.update(prompt_fingerprint(config, system_prompt_sha256))
+    frames = frame_fingerprint(config, image_patch_size)
+    if frames is not None and not loaded:
+        frames.pop("image_patch_size")  # the backend's processor decides it
+    if loaded or frames is not None:
+        settings["frames"] = frames
+    out = {"model_name": model_name, "max_frames": config.frames.max_frames, "generation": generation, "seed": gen["seed"],
+           "text_only": config.frames.text_only, "run_settings": settings}
+    if loaded:
+        out["attn_implementation"] = describe.get("attn_implementation")
     return masked(out)
+
+
+def expected(fp: dict) -> dict:
+    """What a finished record's :func:`record_fingerprint` must match: ``fp`` with the prompt placement always
+    stated (records state it only when it is not the default)."""
+    placement = fp["run_settings"].get("prompt_placement", "system")
+    return {**fp, "run_settings": {**fp["run_settings"], "prompt_placement": placement}}
 
 
 def record_fingerprint(record: dict) -> dict:
@@ -97,35 +129,32 @@ def record_fingerprint(record: dict) -> dict:
     return record
 
 
-def _placement_key(config: RunConfig) -> dict:
-    return {"prompt_placement": config.prompt.placement}
+def shaped_like(record: Any, want: Any) -> Any:
+    """``record`` cut to the keys of ``want`` at every depth where both are dicts (a before-load fingerprint
+    leaves out what only the backend knows, ``run_settings.frames.image_patch_size`` for one; the project's
+    comparison, :func:`k9bench.settings.fingerprint_differences`, is partial one level deep only)."""
+    if isinstance(record, dict) and isinstance(want, dict):
+        return {k: shaped_like(v, want[k]) for k, v in record.items() if k in want}
+    return record
 
 
-def expected_before_load(config: RunConfig, model_name: str, system_prompt_sha256: str) -> dict:
-    """The part of the fingerprint the flags decide alone (checked before any model load); the
-    generation settings the model's own config decides are left to :func:`expected_after_load`."""
-    gen = result_fingerprint(config.generation)
-    generation = {"max_new_tokens": gen["max_new_tokens"]}
-    generation.update({k: gen[k] for k in ("do_sample", "temperature", "top_p", "top_k") if gen[k] is not None})
-    settings: dict[str, Any] = {**prompt_fingerprint(config, system_prompt_sha256), **_placement_key(config)}
-    frames = frame_fingerprint(config, None)
-    if frames is not None:
-        frames.pop("image_patch_size")  # the backend's processor decides it
-        settings["frames"] = frames
-    return masked({
-        "model_name": model_name, "max_frames": config.frames.max_frames, "generation": generation,
-        "seed": gen["seed"], "text_only": config.frames.text_only, "run_settings": settings,
-    })
-
-
-def expected_after_load(ctx: Any) -> dict:
-    """The whole fingerprint, from the run context built once the backend is loaded."""
-    return {
-        "model_name": ctx.model_name, "max_frames": ctx.max_frames, "generation": ctx.generation, "seed": ctx.seed,
-        "attn_implementation": ctx.attn_implementation, "text_only": ctx.text_only,
-        "run_settings": {**ctx.settings, **({"prompt_placement": ctx.placement} if ctx.placement else {})},
+def stage_fingerprint(config: RunConfig, model_name: str, system_prompt_sha256: str | None) -> dict:
+    """The inference stage's fingerprint (:meth:`k9bench.inference.stage.InferenceStage.fingerprint`): the
+    record fingerprint the flags decide (:func:`fingerprint`), the model, the backend's result fields and which
+    questions (dataset, range, shard)."""
+    d = config.data
+    backend = config.hf if config.model.backend == "hf" else config.openai
+    out = {
+        "records": expected(fingerprint(config, model_name, system_prompt_sha256 or "")),
+        "model": result_fingerprint(config.model),
+        "backend_settings": masked(result_fingerprint(backend)),
+        "data": {"dataset_name": d.dataset_name, "split": d.split, "drop_invalid_rows": d.drop_invalid_rows,
+                 "start_idx": d.start_idx, "end_idx": d.end_idx, "max_samples": d.max_samples},
     }
+    if d.num_shards > 1:
+        out["data"].update(num_shards=d.num_shards, shard_id=d.shard_id)
+    return out
 
 
-__all__ = ["BACKEND_SETTING_KEYS", "masked", "expected_after_load", "expected_before_load", "frame_fingerprint", "read_raw_records",
-           "record_fingerprint", "run_settings"]
+__all__ = ["BACKEND_SETTING_KEYS", "expected", "fingerprint", "frame_fingerprint", "masked", "read_raw_records",
+           "record_fingerprint", "shaped_like", "stage_fingerprint"]

@@ -1,9 +1,8 @@
-"""The inference loop behind ``eval_video_llm.py``.
+"""The inference loop: the questions of a run answered batch by batch, each record checkpointed at once.
 
-Questions are grouped by video (first-seen order) and, with ``--num_shards``, whole videos are
-dealt to shards round-robin. ``--batch_size`` (default ``auto``) is resolved once by the backend
-(:meth:`Runner._choose_batch_size`; ``auto`` is 1 on CPU and, on a GPU, the largest batch the free
-memory holds, :func:`k9bench.inference.batching.auto_batch_size`) and recorded in ``run_stats.batch_size``.
+``--batch_size`` (default ``auto``) is resolved once by the backend (:meth:`Runner._choose_batch_size`;
+``auto`` is 1 on CPU and, on a GPU, the largest batch the free memory holds,
+:func:`k9bench.inference.batching.auto_batch_size`) and recorded in ``run_stats.batch_size``.
 
 Two paths:
 
@@ -20,28 +19,22 @@ Two paths:
   waiting for the CPU is ``run_stats.prepare.wait_seconds``. A batch that runs out of memory halves
   the batch size (``run_stats.batch_size.history``) and is rerun video by video at the new size.
 
-Each video is decoded once (:class:`k9bench.frame_cache.FrameCache`); with ``--audio`` its soundtrack
-is read once too, at the rate the backend asks for (``FrameCache.get_audio``).
-
-Every finished question, failed or not, is appended at once to ``<output>.partial.jsonl``
-(:class:`k9bench.resume.ResumableStage`, fsynced). Rerunning the same command skips what is
-there (failed records are retried unless ``--no_retry_failed``) and also reuses the records of an
-existing final file, unless they were made with other settings
-(:mod:`k9bench.inference.resume_check`). SIGTERM and SIGUSR1 stop the run at once (the checkpoint already holds
-every finished question) with exit code :data:`EXIT_INTERRUPTED`; Ctrl-C gives
-:data:`EXIT_SIGINT`. When every question has a record, the raw JSON (SPEC section 2 plus our
-keys) is written atomically and the checkpoint removed.
+Each video is decoded once (:class:`k9bench.frame_cache.FrameCache`), and its file hashed once, on the
+decoding thread (the record's ``video_file``); with ``--audio`` its soundtrack is read once too.
 
 A failure is a record with ``error`` and ``error_class`` (``missing_video``, ``decode_error``,
-``no_audio_stream`` and ``audio_decode_error`` under ``--audio``, ``oom``, ``generation_error``) and never stops the run. A batch that fails is rerun question by
-question; a question that runs out of accelerator memory is retried once with half the frames.
+``no_audio_stream`` and ``audio_decode_error`` under ``--audio``, ``oom``, ``generation_error``,
+``question_too_long``) and never stops the run. A batch that fails is rerun question by question; a
+question that runs out of accelerator memory is retried once with half the frames. Progress goes to the
+log (:class:`k9bench.progress.ProgressLog`): a bar on a terminal, otherwise a line at least every minute
+and at each 10%.
+
+The stage around the loop (files, resume, signals, the final write) is :mod:`k9bench.inference.stage`.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import signal
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -49,127 +42,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-from k9bench.answers import extract_answer, prompt_opens_thinking
-from k9bench.artifacts import QuestionRecord, RecordsArtifact, now_iso, provenance
-from k9bench.layout import artifact_name, shard_path, short_model_name
-from k9bench.progress import progress_enabled
-from k9bench.resume import OutputLocationError, ResumableStage, ResumeRefused, check_output_folder, check_output_location
-from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest, create_backend
-from k9bench.inference.resume_check import expected_after_load, masked, expected_before_load, read_raw_records, record_fingerprint, run_settings
+from k9bench.artifacts import QuestionRecord
+from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
+from k9bench.inference.planning import EXIT_BACKEND, PLACEMENTS, UsageError, VideoGroup, build_messages, chunks, question_too_long
+from k9bench.inference.records import RunContext, RunStats, make_record
+from k9bench.inference.records import error_text as _error_text
 from k9bench.inference.settings import RunConfig
-from k9bench.video import DEFAULT_IMAGE_PATCH_SIZE
+from k9bench.stage import EXIT_FAILED as EXIT_ERROR
+from k9bench.stage import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, deferred
 
 if TYPE_CHECKING:
     from k9bench.dataset import Question
     from k9bench.video import Frames
 
 log = logging.getLogger(__name__)
-
-EXIT_OK = 0
-"""Every selected question has a record (some may be failed records) and the raw JSON is written."""
-EXIT_ERROR = 1
-"""Unexpected error (a bug, or a failed write of the artifact); the checkpoint is kept."""
-EXIT_USAGE = 2
-"""Bad input: flags, dataset, prompt file, decoder, a checkpoint from another run."""
-EXIT_BACKEND = 3
-"""The model/backend could not be loaded."""
-EXIT_INTERRUPTED = 75
-"""Stopped by SIGTERM or SIGUSR1 (SLURM preemption/time limit); rerun the same command to resume."""
-EXIT_SIGINT = 130
-"""Stopped by Ctrl-C (SIGINT); rerun the same command to resume."""
-
-ERROR_CLASSES = ("missing_video", "decode_error", "no_audio_stream", "audio_decode_error", "oom", "generation_error")
-_MAX_ERROR_CHARS = 2000
-
-
-class UsageError(ValueError):
-    """Bad flags or input; the message says which."""
-
-
-class Interrupted(BaseException):
-    """Raised from the SIGTERM/SIGUSR1 handler to stop the run at once (not an ``Exception``)."""
-
-    def __init__(self, signum: int):
-        self.signum = signum
-        super().__init__(signal.Signals(signum).name)
-
-
-# --------------------------------------------------------------------------- planning
-
-
-@dataclass
-class VideoGroup:
-    """The selected questions of one video."""
-
-    scene_name: str
-    """YouTube id."""
-    video_url: str
-    """URL of the video (for --auto_download)."""
-    path: Path
-    """``{video_dir}/{scene}.mp4``."""
-    questions: list = field(default_factory=list)
-    """The questions (k9bench.dataset.Question), in dataset order."""
-
-
-def group_by_video(questions: list["Question"], video_dir: str | Path) -> list[VideoGroup]:
-    """Questions grouped by video, groups in order of first appearance."""
-    groups: dict[str, VideoGroup] = {}
-    for q in questions:
-        group = groups.get(q.scene_name)
-        if group is None:
-            group = groups[q.scene_name] = VideoGroup(q.scene_name, q.video_url, Path(video_dir) / q.video)
-        group.questions.append(q)
-    return list(groups.values())
-
-
-def shard_groups(groups: list[VideoGroup], num_shards: int, shard_id: int) -> list[VideoGroup]:
-    """Videos dealt round-robin (in first-appearance order): shard ``k`` gets groups k, k+N, k+2N..."""
-    if num_shards < 1 or not 0 <= shard_id < num_shards:
-        raise UsageError(f"--shard_id {shard_id} must be in [0, --num_shards {num_shards})")
-    return groups[shard_id::num_shards]
-
-
-def chunks(items: list, size: int) -> Iterator[list]:
-    """Consecutive slices of at most ``size`` items."""
-    for start in range(0, len(items), size):
-        yield items[start:start + size]
-
-
-def default_output_file(model: str, max_frames: int, max_samples: int, audio: bool = False) -> str:
-    """The launcher's file name: ``raw_<model>_mf<frames>_n<samples>.json``, ``..._av.json`` with ``--audio``
-    (:func:`k9bench.layout.artifact_name`)."""
-    return artifact_name("raw", model, max_frames, max_samples, audio=audio)
-
-
-def shard_output_file(output: str | Path, num_shards: int, shard_id: int) -> Path:
-    """``x.json`` -> ``x.shard{i}of{n}.json`` for a sharded run (:func:`k9bench.layout.shard_path`)."""
-    return shard_path(output, num_shards, shard_id)
-
-
-PLACEMENTS = ("system", "empty_system", "user_turn")
-"""Where the instructions stand (:attr:`k9bench.inference.settings.PromptSettings.placement`)."""
-
-
-def build_messages(question: str, system_prompt: str, placement: str, with_video: bool) -> list[dict]:
-    """The chat for one question: a system turn, then a user turn with the video and the question.
-
-    ``placement`` ``system``: the instructions are the system turn (the default); ``empty_system``:
-    an empty system turn, no instructions at all (the reference's ``--use_system_message False``);
-    ``user_turn``: no system turn, the instructions open the user turn (``--instructions_in_user_turn``,
-    for templates without a system role). The options are never shown (SPEC section 3).
-    """
-    if placement not in PLACEMENTS:
-        raise ValueError(f"placement {placement!r}: one of {', '.join(PLACEMENTS)}")
-    user: list[dict] = []
-    if with_video:
-        user.append({"type": "video"})
-    text = f"{system_prompt}\n\n{question}" if placement == "user_turn" else question
-    user.append({"type": "text", "text": text})
-    messages: list[dict] = []
-    if placement != "user_turn":
-        messages.append({"role": "system", "content": [{"type": "text", "text": system_prompt if placement == "system" else ""}]})
-    messages.append({"role": "user", "content": user})
-    return messages
 
 
 # --------------------------------------------------------------------------- frames
@@ -213,150 +99,7 @@ class FramePrefetcher:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
-# --------------------------------------------------------------------------- records
-
-
-@dataclass
-class RunContext:
-    """Everything fixed for the run that goes into each record."""
-
-    model_name: str
-    max_frames: int
-    system_prompt: str
-    use_system_message: bool
-    seed: int
-    generation: dict
-    attn_implementation: str | None
-    text_only: bool
-    settings: dict = field(default_factory=dict)
-    """Other settings that shape the answers (:func:`k9bench.inference.resume_check.run_settings`), kept
-    in each record as ``run_settings`` so that a resume cannot mix records made with different ones."""
-    placement: str | None = None
-    """Where the instructions stand (see :func:`build_messages`); None: from ``use_system_message``."""
-
-    @property
-    def prompt_placement(self) -> str:
-        return self.placement or ("system" if self.use_system_message else "empty_system")
-
-
-def _resume_refused(mismatch: str) -> int:
-    log.error("%s; rerun with the flags that produced it (its records keep generation, seed, attn_implementation "
-              "and run_settings), or use another --output_file", mismatch)
-    return EXIT_USAGE
-
-
-def _error_text(exc: BaseException) -> str:
-    text = f"{type(exc).__name__}: {exc}"
-    return text if len(text) <= _MAX_ERROR_CHARS else text[:_MAX_ERROR_CHARS] + "..."
-
-
-def frame_fields(frames: "Frames | None") -> dict:
-    """The record keys describing the frames used (all None in text-only mode or without frames)."""
-    if frames is None:
-        return {"frame_indices": None, "num_frames": 0, "sample_fps": None, "video_duration": None, "frame_size": None, "video_decoder": None}
-    return {
-        "frame_indices": list(frames.indices),
-        "num_frames": frames.num_frames,
-        "sample_fps": frames.sample_fps,
-        "video_duration": frames.duration,
-        "frame_size": [frames.height, frames.width],
-        "video_decoder": frames.decoder,
-    }
-
-
-def make_record(
-    question: "Question",
-    ctx: RunContext,
-    *,
-    output: GenerationOutput | None = None,
-    prompt: str = "",
-    frames: "Frames | None" = None,
-    error: BaseException | str | None = None,
-    error_class: str | None = None,
-    oom_retry: dict | None = None,
-    audio: Any = None,
-) -> QuestionRecord:
-    """The raw record of one question (SPEC section 2 keys, then ours)."""
-    from k9bench.prompts import sha256
-
-    if output is not None:
-        prompt = output.prompt
-    extra: dict[str, Any] = {}
-    if output is not None:
-        extraction = extract_answer(output.text, thinking_opened=prompt_opens_thinking(output.prompt))
-        response, answer = output.text, extraction.answer
-        extra["answer_extraction"] = extraction.method
-        extra["thinking_unfinished"] = extraction.thinking_unfinished
-    else:
-        response, answer = "", ""
-    extra.update(frame_fields(frames))
-    extra["text_only"] = ctx.text_only
-    extra["audio_used"] = audio is not None
-    extra["audio"] = audio.summary() if audio is not None else None
-    extra["generation"] = dict(ctx.generation)
-    extra["seed"] = ctx.seed
-    extra["attn_implementation"] = ctx.attn_implementation
-    extra["prompt_sha256"] = sha256(prompt) if prompt else None
-    extra["run_settings"] = dict(ctx.settings)
-    if output is not None:
-        extra["num_input_tokens"] = output.num_input_tokens
-        extra["num_output_tokens"] = output.num_output_tokens
-        extra["finish_reason"] = output.finish_reason
-        extra.update(output.extra)
-    if oom_retry is not None:
-        extra["oom_retry"] = oom_retry
-    fields = question.record_fields()
-    return QuestionRecord(
-        idx=fields["idx"],
-        question_category=fields["question_category"],
-        video=fields["video"],
-        ground_truth=fields["ground_truth"],
-        response=response,
-        answer=answer,
-        scene_name=fields["scene_name"],
-        question=fields["question"],
-        options=fields["options"],
-        prompt=prompt,
-        model_name=ctx.model_name,
-        max_frames=ctx.max_frames,
-        timestamp=now_iso(),
-        error=None if error is None else (error if isinstance(error, str) else _error_text(error)),
-        error_class=error_class,
-        extra=extra,
-    )
-
-
-# --------------------------------------------------------------------------- the run
-
-
-@dataclass
-class RunStats:
-    """Counters of this invocation (written under ``run_stats``)."""
-
-    resumed: int = 0
-    """Records taken from the checkpoint or an earlier final file."""
-    generated: int = 0
-    """Questions answered in this invocation."""
-    failed: int = 0
-    """Failed records produced in this invocation."""
-    oom_retries: int = 0
-    """Questions retried at half the frames after running out of memory."""
-    batch_fallbacks: int = 0
-    """Batches that failed and were rerun question by question."""
-    generate_seconds: float = 0.0
-    """Time inside the backend's generate, summed over batches (batches in flight together, as with
-    ``--backend openai``, each count in full, so this can exceed ``wall_seconds``)."""
-    frame_wait_seconds: float = 0.0
-    """Time the loop waited for frames (decoding not hidden by prefetch)."""
-    wall_seconds: float = 0.0
-    """Wall time of the loop."""
-    batch_size: dict | None = None
-    """The batch size used and how it was chosen (:class:`k9bench.inference.batching.BatchSizeChoice`)."""
-    prepare: dict | None = None
-    """Batches prepared ahead of the model (:class:`k9bench.inference.pipeline.PipelineStats`): ``wait_seconds``
-    is the model's time waiting for the CPU (frames, processor); None on the video-by-video path."""
-    decoding: dict | None = None
-    """The backend's own counters (shared-prefix engine: prefills, prefix reuses...; fallbacks to generate)."""
+# --------------------------------------------------------------------------- the loop
 
 
 class Runner:
@@ -368,8 +111,10 @@ class Runner:
         self.ctx = ctx
         self.sampling = sampling
         self.stats = RunStats()
-        self.checkpoint: ResumableStage | None = None
-        self.bar = None
+        self.checkpoint: Any = None
+        self.frame_cache: Any = None
+        self.progress: Any = None
+        self._paths: dict[str, Path] = {}
         self._half_cache: dict = {}
         self._emit_lock = threading.RLock()
         self._stopped = False
@@ -490,16 +235,20 @@ class Runner:
             self._emit_locked(record)
 
     def _emit_locked(self, record: QuestionRecord) -> None:
-        self.checkpoint.append(record.to_dict())
-        self.done[record.idx] = record.to_dict()
+        if self.frame_cache is not None and record.extra.get("num_frames") and record.scene_name in self._paths:
+            identity = self.frame_cache.file_identity(self._paths[record.scene_name])  # hashed once, when decoded
+            if identity is not None:
+                record.extra["video_file"] = identity
+        data = record.to_dict()
+        with deferred():  # a stop signal waits until the line is whole on disk (k9bench.stage's policy)
+            self.checkpoint.append(data)
+            self.done[record.idx] = data
         if record.failed:
             self.stats.failed += 1
         else:
             self.stats.generated += 1
-        if self.bar is not None:
-            self.bar.update(1)
-            if record.failed:
-                self.bar.set_postfix(failed=self.stats.failed, refresh=False)
+        if self.progress is not None:
+            self.progress.update(1, failed=int(record.failed))
 
     # -- the loop --------------------------------------------------------
 
@@ -517,11 +266,30 @@ class Runner:
             raise BackendError(f"--audio: backend {self.backend.name!r} says at which rate it takes a soundtrack")
         return int(rate)
 
-    def run(self, groups: list[VideoGroup], done: dict, checkpoint: ResumableStage, frame_cache: Any) -> None:
-        from tqdm.auto import tqdm
+    def _refuse_too_long(self, pending: list) -> list:
+        """Failed records (``question_too_long``) for questions above the size cap; the others, still pending."""
+        kept = []
+        for group, questions in pending:
+            short = []
+            for q in questions:
+                why = question_too_long(q)
+                if why is None:
+                    short.append(q)
+                else:
+                    log.warning("idx %s: %s", q.idx, why)
+                    self._emit(make_record(q, self.ctx, error=why, error_class="question_too_long"))
+            if short:
+                kept.append((group, short))
+        return kept
+
+    def run(self, groups: list[VideoGroup], done: dict, checkpoint: Any, frame_cache: Any) -> None:
+        """Answer every question of ``groups`` not in ``done``; each record goes to ``checkpoint`` (``append``) at once."""
+        from k9bench.progress import ProgressLog
 
         self.done = done
         self.checkpoint = checkpoint
+        self.frame_cache = frame_cache
+        self._paths = {g.scene_name: g.path for g in groups}
         pending = [(g, [q for q in g.questions if q.idx not in done]) for g in groups]
         pending = [(g, qs) for g, qs in pending if qs]
         total = sum(len(qs) for _, qs in pending)
@@ -529,7 +297,8 @@ class Runner:
         self.choice = self._choose_batch_size(total)
         self.stats.batch_size = self.choice.to_dict()
         t0 = time.perf_counter()
-        self.bar = tqdm(total=total, unit="q", desc="inference", disable=progress_enabled(), dynamic_ncols=True)
+        self.progress = ProgressLog("inference", total, unit="questions")
+        pending = self._refuse_too_long(pending)
         planned = self.choice.batch_size > 1 and callable(getattr(self.backend, "prepare_batch", None))
         try:
             if planned:
@@ -541,8 +310,8 @@ class Runner:
                 self._stopped = True  # batches still running on worker threads record nothing more
             raise
         finally:
-            self.bar.close()
-            self.bar = None
+            self.progress.close()
+            self.progress = None
             self.stats.wall_seconds = time.perf_counter() - t0
             self.stats.batch_size = self.choice.to_dict()
             backend_stats = getattr(self.backend, "run_stats", None)
@@ -808,365 +577,7 @@ class _BatchPipeline:
             self._collect(block=True)
 
 
-# --------------------------------------------------------------------------- entry point
-
-
-def _install_signal_handlers() -> dict:
-    previous = {}
-    if threading.current_thread() is not threading.main_thread():
-        return previous
-
-    stopping = []
-
-    def _handler(signum, frame):
-        # Raise once. SLURM's scancel/requeue signals every process of the job and the launcher
-        # forwards the signal too: a second one must not interrupt the clean-up of the first.
-        if stopping:
-            return
-        stopping.append(signum)
-        raise Interrupted(signum)
-
-    for name in ("SIGTERM", "SIGUSR1"):
-        sig = getattr(signal, name, None)
-        if sig is not None:
-            previous[sig] = signal.signal(sig, _handler)
-    return previous
-
-
-def _restore_signal_handlers(previous: dict) -> None:
-    for sig, handler in previous.items():
-        signal.signal(sig, handler)
-
-
-def looks_like_local_path(name: str) -> bool:
-    """True for a model given as a path rather than a Hub id (``./m``, ``/abs/m``, ``~/m``, ``a/b/c``)."""
-    text = str(name)
-    return text.startswith((".", "/", "~")) or text.count("/") > 1 or text.endswith("/") or "\\" in text
-
-
-def preflight(config: RunConfig) -> None:
-    """Raise :class:`UsageError` for flag values that cannot work together (the flags' own ranges are
-    checked by their argparse types). Runs before any file is read or model loaded."""
-    f, g, d = config.frames, config.generation, config.data
-    checks = [
-        (f.max_frames == 0 or f.max_frames >= 2,
-         f"--max_frames must be 0 (text only) or at least 2 (qwen-vl-utils rounds frame counts to even numbers) (got {f.max_frames})"),
-        (d.shard_id < d.num_shards, f"--shard_id must be in [0, {d.num_shards}) (got {d.shard_id})"),
-        (d.max_samples == -1 or d.max_samples >= 1, f"--max_samples must be -1 (all) or at least 1 (got {d.max_samples})"),
-        (d.end_idx is None or d.end_idx > d.start_idx, f"--end_idx {d.end_idx} must be above --start_idx {d.start_idx}"),
-        (not (g.do_sample is True and g.temperature == 0), "--do_sample with --temperature 0 cannot sample; use --greedy"),
-        (g.top_p is None or g.top_p > 0, f"--top_p must be in (0, 1] (got {g.top_p})"),
-        (not (config.prompt.instructions_in_user_turn and config.prompt.use_system_message),
-         "--instructions_in_user_turn goes with --use_system_message False (the instructions are then not the system turn)"),
-        (not (f.audio and f.text_only), "--audio needs the videos: it cannot go with --max_frames 0 (text only)"),
-        (not (f.audio and config.model.backend == "openai" and config.openai.video_transport == "video_url"),
-         "--audio sends the soundtrack as an input_audio part beside the frames: use --video_transport frames"),
-    ]
-    for ok, message in checks:
-        if not ok:
-            raise UsageError(message)
-
-
-def check_model_path(config: RunConfig) -> str | None:
-    """Why the model cannot be loaded, known without loading it (a local path that does not exist), or None.
-    (A Hub id that is not cached while the Hub is out of reach is refused by the HF backend before it loads
-    anything: :meth:`k9bench.inference.hf.HFBackend.check_source`.)"""
-    name = config.model.model_name_or_path
-    if config.model.backend == "hf" and looks_like_local_path(name):
-        path = Path(name).expanduser()
-        if not path.exists():
-            return f"--model_name_or_path {name}: no such folder (a local model path; a Hub id looks like org/name)"
-        if not path.is_dir():
-            return f"--model_name_or_path {name}: not a folder (a local model is a folder with config.json and the weights)"
-    return None
-
-
-def output_path(config: RunConfig) -> Path:
-    """The raw file this process writes: ``--output_file`` or the launcher's name, plus the shard suffix."""
-    d = config.data
-    output = config.output.output_file or default_output_file(config.model.model_name_or_path, config.frames.max_frames, d.max_samples,
-                                                              audio=config.frames.audio)
-    return shard_output_file(output, d.num_shards, d.shard_id)
-
-
-def auto_download(groups: list[VideoGroup], video_dir: str, *, cookies: str | None = None,
-                  cookies_from_browser: str | None = None, workers: int | None = None) -> dict:
-    """Fetch the missing videos of ``groups`` with :func:`k9bench.download.download_videos`; return a summary."""
-    from k9bench.download import DownloadConfig, download_videos
-
-    missing = {g.scene_name: g.video_url for g in groups if not g.path.exists()}
-    if not missing:
-        log.info("--auto_download: every video is already in %s", video_dir)
-        return {"requested": 0}
-    log.info("--auto_download: fetching %d missing video(s) into %s", len(missing), video_dir)
-    from k9bench.settings import default_of
-
-    config = DownloadConfig(progress=progress_enabled() is not True, cookies=cookies, cookies_from_browser=cookies_from_browser,
-                            workers=default_of(DownloadConfig, "workers") if workers is None else workers)
-    report = download_videos(missing, video_dir, config)
-    log.info("--auto_download: %s", report.summary_line())
-    failed = {r.scene_name: f"{r.error_class}: {r.message}" for r in report.failed}
-    for scene, why in failed.items():
-        log.warning("--auto_download: %s failed (%s); its questions will be recorded as missing_video", scene, why)
-    return {"requested": len(missing), "counts": report.counts, "failed": failed}
-
-
-def inference_block(config: RunConfig, *, describe: dict | None, image_patch_size: int | None, prompt: tuple[str, str],
-                    loaded: Any) -> dict:
-    """The raw file's ``inference`` block: the run's settings as written (``dataclasses.asdict`` of each
-    section of :class:`~k9bench.inference.settings.RunConfig`, documented by
-    :func:`k9bench.inference.settings.settings_docs`), with what the run resolved beside them. Per-process
-    values (shard, output path) are top-level keys instead, so that shards of one run share this block."""
-    from k9bench.prompts import sha256
-
-    asdict = dataclasses.asdict
-    text_only = config.frames.text_only
-    backend_settings = asdict(config.hf) if config.model.backend == "hf" else asdict(config.openai)
-    dataset = {k: v for k, v in asdict(config.data).items() if k not in ("num_shards", "shard_id")}
-    return masked({
-        "backend": describe,
-        "text_only": text_only,
-        "model": asdict(config.model),
-        "backend_settings": backend_settings,
-        **asdict(config.generation),
-        "frames": None if text_only else {**asdict(config.frames), "image_patch_size": image_patch_size, "decoder": config.frames.video_decoder},
-        "prompt": {
-            **asdict(config.prompt),
-            "placement": config.prompt.placement,
-            "system_prompt_source": prompt[1],
-            "system_prompt_sha256": sha256(prompt[0]),
-        },
-        "dataset": {**dataset, "source": loaded.source, "dropped_rows": len(loaded.dropped)},
-        "adjusted_settings": dict(config.adjustments),
-    })
-
-
-def final_meta(config: RunConfig, argv: list[str] | None, *, records: list, failures: dict, model_name: str, describe: dict | None,
-               image_patch_size: int | None, prompt: tuple[str, str], loaded: Any, stats: RunStats, started: str,
-               frame_cache: Any, download_summary: dict | None) -> dict:
-    """The raw file's top-level keys besides ``individual_results`` (see the README section)."""
-    return {
-        "total_count": len(records),
-        "model_name": model_name,
-        "model_name_or_path": config.model.model_name_or_path,
-        "num_shards": config.data.num_shards,
-        "shard_id": config.data.shard_id,
-        "failed_count": sum(failures.values()),
-        "failures_by_class": failures,
-        # answers taken from a reply cut inside its <think> block (raise --max_new_tokens for these)
-        "thinking_unfinished_count": sum(1 for r in records if r.extra.get("thinking_unfinished")),
-        # over every record of the file, resumed ones included (the backend's own usage covers this invocation only)
-        "token_totals": {
-            "input": sum((r.extra.get("num_input_tokens") or 0) for r in records),
-            "output": sum((r.extra.get("num_output_tokens") or 0) for r in records),
-            "records_with_counts": sum(1 for r in records if r.extra.get("num_input_tokens") is not None),
-        },
-        "inference": inference_block(config, describe=describe, image_patch_size=image_patch_size, prompt=prompt,
-                                     loaded=loaded),
-        "run_stats": {
-            "started_at": started,
-            "finished_at": now_iso(),
-            **stats.__dict__,
-            "questions_per_second": (stats.generated + stats.failed) / stats.wall_seconds if stats.wall_seconds else None,
-            "frame_cache": frame_cache.summary() if frame_cache is not None else None,
-            "auto_download": download_summary,
-        },
-        "provenance": provenance("eval_video_llm.py", argv, config.flat()),
-    }
-
-
-def run(config: RunConfig, argv: list[str] | None) -> int:
-    """Run the whole inference (called by ``eval_video_llm.main`` with the resolved config, see
-    :func:`k9bench.inference.settings.resolve`); returns the exit code."""
-    from k9bench.dataset import DatasetError, load_questions, select_range
-    from k9bench.download import DownloadInputError
-    from k9bench.prompts import load_prompt, sha256
-
-    started = now_iso()
-    data, frames = config.data, config.frames
-    text_only = frames.text_only
-    try:
-        preflight(config)
-        output = check_output_location(output_path(config), inputs=[data.dataset_name])
-        if frames.frame_cache_dir and not text_only:
-            check_output_folder(frames.frame_cache_dir, flag="--frame_cache_dir")
-    except (UsageError, OutputLocationError) as exc:
-        log.error("%s", exc)
-        return EXIT_USAGE
-    why = check_model_path(config)
-    if why:
-        log.error("%s", why)
-        return EXIT_BACKEND
-    try:
-        system_prompt, prompt_source = load_prompt("system_prompt", config.prompt.system_prompt_file)
-        loaded = load_questions(data.dataset_name, data.split, drop_invalid=data.drop_invalid_rows)
-    except (UsageError, DatasetError, FileNotFoundError) as exc:
-        log.error("%s", exc)
-        return EXIT_USAGE
-    selection = select_range(loaded.questions, data.start_idx, data.end_idx, data.max_samples)
-    if not selection:
-        log.error("no question selected (--start_idx %s, --end_idx %s, --max_samples %s out of %d)", data.start_idx, data.end_idx,
-                  data.max_samples, len(loaded.questions))
-        return EXIT_USAGE
-    groups = shard_groups(group_by_video(selection, data.video_dir), data.num_shards, data.shard_id)
-    selected = {q.idx: q for g in groups for q in g.questions}
-    if data.num_shards > 1:
-        log.info("shard %d of %d: %d video(s), %d question(s)", data.shard_id, data.num_shards, len(groups), len(selected))
-    if len(selected) < sum(len(g.questions) for g in groups):
-        log.error("the selection holds duplicate idx values; each question needs a unique idx")
-        return EXIT_USAGE
-
-    stage = ResumableStage(output, read_final=read_raw_records)
-    model_name = short_model_name(config.model.model_name_or_path)
-    prompt_sha = sha256(system_prompt)
-
-    # Cheap checks of resumable state, and the settings known before the model loads, come first.
-    try:
-        done = stage.load(selected=selected, retry_failed=not config.output.no_retry_failed)
-        stage.check(done, expected_before_load(config, model_name, prompt_sha), fingerprint_of=record_fingerprint)
-    except ResumeRefused as exc:
-        return _resume_refused(str(exc))
-    pending_groups = [g for g in groups if any(q.idx not in done for q in g.questions)]
-
-    download_summary = None
-    if data.auto_download and not text_only and pending_groups:
-        try:
-            download_summary = auto_download(pending_groups, data.video_dir, cookies=data.download_cookies,
-                                             cookies_from_browser=data.download_cookies_from_browser, workers=data.download_workers)
-        except DownloadInputError as exc:
-            log.error("--auto_download: %s", exc)
-            return EXIT_USAGE
-
-    if not text_only and pending_groups and not Path(data.video_dir).is_dir():
-        # not one failed "missing_video" record per question for a mistyped folder
-        log.error("--video_dir %s is not a folder; fetch the videos first (download_videos.py --output_dir %s) or pass --auto_download",
-                  data.video_dir, data.video_dir)
-        return EXIT_USAGE
-
-    if not pending_groups and output.exists() and not stage.checkpoint.exists():
-        log.info("%s already holds a record for every selected question; nothing to do", output)
-        return _all_failed_exit(list(done.values()), output)
-
-    backend = None
-    frame_cache = None
-    sampling = None
-    describe = None
-    patch = None
-    runner_obj: Runner | None = None
-    previous_handlers = _install_signal_handlers()
-    try:
-        try:
-            backend = create_backend(config)
-            backend.load()
-        except BackendError as exc:
-            log.error("%s", exc)
-            return EXIT_BACKEND
-        describe = backend.describe()  # live (usage counters); masked when written
-        patch = None if text_only else (backend.frame_patch_size() or DEFAULT_IMAGE_PATCH_SIZE)
-        if not text_only and pending_groups:
-            from k9bench.frame_cache import FrameCache, SamplingSettings
-            from k9bench.video import DecoderUnavailable, default_min_pixels
-
-            floor = frames.min_pixels or default_min_pixels(patch)
-            if frames.max_pixels is not None and frames.max_pixels < floor:
-                log.error("--max_pixels %d is below the per-frame minimum %d (--min_pixels, or qwen-vl-utils' default for patch size %d); "
-                          "raise --max_pixels or lower --min_pixels", frames.max_pixels, floor, patch)
-                return EXIT_USAGE
-            overrides = getattr(backend, "sampling_overrides", lambda: {})() or {}
-            sampling = SamplingSettings(
-                fps=frames.fps, max_frames=frames.max_frames, max_pixels=frames.max_pixels, min_pixels=frames.min_pixels,
-                image_patch_size=patch, decoder=frames.video_decoder, **overrides,
-            )
-            try:
-                frame_cache = FrameCache(sampling, disk_dir=frames.frame_cache_dir)
-            except DecoderUnavailable as exc:
-                log.error("%s", exc)
-                return EXIT_USAGE
-        ctx = RunContext(
-            model_name=model_name,
-            max_frames=frames.max_frames,
-            system_prompt=system_prompt,
-            use_system_message=config.prompt.use_system_message,
-            seed=config.generation.seed,
-            generation=describe.get("generation") or {},
-            attn_implementation=describe.get("attn_implementation"),
-            text_only=text_only,
-            settings=run_settings(config, describe, prompt_sha, patch),
-            placement=config.prompt.placement,
-        )
-        try:
-            stage.check(done, expected_after_load(ctx), fingerprint_of=record_fingerprint)
-        except ResumeRefused as exc:
-            return _resume_refused(str(exc))
-        runner_obj = Runner(config, backend, ctx, sampling)
-        runner_obj.stats.resumed = len(done)
-        runner_obj.done = done
-        if pending_groups:
-            runner_obj.run(pending_groups, done, stage, frame_cache)
-        else:
-            log.info("every selected question already has a record in %s; writing the final file", stage.checkpoint)
-    except Interrupted as exc:
-        log.warning("stopped by %s: %d record(s) are safe in %s; rerun the same command to resume (exit %d)",
-                    exc, len(done), stage.checkpoint, EXIT_INTERRUPTED)
-        return EXIT_INTERRUPTED
-    except BackendUnavailable as exc:
-        log.error("%s; %d record(s) are safe in %s: rerun the same command once the backend is back (exit %d)",
-                  exc, len(done), stage.checkpoint, EXIT_BACKEND)
-        return EXIT_BACKEND
-    except KeyboardInterrupt:
-        log.warning("interrupted: %d record(s) are safe in %s; rerun the same command to resume (exit %d)", len(done), stage.checkpoint, EXIT_SIGINT)
-        return EXIT_SIGINT
-    finally:
-        stage.close()
-        # From here on a signal has its default effect: the final write below is atomic and
-        # the checkpoint stays until it has succeeded.
-        _restore_signal_handlers(previous_handlers)
-        if backend is not None:
-            backend.close()
-
-    runner = runner_obj
-    records = [QuestionRecord.from_dict(done[q.idx], where=f"{stage.where}: idx {q.idx}") for g in groups for q in g.questions]
-    order = {q.idx: n for n, q in enumerate(selection)}
-    records.sort(key=lambda r: order[r.idx])
-    failures: dict[str, int] = {}
-    for r in records:
-        if r.failed:
-            failures[r.error_class or "error"] = failures.get(r.error_class or "error", 0) + 1
-    meta = final_meta(
-        config, argv, records=records, failures=failures, model_name=model_name, describe=describe,
-        image_patch_size=patch, prompt=(system_prompt, prompt_source), loaded=loaded, stats=runner.stats, started=started,
-        frame_cache=frame_cache, download_summary=download_summary,
-    )
-    try:
-        stage.finish(RecordsArtifact(records, meta).to_dict())
-    except (OSError, ValueError, TypeError) as exc:
-        log.error("cannot write %s: %s (the checkpoint %s is kept)", output, exc, stage.checkpoint)
-        return EXIT_ERROR
-    log.info("wrote %s: %d record(s), %d failed%s", output, len(records), meta["failed_count"],
-             f" ({', '.join(f'{k}: {v}' for k, v in sorted(failures.items()))})" if failures else "")
-    return _all_failed_exit([r.to_dict() for r in records], output)
-
-
-def _all_failed_exit(records: list[dict], output: Path) -> int:
-    """EXIT_ERROR when every record failed (nothing was answered), else EXIT_OK.
-
-    Scoring such a file would report 0% for a broken setup (no videos, a dead server), not for the
-    model, so the run says it cannot be trusted; the file is kept for inspection.
-    """
-    if not records or not all(r.get("error") is not None for r in records):
-        return EXIT_OK
-    classes: dict[str, int] = {}
-    for r in records:
-        key = r.get("error_class") or "error"
-        classes[key] = classes.get(key, 0) + 1
-    log.error("every one of the %d question(s) failed (%s): this run cannot be trusted. %s is kept for "
-              "inspection; fix the cause and rerun the same command (failed records are retried).",
-              len(records), ", ".join(f"{k}: {v}" for k, v in sorted(classes.items())), output)
-    return EXIT_ERROR
-
-
 __all__ = [
-    "EXIT_BACKEND", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_SIGINT", "EXIT_USAGE",
-    "FramePrefetcher", "PLACEMENTS", "Runner", "VideoGroup", "build_messages", "default_output_file", "group_by_video",
-    "make_record", "output_path", "preflight", "run", "shard_groups", "shard_output_file",
+    "EXIT_BACKEND", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "FramePrefetcher", "PLACEMENTS",
+    "PREPARE_WORKERS_MAX", "Runner", "RunContext", "UsageError", "VideoGroup", "build_messages", "make_record",
 ]

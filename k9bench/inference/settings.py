@@ -54,6 +54,21 @@ MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
 VIDEO_FPS_MAX_FRAMES = 1800
 """The frame cap ``--video_fps`` sets: 30 minutes at 1 FPS, i.e. the whole of any K9-Bench video."""
 
+MAX_NEW_TOKENS_CAP = 131072
+"""Hard upper bound of ``--max_new_tokens`` (the model's own context, read from its config, is checked too)."""
+
+MAX_FRAME_PIXELS = 4096 * 4096
+"""Most pixels per frame for ``--max_pixels``/``--min_pixels`` (16.8 M: far above any model's frame size)."""
+
+MAX_FRAME_SIDE = 4096
+"""Longest side of ``--frame_size`` in pixels."""
+
+MAX_SEED = 2**32 - 1
+"""Seeds are 0..2**32-1 (numpy's and CUDA's range)."""
+
+MAX_DATA_PARALLEL = 64
+"""Most worker processes of ``--data_parallel``."""
+
 _jpeg_quality = int_in_range(1, 100)
 """``--jpeg_quality``: an integer in 1..100."""
 
@@ -96,6 +111,8 @@ def parse_json_object(text: str) -> dict:
 
 
 # --------------------------------------------------------------------------- the sections
+    if max(int(match.group(1)), int(match.group(2))) > MAX_FRAME_SIDE:
+        raise argparse.ArgumentTypeError(f"--frame_size {text!r}: each side at most {MAX_FRAME_SIDE} pixels")
 
 
 @dataclass(frozen=True)
@@ -104,7 +121,7 @@ class ModelSettings:
 
     backend: str = setting("hf", "model backend: hf (transformers, local weights) or openai (an OpenAI-compatible server) "
                            "(default: %(default)s)", choices=BACKEND_NAMES, result=True)
-    model_name_or_path: str = setting(DEFAULT_MODEL, "Hub model id or local folder (default: %(default)s)")
+    model_name_or_path: str = setting(DEFAULT_MODEL, "Hub model id or local folder (default: %(default)s)", result=True)
 
 
 @dataclass(frozen=True)
@@ -183,14 +200,16 @@ class GenerationSettings:
     """How the answer is generated."""
 
     thinking_mode: bool = setting(False, f"Thinking model: default --max_new_tokens {DEFAULT_MAX_NEW_TOKENS_THINKING}", action="store_true")
-    max_new_tokens: int | None = setting(None, f"default {DEFAULT_MAX_NEW_TOKENS}, or {DEFAULT_MAX_NEW_TOKENS_THINKING} with --thinking_mode",
-                                         type=positive_int, result=True)
+    max_new_tokens: int | None = setting(None, f"default {DEFAULT_MAX_NEW_TOKENS}, or {DEFAULT_MAX_NEW_TOKENS_THINKING} with --thinking_mode; "
+                                         f"at most {MAX_NEW_TOKENS_CAP} and below the model's context (read from its config)",
+                                         type=int_in_range(1, MAX_NEW_TOKENS_CAP), result=True)
     do_sample: bool | None = setting(None, "sample (True) or decode greedily (False); None: the model's generation config",
                                      cli=False, result=True)
     temperature: float | None = setting(None, "override the model's temperature", type=non_negative_float, result=True)
     top_p: float | None = setting(None, "override the model's top_p", type=unit_interval, result=True)
     top_k: int | None = setting(None, "override the model's top_k", type=non_negative_int, result=True)
-    seed: int = setting(0, "torch seed set before each batch (default: %(default)s)", result=True)
+    seed: int = setting(0, f"torch seed set before each batch, 0..{MAX_SEED} (default: %(default)s)",
+                        type=int_in_range(0, MAX_SEED), result=True)
     batch_size: int | str = setting("auto", "questions per batch; a batch may span videos (grouped by video, each video's shared "
                                     "prefix computed once where the model allows it), or auto: 1 on CPU, on a GPU the largest "
                                     "batch that fits (halved on out-of-memory; what was used is recorded) (default: %(default)s)",
@@ -205,10 +224,10 @@ class FrameSettings:
                               type=non_negative_int, result=True)
     fps: float = setting(DEFAULT_FPS, "frames per second sampled before the frame budget applies (default: %(default)s)",
                          type=positive_float, result=True)
-    max_pixels: int | None = setting(DEFAULT_MAX_PIXELS, "max pixels per resized frame (default: %(default)s = 360*420)",
-                                     type=positive_int, result=True)
-    min_pixels: int | None = setting(None, "min pixels per resized frame (default: qwen-vl-utils' video default)",
-                                     type=positive_int, result=True)
+    max_pixels: int | None = setting(DEFAULT_MAX_PIXELS, f"max pixels per resized frame, at most {MAX_FRAME_PIXELS} "
+                                     "(default: %(default)s = 360*420)", type=int_in_range(1, MAX_FRAME_PIXELS), result=True)
+    min_pixels: int | None = setting(None, "min pixels per resized frame, at most --max_pixels (default: qwen-vl-utils' video default)",
+                                     type=int_in_range(1, MAX_FRAME_PIXELS), result=True)
     video_decoder: str = setting(DEFAULT_DECODER, "video decoder, never swapped silently (default: %(default)s)",
                                  choices=DECODERS, result=True)
     frame_cache_dir: str | None = setting(None, "store sampled frames here and reuse them across runs")
@@ -277,6 +296,9 @@ class RunConfig:
     """The transformers backend's flags."""
     openai: OpenAISettings = dataclasses.field(default_factory=OpenAISettings)
     """The OpenAI-compatible backend's flags."""
+    data_parallel: int = setting(1, f"run N worker processes at once, one per GPU (CUDA_VISIBLE_DEVICES=i; on a CPU N processes), "
+                                 f"each on one shard, then merge them into the output file; at most {MAX_DATA_PARALLEL} (default: 1)",
+                                 type=int_in_range(1, MAX_DATA_PARALLEL), metavar="N")
     prompt: PromptSettings = dataclasses.field(default_factory=PromptSettings)
     """System prompt and its placement."""
     generation: GenerationSettings = dataclasses.field(default_factory=GenerationSettings)
