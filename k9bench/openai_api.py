@@ -20,6 +20,11 @@ into a reply, and never raises. The API key is read from the environment only; t
 in use is registered with :mod:`k9bench.redact`, so it is scrubbed from every text we
 keep (replies, error texts) and, once ``install_log_filter`` runs, from every log line.
 
+Endpoints: :func:`check_base_url` refuses a URL without ``http(s)://`` at once (:class:`BadBaseUrl`,
+exit 2); :func:`probe_endpoint` tells within seconds whether anything answers
+(:class:`EndpointUnreachable`); :func:`get_json` is the small GET both use (and the backend's
+``/v1/models`` and ``/version`` reads).
+
 Typical use::
 
     key = resolve_api_key(base_url)              # raises MissingApiKey before any work
@@ -40,6 +45,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
+
+from k9bench.stage import StageError
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +111,80 @@ def scrub(text: str, secret: str | None = None) -> str:
     from k9bench.redact import redact_text
 
     return redact_text(redact(text, secret))
+
+
+# ---------------------------------------------------------------------------
+# The endpoint: its URL checked, reachability probed, small GETs
+
+
+class BadBaseUrl(StageError):
+    """A base URL that cannot be an HTTP endpoint (no ``http://``/``https://`` scheme, no host): exit 2, one line."""
+
+
+class EndpointUnreachable(RuntimeError):
+    """Nothing answered at the endpoint within the probe's timeout; the message says where and why."""
+
+
+def check_base_url(url: str | None, *, flag: str = "--base_url") -> str | None:
+    """``url`` without trailing slashes when it is ``http(s)://host[...]``; None stays None (the OpenAI API).
+
+    Raises :class:`BadBaseUrl` (one line naming ``flag``) for anything else, before any request,
+    e.g. ``localhost:8000/v1`` (no scheme), which the HTTP client would otherwise retry for minutes."""
+    from urllib.parse import urlsplit
+
+    if url is None:
+        return None
+    text = str(url).strip()
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise BadBaseUrl(f"{flag} {url!r} is not a valid URL ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise BadBaseUrl(f"{flag} {url!r} is not an http:// or https:// URL with a host "
+                         f"(e.g. http://localhost:8000/v1 for a local vLLM server)")
+    return text.rstrip("/")
+
+
+def _auth_headers(api_key: str | None) -> dict[str, str]:
+    if api_key and api_key != PLACEHOLDER_KEY:
+        return {"Authorization": f"Bearer {api_key}"}
+    return {}
+
+
+def get_json(url: str, *, api_key: str | None = None, timeout: float = 5.0) -> tuple[int, Any]:
+    """``GET url`` -> ``(status, parsed JSON body or None)``; an HTTP error status is returned, not raised.
+
+    Raises :class:`EndpointUnreachable` when nothing answers (refused, timed out, DNS) within ``timeout``."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, headers={"Accept": "application/json", **_auth_headers(api_key)})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) checked by the callers
+            status, raw = response.status, response.read()
+    except urllib.error.HTTPError as exc:
+        status, raw = exc.code, exc.read() if exc.fp is not None else b""
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise EndpointUnreachable(f"nothing answers at {url} within {timeout:g} s ({scrub(str(reason), api_key)})") from None
+    try:
+        body = json.loads(raw.decode("utf-8")) if raw else None
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        body = None
+    return status, body
+
+
+def probe_endpoint(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> int:
+    """One quick ``GET <base_url>/models``: the HTTP status when anything answers (200, or 401/404 from a
+    server that is up); :class:`EndpointUnreachable` within about ``timeout`` seconds when nothing does,
+    :class:`BadBaseUrl` for a URL without a scheme. Use it before a long run of retried calls."""
+    base = check_base_url(base_url)
+    try:
+        status, _ = get_json(f"{base}/models", api_key=api_key, timeout=timeout)
+    except EndpointUnreachable as exc:
+        raise EndpointUnreachable(f"{exc}; is the server up at {base}?") from None
+    return status
 
 
 # ---------------------------------------------------------------------------
@@ -213,10 +294,13 @@ class ChatResult:
     """HTTP status of the last failed attempt, when there was one."""
     elapsed_s: float = 0.0
     """Wall time of the call, retries and waits included."""
+    system_fingerprint: str | None = None
+    """The response's ``system_fingerprint`` (vLLM: ``vllm-<version>-<hash>``; OpenAI: the backend build), when sent."""
 
     def to_dict(self) -> dict:
         return {
             "ok": self.ok,
+            "system_fingerprint": self.system_fingerprint,
             "text": self.text,
             "usage": self.usage.to_dict(),
             "attempts": self.attempts,
@@ -405,6 +489,7 @@ class ChatClient:
                 text, usage = _read_reply(response, message)
                 served = getattr(response, "model", None)
                 finish = getattr(choice, "finish_reason", None)
+                fingerprint = getattr(response, "system_fingerprint", None)
                 return ChatResult(
                     ok=True,
                     text=self._scrub(text),
@@ -413,6 +498,7 @@ class ChatClient:
                     model=served if isinstance(served, str) else (None if served is None else str(served)),
                     finish_reason=finish if isinstance(finish, str) or finish is None else str(finish),
                     elapsed_s=time.monotonic() - started,
+                    system_fingerprint=fingerprint if isinstance(fingerprint, str) else None,
                 )
             except Exception as exc:  # classified below; programming errors re-raise from classify_error
                 kind, retryable, status, retry_after = classify_error(exc)

@@ -39,6 +39,10 @@ IMAGE_PART_TOKENS = 85
 """Prompt tokens the fake server counts for each image part."""
 
 
+FAKE_VERSION = "0.0.1"
+"""What ``/version`` says for a server with an ``engine``."""
+
+
 @dataclass
 class RecordedRequest:
     """One request the server received."""
@@ -203,11 +207,18 @@ class FakeOpenAIServer:
         latency: float = 0.0,
         model: str | None = None,
         served_suffix: str = "",
+        engine: str | None = None,
+        root: str | None = None,
     ) -> None:
         self.responder: Responder = responder or default_responder
         self.latency = latency
         self.model = model
         self.served_suffix = served_suffix
+        self.engine = engine
+        """``vllm`` or ``sglang``: ``/v1/models`` says ``owned_by`` it, lists ``root`` and ``max_model_len``,
+        ``/version`` answers and replies carry a ``system_fingerprint`` (None: a plain API, 404 on /version)."""
+        self.root = root
+        """The checkpoint ``/v1/models`` names (default: the model name)."""
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -309,6 +320,8 @@ class FakeOpenAIServer:
                 {"index": 0, "message": {"role": "assistant", "content": reply.text}, "finish_reason": reply.finish_reason}
             ],
         }
+        if self.engine:
+            out["system_fingerprint"] = f"{self.engine}-{FAKE_VERSION}-fake"
         if reply.usage:
             out["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
         return out
@@ -340,9 +353,15 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:  # noqa: N802
         req = self.fake._record(self, b"")
+        fake = self.fake
         if req.path.rstrip("/").endswith("/models"):
-            name = self.fake.model or "fake-model"
-            self._send_json(200, {"object": "list", "data": [{"id": name, "object": "model", "owned_by": "fake"}]})
+            name = fake.model or "fake-model"
+            entry: dict[str, Any] = {"id": name, "object": "model", "owned_by": fake.engine or "fake"}
+            if fake.engine:
+                entry.update(root=fake.root or name, max_model_len=4096)
+            self._send_json(200, {"object": "list", "data": [entry]})
+        elif req.path.rstrip("/") == "/version" and fake.engine:
+            self._send_json(200, {"version": FAKE_VERSION})
         else:
             self._send_json(404, {"error": {"message": f"no route {req.path}", "type": "invalid_request_error"}})
 
@@ -408,6 +427,7 @@ def fake_openai() -> Iterable[FakeOpenAIServer]:
 
 
 __all__ = [
+    "FAKE_VERSION",
     "FakeOpenAIServer",
     "Fault",
     "RecordedRequest",

@@ -200,7 +200,7 @@ def test_encode_frames_jpeg_keeps_order_and_size():
 
 
 def test_frames_transport_end_to_end(fake_openai, ramp_dir, ramp_dataset, tmp_path, monkeypatch):
-    import k9bench.inference.openai_backend as backend_module
+    import k9bench.inference.video_transport as backend_module
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     encoded = []
@@ -261,8 +261,8 @@ def test_video_url_transport_sends_one_video_part(fake_openai, ramp_dir, ramp_da
         assert url.startswith("data:video/mp4;base64,")
         scene = load(out)["individual_results"][question_of(req)]["scene_name"]
         assert base64.b64decode(url.split(",", 1)[1]) == (ramp_dir / f"{scene}.mp4").read_bytes()
-        assert req.body["mm_processor_kwargs"] == {"fps": 1.0, "do_sample_frames": True}
-        assert req.body["media_io_kwargs"] == {"video": {"num_frames": 16}}
+        assert "mm_processor_kwargs" not in req.body  # vLLM refuses them by default, and they break its Qwen3-VL processing
+        assert req.body["media_io_kwargs"] == {"video": {"num_frames": 16, "fps": 1.0}}
     records = load(out)["individual_results"]
     assert all(r["video_transport"] == "video_url" and r["num_frames"] is None and r["frame_indices"] is None for r in records)
     # a URL folder instead of the bytes
@@ -431,12 +431,15 @@ def test_encoded_frames_are_cached_per_video_and_dropped_with_it():
 
     from k9bench.video import Frames
 
-    backend = OpenAIBackend(parse("--frame_size", "16x16").config)
+    from k9bench.inference.video_transport import MediaBuilder
+
+    media = MediaBuilder(transport="frames", frame_size=(16, 16), jpeg_quality=90, image_detail=None, video_url_base=None,
+                         fps=1.0, max_frames=32, audio=False, audio_format="wav", keep=4)
     frames = Frames(frames=torch.zeros((2, 3, 28, 28), dtype=torch.uint8), indices=[0, 5], source_fps=10.0, total_frames=10,
                     sample_fps=2.0, height=28, width=28, duration=1.0, decoder="decord")
-    first = backend._frame_parts(frames)
-    assert backend._frame_parts(frames) is first and len(first) == 2  # encoded once for all questions of the video
-    assert len(backend._media) == 1
+    first = media._frame_parts(frames)
+    assert media._frame_parts(frames) is first and len(first) == 2  # encoded once for all questions of the video
+    assert len(media._media) == 1
     del frames, first
     gc.collect()
-    assert backend._media == {}  # released with the video's frames
+    assert media._media == {}  # released with the video's frames

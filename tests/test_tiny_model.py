@@ -98,3 +98,10 @@ def test_cli_output_has_no_progress_bar(tmp_path):
     log = err.read_text()
     assert "\r" not in log and "it/s" not in log and "%|" not in log, log
     assert "tiny Qwen3-VL written to" in log
+
+
+def test_building_in_process_writes_no_progress_bar(tmp_path, capfd):
+    """A builder called as a function (tests, the launcher's demo) keeps tqdm out of a log that is not a terminal."""
+    build_tiny_qwen3vl(tmp_path / "m")
+    err = capfd.readouterr().err
+    assert "Writing model shards" not in err and "it/s" not in err, err

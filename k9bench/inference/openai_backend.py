@@ -6,26 +6,18 @@ The prompt, answer extraction, raw artifact, checkpoints and resume are the shar
 (:mod:`k9bench.inference.runner`), exactly as for the transformers backend; this module only
 turns one request into one HTTP call.
 
-How the video travels (``--video_transport``):
+How the video travels (``--video_transport``; :mod:`k9bench.inference.video_transport` builds the parts):
+``frames`` sends each sampled frame as a JPEG image part (any vision API: GPT-4o); ``video`` sends exactly
+the sampled frames as one short mp4 played at their true times, so a Qwen-VL model merges them in time
+and reads their timestamps as the transformers backend gives them; ``video_url`` sends the file and lets
+the server sample it. ``auto`` (the default) picks ``video`` when the server says it is vLLM or SGLang
+(``owned_by`` in ``/v1/models``) and ``frames`` otherwise; the choice and why go into the record
+(``inference.backend.video_transport``, ``video_transport_chosen``). With ``video`` the frames are
+sampled for the served checkpoint's patch size (read from its processor config), as the transformers
+backend samples them, so the model gets the same number of video tokens.
 
-``frames`` (default)
-    The frames the shared sampler chose (qwen-vl-utils' rules: ``--fps``, ``--max_frames``,
-    ``--max_pixels``), in order, each as a ``{"type": "image_url"}`` part holding a
-    ``data:image/jpeg;base64,...`` URL, placed where the runner's ``{"type": "video"}``
-    placeholder stands (before the question). ``--frame_size WxH`` resizes every frame to
-    exactly W x H (bicubic, antialiased) before encoding, e.g. 512x512 for the paper's GPT-4o
-    protocol; the sampler is then allowed up to ``2*W*H`` pixels so the frames are scaled down,
-    not up. Works with every vision chat API.
-``video_url``
-    One ``{"type": "video_url"}`` part for servers that take video (vLLM, SGLang). Its URL is
-    the original file as ``data:video/mp4;base64,...`` (self-contained, but every request
-    carries the whole file), or ``--video_url_base``/``{scene}.mp4`` (e.g. ``file:///data/videos``
-    with ``vllm serve --allowed-local-media-path /data/videos``, or an HTTP folder). The
-    server samples the frames itself; the run's sampling settings go along in the request
-    body as ``mm_processor_kwargs: {"fps": F, "do_sample_frames": true}`` and
-    ``media_io_kwargs: {"video": {"num_frames": N}}`` (vLLM reads both; other servers ignore
-    unknown fields). ``--extra_body`` can override them. The records' frame fields then say
-    ``null`` for what the server chose (the local decode only checks the file).
+What the server says about itself (``/v1/models``, ``/version``, each response's ``system_fingerprint``)
+goes into ``inference.backend.server`` (:mod:`k9bench.inference.server_info` lists the keys).
 
 Concurrency: the runner keeps up to ``--concurrency`` batches in flight
 (:meth:`OpenAIBackend.max_batches_in_flight`), started video by video in dataset order, so the
@@ -49,17 +41,15 @@ placeholder), is scrubbed from every error text, and is written nowhere.
 
 from __future__ import annotations
 
-import base64
 import json
 import logging
 import re
 import threading
-import weakref
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from k9bench.inference.backend import BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
+from k9bench.inference.openai_request import ApiCallError, BatchPartlyFailed, RequestSettings, _merge
+from k9bench.inference.server_info import empty_server_block, note_fingerprint
 from k9bench.inference.settings import (  # noqa: F401 (re-exported: the flags' types and choices live in settings)
     IMAGE_DETAILS,
     MAX_TOKENS_PARAMS,
@@ -71,9 +61,7 @@ from k9bench.inference.settings import (  # noqa: F401 (re-exported: the flags' 
     parse_frame_size,
     parse_json_object,
 )
-
-if TYPE_CHECKING:
-    from k9bench.video import Frames
+from k9bench.inference.video_transport import encode_frames_jpeg  # noqa: F401 (re-exported)
 
 log = logging.getLogger(__name__)
 
@@ -82,110 +70,6 @@ _CONTEXT_OVERFLOW = re.compile(
     r"|exceeds? the (?:model'?s? )?(?:maximum|max)|request entity too large|payload too large",
     re.IGNORECASE,
 )
-
-
-# --------------------------------------------------------------------------- settings
-
-
-@dataclass(frozen=True)
-class RequestSettings:
-    """What each request is built from: the run's config seen from this backend (no defaults of its
-    own: every value comes from :class:`~k9bench.inference.settings.RunConfig`)."""
-
-    api_model: str
-    """Model name sent in each request (``--api_model``, else ``--model_name_or_path``)."""
-    base_url: str | None
-    """Endpoint (``.../v1``); None: the OpenAI API."""
-    concurrency: int
-    """Requests in flight at most."""
-    max_retries: int
-    """Retries per request after the first attempt."""
-    timeout: float
-    """Seconds per HTTP attempt."""
-    retry_backoff: float
-    """Seconds before the first retry (doubled each time, jittered; Retry-After wins when longer)."""
-    video_transport: str
-    """``frames`` or ``video_url``."""
-    frame_size: str | None
-    """``WxH`` every frame is resized to before encoding (None: as sampled)."""
-    jpeg_quality: int
-    """JPEG quality of the frames."""
-    image_detail: str | None
-    """OpenAI's image ``detail`` (None: not sent)."""
-    video_url_base: str | None
-    """With ``video_url``: URL folder holding ``{scene}.mp4`` (None: a data URL of the file)."""
-    video_fps: float | None
-    """``--video_fps`` when given (whole-video sampling at this rate)."""
-    fps: float
-    """Sampling rate of the run (passed to the server with ``video_url``)."""
-    max_frames: int
-    """Frame cap of the run (passed to the server with ``video_url``)."""
-    max_new_tokens: int
-    """Token budget of the reply."""
-    max_tokens_param: str
-    """Name of the token-budget parameter."""
-    do_sample: bool | None
-    """False (``--greedy``): temperature 0 unless ``--temperature`` is given."""
-    temperature: float | None
-    """Sent when set."""
-    top_p: float | None
-    """Sent when set."""
-    top_k: int | None
-    """Sent in the body when set (vLLM/SGLang; the OpenAI API rejects it)."""
-    send_seed: bool
-    """Send the run's ``--seed`` as ``seed``."""
-    extra_body: dict
-    """Extra JSON merged into every request body (wins over ours)."""
-    audio: bool = False
-    """``--audio``: each request carries the video's soundtrack as one ``input_audio`` part after the frames."""
-    audio_format: str = "wav"
-    """Encoding of that part (``wav`` or ``mp3``)."""
-
-    @classmethod
-    def from_config(cls, config: RunConfig) -> "RequestSettings":
-        o, g, f = config.openai, config.generation, config.frames
-        return cls(
-            api_model=o.api_model or config.model.model_name_or_path, base_url=o.base_url, concurrency=o.concurrency,
-            max_retries=o.max_retries, timeout=o.timeout, retry_backoff=o.retry_backoff, video_transport=o.video_transport,
-            frame_size=o.frame_size, jpeg_quality=o.jpeg_quality, image_detail=o.image_detail, video_url_base=o.video_url_base,
-            video_fps=o.video_fps, fps=f.fps, max_frames=f.max_frames, max_new_tokens=g.max_new_tokens,
-            max_tokens_param=o.max_tokens_param, do_sample=g.do_sample, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
-            send_seed=not o.no_seed_param, extra_body=dict(o.extra_body or {}), audio=f.audio, audio_format=o.audio_format,
-        )
-
-
-def _merge(base: dict, override: dict) -> dict:
-    """``base`` updated by ``override``, recursing into nested dicts."""
-    out = dict(base)
-    for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
-        else:
-            out[key] = value
-    return out
-
-
-class ApiCallError(RuntimeError):
-    """A request that failed after its retries (or got an empty reply); the message says why."""
-
-    def __init__(self, message: str, *, kind: str | None = None, status_code: int | None = None, attempts: int = 0):
-        super().__init__(message)
-        self.kind = kind
-        """``rate_limit``, ``server_error``, ``timeout``, ``connection``, ``bad_response``, ``client_error`` or ``empty_reply``."""
-        self.status_code = status_code
-        """HTTP status of the last failed attempt, when there was one."""
-        self.attempts = attempts
-        """HTTP attempts made."""
-
-
-class BatchPartlyFailed(RuntimeError):
-    """Some requests of a batch failed; the runner reruns the batch question by question."""
-
-    def __init__(self, failures: dict[int, ApiCallError], total: int):
-        self.failures = failures
-        """Question idx -> its error."""
-        first = next(iter(failures.values()))
-        super().__init__(f"{len(failures)} of {total} request(s) failed (first: {first})")
 
 
 # --------------------------------------------------------------------------- the backend
@@ -213,8 +97,8 @@ class OpenAIBackend:
         max_pixels = config.frames.max_pixels
         if size and not config.frames.text_only and max_pixels is not None and max_pixels < size[0] * size[1]:
             warnings.append(f"--max_pixels {max_pixels} is below {o.frame_size} ({size[0] * size[1]} pixels): frames are scaled up to {o.frame_size}")
-        if o.video_transport == "video_url" and o.frame_size:
-            warnings.append("--frame_size has no effect with --video_transport video_url (the server samples and resizes the video)")
+        if o.video_transport in ("video_url", "video") and o.frame_size:
+            warnings.append(f"--frame_size has no effect with --video_transport {o.video_transport} (frames keep the sampled size)")
         if o.video_transport != "video_url" and o.video_url_base:
             warnings.append("--video_url_base has no effect unless --video_transport video_url")
         ignored = flags_given(HFSettings, config.hf)
@@ -234,9 +118,11 @@ class OpenAIBackend:
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
                        "failed_requests": 0, "retries": 0, "served_models": []}
         self._info: dict[str, Any] = {}
-        self._media: dict[Any, tuple[Any, list[dict]]] = {}  # id(frames) or path -> (frames or path, parts), recent videos
-        self._media_gates: dict[Any, threading.Lock] = {}  # one builder per video at a time
-        self._media_lock = threading.Lock()
+        self.server: dict[str, Any] = empty_server_block()
+        """``inference.backend.server`` (live: fingerprints are added as responses come)."""
+        self.transport_chosen = "as asked (--video_transport)"
+        self._patch_size: int | None = None
+        self.media = None  # the MediaBuilder, once the transport is known (load)
         self._slots = threading.BoundedSemaphore(max(1, settings.concurrency))  # HTTP calls in flight, over all batches
         self._carry: dict[int, tuple[str, Any, GenerationOutput | ApiCallError]] = {}
         self._unreachable_streak = 0  # requests in a row that could not connect
@@ -259,7 +145,16 @@ class OpenAIBackend:
             self.client = ChatClient(api_key=key, base_url=s.base_url, timeout=s.timeout, retry=policy)
         except Exception as exc:  # an unusable base_url, a missing openai package...
             raise BackendError(f"cannot create the OpenAI client for {s.base_url or 'the OpenAI API'}: {type(exc).__name__}: {exc}") from None
-        self._probe()
+        models = self._probe()
+        self._describe_server(models, key)
+        self._choose_transport()
+        s = self.settings
+        from k9bench.inference.video_transport import MediaBuilder
+
+        self.media = MediaBuilder(
+            transport=s.video_transport, frame_size=frame_size_tuple(s.frame_size), jpeg_quality=s.jpeg_quality,
+            image_detail=s.image_detail, video_url_base=s.video_url_base, fps=s.fps, max_frames=s.max_frames,
+            audio=s.audio, audio_format=s.audio_format, keep=s.concurrency + 2)
         self._info = {
             "name": self.name,
             "api_model": s.api_model,
@@ -270,6 +165,8 @@ class OpenAIBackend:
             "timeout": s.timeout,
             "retry_backoff": s.retry_backoff,
             "video_transport": s.video_transport,
+            "video_transport_chosen": self.transport_chosen,
+            "frame_patch_size": self._patch_size,
             "frame_size": s.frame_size,
             "jpeg_quality": s.jpeg_quality if s.video_transport == "frames" else None,
             "image_detail": s.image_detail,
@@ -283,35 +180,82 @@ class OpenAIBackend:
             "frames_resized_by": self._frames_resized_by(),
             "audio": {"part": "input_audio", "format": s.audio_format, "sampling_rate": self.audio_sampling_rate()} if s.audio else None,
             "usage": self._usage,  # live: filled in as the run goes (this invocation's calls)
+            "server": self.server,  # live: response fingerprints are added
         }
+
+    def _describe_server(self, models: list[Any] | None, key: str) -> None:
+        """Fill :attr:`server` from the listing and (for a ``--base_url`` server) ``/version``."""
+        from k9bench.inference.server_info import read_version, server_block
+
+        s = self.settings
+        version = read_version(self.client.base_url, key, timeout=min(10.0, s.timeout)) if s.base_url else None
+        self.server.update(server_block(models, s.api_model, version))
+        if self.server["root"] is not None and self.server["root"] != s.api_model:
+            log.info("%s serves %r from the checkpoint %s", s.base_url, s.api_model, self.server["root"])
+
+    def _choose_transport(self) -> None:
+        """Resolve ``--video_transport auto``; with ``video``, find the served checkpoint's patch size."""
+        import dataclasses
+
+        from k9bench.inference.server_info import checkpoint_patch_size
+
+        s = self.settings
+        if s.video_transport == "auto":
+            engine = self.server["engine"]
+            chosen = "video" if engine else "frames"
+            self.transport_chosen = (f"auto: {chosen} (the server is {engine})" if engine else
+                                     "auto: frames (the server does not say it is vLLM or SGLang)")
+            log.info("--video_transport %s", self.transport_chosen)
+            self.settings = s = dataclasses.replace(s, video_transport=chosen)
+        if s.video_transport == "video":
+            patch, source = checkpoint_patch_size(self.server["root"])
+            if patch is None:
+                self._warn(f"--video_transport video: {source}; frames are sampled for patch size 14 (qwen-vl-utils' default), "
+                           "and the server's processor may resize them again")
+            else:
+                log.info("--video_transport video: frames sampled for patch size %d (%s)", patch, source)
+            self._patch_size = patch
+            from k9bench.inference.video_transport import LOADER_DEFAULT_FRAMES, PROCESSOR_FPS
+
+            if s.max_frames > LOADER_DEFAULT_FRAMES and self.server["engine"] == "vllm":
+                self._warn(f"--max_frames {s.max_frames}: vLLM keeps at most {LOADER_DEFAULT_FRAMES} frames of a video unless it is "
+                           "served with --media-io-kwargs '{\"video\": {\"num_frames\": -1}}' (docs/vllm.md)")
+            if s.fps > PROCESSOR_FPS:
+                self._warn(f"--fps {s.fps:g}: a Qwen3-VL processor samples a video again at {PROCESSOR_FPS:g} fps, "
+                           "so the model may see fewer frames than were sent")
 
     def _frames_resized_by(self) -> str:
         s = self.settings
         if s.video_transport == "video_url":
             return "the server (video_url: the server samples and resizes the video)"
+        if s.video_transport == "video":
+            return f"k9bench.video (qwen-vl-utils rules, patch size {self._patch_size or 'qwen-vl-utils default'}), sent as one mp4"
         if s.frame_size:
             return f"k9bench.video (qwen-vl-utils rules), then resized to exactly {s.frame_size}"
         return "k9bench.video (qwen-vl-utils rules)"
 
-    def _probe(self) -> None:
-        """List the server's models once: an unreachable server or a refused key stops the run here."""
+    def _probe(self) -> list[Any] | None:
+        """List the server's models once (returned; None when it cannot list them): an unreachable
+        server or a refused key stops the run here."""
         import openai
 
         s = self.settings
         where = s.base_url or "the OpenAI API"
         try:
             page = self.client.client.models.list()
-            served = [getattr(m, "id", None) for m in getattr(page, "data", []) or []]
+            listed = list(getattr(page, "data", []) or [])
+            served = [getattr(m, "id", None) for m in listed]
         except (openai.APIConnectionError, openai.APITimeoutError) as exc:
             raise BackendError(f"cannot reach {where} ({type(exc).__name__}: {exc}); is the server up? (--base_url)") from None
         except openai.AuthenticationError:
             raise BackendError(f"{where} refused the API key (HTTP 401); check {_env_name()}") from None
         except Exception as exc:  # listing models is optional for some servers
             self._warn(f"could not list the models of {where} ({type(exc).__name__}); not checking that {s.api_model!r} is served")
-            return
+            return None
         if served and s.api_model not in served:
             shown = ", ".join(str(m) for m in served[:10]) + (" ..." if len(served) > 10 else "")
             self._warn(f"{s.api_model!r} is not among the models {where} lists ({shown}); requests may fail")
+        return listed
 
     def _warn(self, text: str) -> None:
         log.warning("%s", text)
@@ -343,13 +287,11 @@ class OpenAIBackend:
         body: dict[str, Any] = {}
         if s.top_k is not None:
             body["top_k"] = s.top_k
-        if s.video_transport == "video_url":
-            body["mm_processor_kwargs"] = {"fps": s.fps, "do_sample_frames": True}
-            body["media_io_kwargs"] = {"video": {"num_frames": s.max_frames}}
-        return _merge(body, s.extra_body)
+        return body
 
-    def request_params(self, seed: int | None) -> dict[str, Any]:
-        """Keyword arguments for ``chat.completions.create`` besides model and messages."""
+    def request_params(self, seed: int | None, media_body: dict | None = None) -> dict[str, Any]:
+        """Keyword arguments for ``chat.completions.create`` besides model and messages; ``media_body``:
+        the transport's fields for this request's video (``media_io_kwargs``); ``--extra_body`` wins over both."""
         s = self.settings
         params: dict[str, Any] = {s.max_tokens_param: s.max_new_tokens}
         temperature = self._temperature()
@@ -359,13 +301,17 @@ class OpenAIBackend:
             params["top_p"] = s.top_p
         if s.send_seed and seed is not None:
             params["seed"] = seed
-        extras = self._body_extras()
+        extras = _merge(_merge(self._body_extras(), media_body or {}), s.extra_body)
         if extras:
             params["extra_body"] = extras
         return params
 
     def _redacted_params(self) -> dict:
-        params = self.request_params(0 if self.settings.send_seed else None)
+        s = self.settings
+        media = {}
+        if s.video_transport == "video_url":
+            media = {"media_io_kwargs": {"video": {"num_frames": s.max_frames, "fps": s.fps}}}
+        params = self.request_params(0 if s.send_seed else None, media)
         if "seed" in params:
             params["seed"] = "--seed"
         from k9bench.redact import redact
@@ -376,7 +322,8 @@ class OpenAIBackend:
         return {**self._info, "warnings": self.warnings}
 
     def frame_patch_size(self) -> int | None:
-        return None
+        """With ``video``: the served checkpoint's patch size (frames sampled as the transformers backend samples them)."""
+        return self._patch_size if self.settings.video_transport == "video" else None
 
     def audio_sampling_rate(self) -> int | None:
         """The rate soundtracks are read at under ``--audio`` (:data:`k9bench.audio.API_SAMPLING_RATE`), else None."""
@@ -411,128 +358,14 @@ class OpenAIBackend:
             out.append({"role": msg.get("role", "user"), "content": parts})
         return out
 
-    def _media_once(self, key: Any, owner: Any, build) -> list[dict]:
-        """The media parts stored under ``key`` for ``owner``, built by ``build()`` only once even when
-        several batches of the same video ask at the same time (the others wait for it)."""
-        with self._media_lock:
-            gate = self._media_gates.setdefault(key, threading.Lock())
-        with gate:
-            with self._media_lock:
-                entry = self._media.get(key)
-            if entry is not None:
-                held = entry[0]() if isinstance(entry[0], weakref.ref) else entry[0]
-                if held is owner or (isinstance(owner, Path) and held == owner):
-                    return entry[1]
-            parts = build()
-            with self._media_lock:
-                self._media[key] = (weakref.ref(owner) if not isinstance(owner, Path) else owner, parts)
-                while len(self._media) > self.settings.concurrency + 2:  # the videos in flight, plus a few
-                    self._media.pop(next(iter(self._media)))
-            return parts
+    def _media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict, dict]:
+        """The media parts of ``request``, the record fields saying what was sent, and its body fields."""
+        from k9bench.inference.video_transport import MediaError
 
-    def _forget_media(self, key: Any) -> None:
-        # called by a weakref finalizer (any thread, maybe one holding _media_lock): single dict ops only
-        self._media.pop(key, None)
-        self._media_gates.pop(key, None)
-
-    def _frame_parts(self, frames: "Frames") -> list[dict]:
-        """One ``image_url`` part per frame, in order (encoded once for the questions of a video).
-
-        The cache holds the frames weakly: an entry goes when the runner lets go of its video.
-        """
-        key = id(frames)
-        created = []
-
-        def build() -> list[dict]:
-            created.append(True)
-            return [{"type": "image_url", "image_url": self._image_url(url)} for url in encode_frames_jpeg(
-                frames.frames, frame_size_tuple(self.settings.frame_size), self.settings.jpeg_quality)]
-
-        parts = self._media_once(key, frames, build)
-        if created:
-            weakref.finalize(frames, self._forget_media, key)
-        return parts
-
-    def _image_url(self, url: str) -> dict:
-        out = {"url": url}
-        if self.settings.image_detail:
-            out["detail"] = self.settings.image_detail
-        return out
-
-    def _video_path(self, request: GenerationRequest) -> Path:
-        if not request.video_path:
-            raise ApiCallError(f"idx {request.key}: the request names no video file (needed by --video_transport video_url)",
-                               kind="client_error")
-        return Path(request.video_path)
-
-    def _video_parts(self, path: Path) -> list[dict]:
-        """The one ``video_url`` part of ``path`` (built once for the questions of a video)."""
-
-        def build() -> list[dict]:
-            base = self.settings.video_url_base
-            if base:
-                url = f"{base.rstrip('/')}/{path.name}"
-            else:
-                try:
-                    data = path.read_bytes()
-                except OSError as exc:
-                    raise ApiCallError(f"{path}: cannot read the video ({exc})", kind="client_error") from None
-                url = "data:video/mp4;base64," + base64.b64encode(data).decode("ascii")
-            return [{"type": "video_url", "video_url": {"url": url}}]
-
-        return self._media_once(str(path), path, build)
-
-    def _audio_parts(self, request: GenerationRequest) -> list[dict]:
-        """The one ``input_audio`` part of the request's soundtrack (encoded once per video)."""
-        from k9bench.audio import AudioError, input_audio_part
-
-        audio = request.audio
-        if audio is None:
-            raise ApiCallError(f"idx {request.key}: --audio but no soundtrack was read for {request.video_path}", kind="client_error")
-        key = ("audio", id(audio))
-        created = []
-
-        def build() -> list[dict]:
-            created.append(True)
-            try:
-                return [input_audio_part(audio, self.settings.audio_format)]
-            except AudioError as exc:
-                raise ApiCallError(str(exc), kind="client_error") from None
-
-        parts = self._media_once(key, audio, build)
-        if created:
-            weakref.finalize(audio, self._forget_media, key)
-        return parts
-
-    def _media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict]:
-        """The media parts of ``request`` and the record fields describing what was sent."""
-        parts, fields = self._visual_media_for(request)
-        if self.settings.audio and parts is not None:
-            audio_parts = self._audio_parts(request)
-            parts = [*parts, *audio_parts]  # the soundtrack after the frames
-            fields["audio_sent"] = {"format": self.settings.audio_format, **request.audio.summary()}  # type: ignore[union-attr]
-        return parts, fields
-
-    def _visual_media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict]:
-        """The frame (or video) parts of ``request`` and the record fields describing what was sent."""
-        if request.frames is None:
-            return None, {"video_transport": None}
-        if self.settings.video_transport == "video_url":
-            parts = self._video_parts(self._video_path(request))
-            s = self.settings
-            return parts, {
-                "video_transport": "video_url",
-                # the server chose the frames: the local sampler's choice is not what the model saw
-                "frame_indices": None, "num_frames": None, "sample_fps": None, "frame_size": None,
-                "server_sampling": {"fps": s.fps, "max_frames": s.max_frames},
-            }
-        parts = self._frame_parts(request.frames)
-        fields: dict[str, Any] = {"video_transport": "frames", "frames_sent": len(parts)}
-        size = frame_size_tuple(self.settings.frame_size)
-        if size is not None:
-            fields["frame_size"] = [size[1], size[0]]  # [height, width], like the sampler's field
-            fields["sampled_frame_size"] = [request.frames.height, request.frames.width]
-        return parts, fields
+        try:
+            return self.media.parts_for(request)
+        except MediaError as exc:
+            raise ApiCallError(str(exc), kind="client_error") from None
 
     # ------------------------------------------------------------------ generation
 
@@ -550,11 +383,11 @@ class OpenAIBackend:
                 outcomes[pos] = carried[2]
                 continue
             try:
-                media, fields = self._media_for(request)
+                media, fields, body = self._media_for(request)
             except ApiCallError as exc:
                 outcomes[pos] = exc
                 continue
-            jobs.append((pos, self._api_messages(request.messages, media), self.request_params(request.seed), fields))
+            jobs.append((pos, self._api_messages(request.messages, media), self.request_params(request.seed, body), fields))
 
         def call(job: tuple[int, list[dict], dict, dict]) -> GenerationOutput | ApiCallError:
             pos, messages, params, fields = job
@@ -589,6 +422,7 @@ class OpenAIBackend:
                 self._usage["total_tokens"] += result.usage.total_tokens
                 if result.model and result.model not in self._usage["served_models"]:
                     self._usage["served_models"].append(result.model)
+                note_fingerprint(self.server, result.system_fingerprint)
             else:
                 self._usage["failed_requests"] += 1
             self._unreachable_streak = self._unreachable_streak + 1 if (not result.ok and result.error_kind == "connection") else 0
@@ -598,6 +432,10 @@ class OpenAIBackend:
                 f"{streak} requests in a row could not connect to {s.base_url or 'the OpenAI API'} after their retries "
                 f"(last: {result.error}); the server seems down, stopping instead of failing every remaining question"
             )
+        if not result.ok and result.status_code == 400 and "trust-request-mm-kwargs" in (result.error or ""):
+            raise BackendUnavailable(
+                f"{s.base_url} refuses per-request media_io_kwargs (sent with --video_transport {s.video_transport}): "
+                "start vLLM with --trust-request-mm-kwargs, or use --video_transport video (docs/vllm.md)")
         if not result.ok:
             status = f" (HTTP {result.status_code})" if result.status_code else ""
             return ApiCallError(f"{result.error_kind}{status} after {result.attempts} attempt(s): {result.error}",
@@ -616,6 +454,7 @@ class OpenAIBackend:
                       "total_tokens": usage.total_tokens} if has_usage else None,
             "api_model": s.api_model,
             "api_served_model": result.model,
+            "api_system_fingerprint": result.system_fingerprint,
             "api_attempts": result.attempts,
             "api_elapsed_s": round(result.elapsed_s, 3),
         }
@@ -645,8 +484,8 @@ class OpenAIBackend:
         return self.settings.concurrency
 
     def close(self) -> None:
-        with self._media_lock:
-            self._media.clear()
+        if self.media is not None:
+            self.media.clear()
         self._carry.clear()
         inner = getattr(self.client, "client", None)
         if inner is not None and hasattr(inner, "close"):
@@ -661,35 +500,6 @@ def _env_name() -> str:
     from k9bench.openai_api import API_KEY_ENV
 
     return API_KEY_ENV
-
-
-def encode_frames_jpeg(frames: Any, size: tuple[int, int] | None = None, quality: int | None = None) -> list[str]:
-    """uint8 (T, 3, H, W) frames -> ``data:image/jpeg;base64,...`` URLs, in order.
-
-    ``size`` (width, height) resizes each frame to exactly that size first (bicubic, antialiased,
-    as the sampler resizes). ``quality`` None: ``--jpeg_quality``'s default.
-    """
-    import io
-
-    from k9bench.inference.settings import OpenAISettings
-    from k9bench.settings import default_of
-
-    if quality is None:
-        quality = default_of(OpenAISettings, "jpeg_quality")
-
-    from PIL import Image
-
-    from k9bench.video import resize_frames
-
-    if size is not None:
-        frames = resize_frames(frames, size[1], size[0])
-    array = frames.permute(0, 2, 3, 1).contiguous().numpy()
-    urls = []
-    for frame in array:
-        buffer = io.BytesIO()
-        Image.fromarray(frame).save(buffer, format="JPEG", quality=quality)
-        urls.append("data:image/jpeg;base64," + base64.b64encode(buffer.getvalue()).decode("ascii"))
-    return urls
 
 
 __all__ = [

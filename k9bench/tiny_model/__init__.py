@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 
@@ -103,19 +102,6 @@ def build_tiny(family: str, path: str | Path, seed: int = 0, head_dim: int | Non
     return FAMILIES[name](path, seed=seed, head_dim=head_dim)
 
 
-def _quiet_progress_bars() -> None:
-    """No tqdm bar of transformers or huggingface_hub in a log that is not a terminal."""
-    if sys.stderr.isatty():
-        return
-    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except ImportError:  # transformers is a requirement; nothing to quiet without it
-        pass
-
-
 def _head_dim(text: str) -> int:
     """``--head_dim``: a positive multiple of 8 (mrope_section splits half of it 2:1:1)."""
     try:
@@ -141,7 +127,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.head_dim is not None and family not in HEAD_DIM_FAMILIES:
         parser.error(f"--head_dim is only for --family {', '.join(HEAD_DIM_FAMILIES)}, not {args.family}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
-    _quiet_progress_bars()
     out = build_tiny(family, args.output_dir, seed=args.seed, head_dim=args.head_dim)
     print(out)
     return 0

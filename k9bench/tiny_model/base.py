@@ -3,8 +3,10 @@ template, seeded random weights and the saving of a checkpoint (see :mod:`k9benc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
+import sys
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -160,12 +162,33 @@ def _random_weights(model_class, config, seed: int, head, stop_ids: list[int]):
     return model.eval()
 
 
+@contextlib.contextmanager
+def quiet_progress():
+    """transformers' tqdm bars (``Writing model shards``) off inside the block when stderr is not a terminal."""
+    from transformers.utils import logging as hf_logging
+
+    if sys.stderr.isatty() or not hf_logging.is_progress_bar_enabled():
+        yield
+        return
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        hf_logging.enable_progress_bar()
+
+
+def save_weights(model, path: Path) -> None:
+    """``model.save_pretrained(path)`` without a progress bar in a log."""
+    with quiet_progress():
+        model.save_pretrained(str(path))
+
+
 def _save_model(model, path: Path, eos_id: int, pad_id: int) -> None:
     from transformers import GenerationConfig
 
     gen = GenerationConfig(bos_token_id=None, eos_token_id=[eos_id, pad_id], pad_token_id=pad_id, do_sample=False, max_new_tokens=32)
     model.generation_config = gen
-    model.save_pretrained(str(path))
+    save_weights(model, path)
     gen.save_pretrained(str(path))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from k9bench.tiny_model.base import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer
+from k9bench.tiny_model.base import CHAT_TEMPLATE, SPECIAL_TOKENS, build_tokenizer, save_weights
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def build_tiny_qwen3vl(path: str | Path, seed: int = 0, head_dim: int = DEFAULT_
         max_new_tokens=32,
     )
     model.generation_config = gen
-    model.save_pretrained(str(path))
+    save_weights(model, path)
     gen.save_pretrained(str(path))
 
     image_processor = Qwen2VLImageProcessor(
@@ -176,7 +176,7 @@ def build_tiny_qwen2_5vl(path: str | Path, seed: int = 0) -> Path:
     gen = GenerationConfig(bos_token_id=None, eos_token_id=[config.eos_token_id, config.pad_token_id], pad_token_id=config.pad_token_id,
                            do_sample=False, max_new_tokens=32)
     model.generation_config = gen
-    model.save_pretrained(str(path))
+    save_weights(model, path)
     gen.save_pretrained(str(path))
     image_processor = Qwen2VLImageProcessor(patch_size=14, temporal_patch_size=2, merge_size=2,
                                             size={"shortest_edge": 28 * 28, "longest_edge": 256 * 28 * 28})
