@@ -42,8 +42,9 @@ DTYPES = DTYPE_CHOICES
 DEFAULT_MAX_NEW_TOKENS = 2048
 DEFAULT_MAX_NEW_TOKENS_THINKING = 3072
 
-TRANSPORTS = ("frames", "video_url")
-"""``--video_transport`` choices."""
+TRANSPORTS = ("auto", "frames", "video", "video_url")
+"""``--video_transport`` choices (:mod:`k9bench.inference.video_transport`); ``auto`` is ``video`` for a vLLM or
+SGLang server, ``frames`` otherwise."""
 
 IMAGE_DETAILS = ("auto", "low", "high")
 """``--image_detail`` choices (OpenAI's ``detail`` of an image part)."""
@@ -154,8 +155,11 @@ class OpenAISettings:
     timeout: float = setting(180.0, "seconds per HTTP attempt", type=positive_float)
     retry_backoff: float = setting(1.0, "seconds before the first retry, doubled each time with jitter; a longer Retry-After wins",
                                    type=positive_float)
-    video_transport: str = setting("frames", "frames: the sampled frames as base64 JPEG image parts (any vision API); "
-                                   "video_url: one video part, sampled by the server (vLLM, SGLang)", choices=TRANSPORTS, result=True)
+    video_transport: str = setting("auto", "auto: video for a vLLM or SGLang server, frames otherwise; "
+                                   "frames: the sampled frames as base64 JPEG image parts (any vision API, GPT-4o); "
+                                   "video: the sampled frames as one mp4 at their true times (vLLM, SGLang); "
+                                   "video_url: the video file, sampled by the server (default: %(default)s)",
+                                   choices=TRANSPORTS, result=True)
     frame_size: str | None = setting(None, "resize every frame to exactly this size before sending (512x512: the paper's GPT-4o protocol)",
                                      type=parse_frame_size, metavar="WxH", result=True)
     video_fps: float | None = setting(None, f"whole-video sampling at this many frames per second: sets --fps and raises --max_frames "
