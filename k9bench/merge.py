@@ -47,6 +47,8 @@ from k9bench.artifacts import (
     write_json_atomic,
 )
 from k9bench.layout import checkpoint_path, shard_path
+from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, StageError, deferred, run_stage
+from k9bench.validators import positive_int
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +60,9 @@ _VOLATILE_RECORD_KEYS = ("timestamp",)
 
 
 class MergeError(ArtifactError):
-    """The shards cannot be merged into a trustworthy raw file; the message names the file."""
+    """The shards cannot be merged into a trustworthy raw file; the message names the file (exit 1)."""
+
+    exit_code = EXIT_FAILED
 
 
 @dataclass
@@ -86,7 +90,8 @@ def _load_shard(path: Path) -> RecordsArtifact:
 
 
 _PER_SHARD_KEYS = ("provenance", "total_count", "num_shards", "shard_id", "failed_count", "failures_by_class",
-                   "thinking_unfinished_count", "token_totals", "run_stats", "inference", "merged_from", "differing_by_shard")
+                   "thinking_unfinished_count", "token_totals", "run_stats", "inference", "merged_from", "differing_by_shard",
+                   "videos", "stage", "data_parallel")
 """Top-level keys never copied from the first shard (recomputed, merged or dropped)."""
 
 _SUMMED_STATS = ("resumed", "generated", "failed", "oom_retries", "batch_fallbacks", "generate_seconds", "frame_wait_seconds")
@@ -255,6 +260,13 @@ def merge_shards(paths: list[str | Path], output: str | Path | None = None) -> M
             "output": sum(r.get("num_output_tokens") or 0 for r in records),
             "records_with_counts": sum(1 for r in records if r.get("num_input_tokens") is not None),
         }
+    if any("videos" in art.meta for _, art in shards):  # each video is in one shard: listed once, shard by shard
+        videos: dict = {}
+        for _, art in shards:
+            for entry in art.meta.get("videos") or []:
+                if isinstance(entry, dict):
+                    videos.setdefault(entry.get("scene_name"), entry)
+        meta["videos"] = list(videos.values())
     run_stats = _merged_run_stats(shards)
     if run_stats is not None:
         meta["run_stats"] = run_stats
@@ -266,16 +278,74 @@ def merge_shards(paths: list[str | Path], output: str | Path | None = None) -> M
     return MergeResult(artifact=artifact, duplicates=duplicates, failed=failed)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from k9bench.cli import add_logging_args  # front-end helpers: only the command line uses them
+class MergeStage(Stage):
+    """The merge as a stage (:mod:`k9bench.stage`): output the merged file, inputs the shard files (by content),
+    fingerprint the shard count asked for. ``run()`` checks ``expect_shards``, merges and writes atomically."""
 
-    parser = argparse.ArgumentParser(
+    name = "merge"
+
+    def __init__(self, shards: list[str | Path], output_file: str | Path, *, expect_shards: int | None = None,
+                 argv: list[str] | None = None):
+        self.shards = [Path(p) for p in shards]
+        self.output_file = Path(output_file)
+        self.expect_shards = expect_shards
+        self.argv = argv
+
+    def outputs(self) -> list[Path]:
+        return [self.output_file]
+
+    def inputs(self) -> list[Path]:
+        return list(self.shards)
+
+    def fingerprint(self) -> dict:
+        return {"shards": len(self.shards), "expect_shards": self.expect_shards}
+
+    def done(self) -> str | None:
+        missing = [p for p in self.shards if not p.is_file()]
+        if missing:
+            return f"shard file {missing[0]} is missing"
+        return super().done()
+
+    def check_expected(self) -> None:
+        """Raise :class:`StageError` (exit 2) unless exactly ``expect_shards`` shard files are given."""
+        n = self.expect_shards
+        if n is None or len(self.shards) == n:
+            return
+        if n < 1:
+            raise StageError(f"--expect_shards {n}: must be at least 1")
+        given = {p.name for p in self.shards}
+        missing = [shard_path(self.output_file, n, i).name for i in range(n) if shard_path(self.output_file, n, i).name not in given]
+        hint = f"; missing by name: {', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}" if missing and len(self.shards) < n else ""
+        raise StageError(f"--expect_shards {n}: {len(self.shards)} shard file(s) given ({', '.join(str(p) for p in self.shards[:8])}"
+                         f"{' ...' if len(self.shards) > 8 else ''}), {n} expected{hint}; pass every shard file of the run once")
+
+    def run(self) -> int:
+        self.check_expected()
+        try:
+            result = merge_shards(self.shards, self.output_file)
+        except ArtifactError as exc:
+            raise StageError(f"merge: {exc}", EXIT_FAILED) from None
+        result.artifact.meta["provenance"] = provenance("k9bench.merge", self.argv, {
+            "shards": [str(p) for p in self.shards], "output_file": str(self.output_file), "expect_shards": self.expect_shards})
+        result.artifact.meta["stage"] = self.stage_block()
+        with deferred():
+            write_json_atomic(self.output_file, result.artifact.to_dict())
+        log.info("merged %d shard(s) into %s: %d questions (%d failed)", len(self.shards), self.output_file,
+                 len(result.artifact.records), result.failed)
+        return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from k9bench.cli import ArgumentParser, add_logging_args  # front-end helpers: only the command line uses them
+
+    parser = ArgumentParser(
         prog="python -m k9bench.merge",
         description="Merge the raw files of a sharded inference run (SLURM array) into one raw file.",
     )
     parser.add_argument("shards", nargs="+", help="the shard raw files (every shard of the run)")
     parser.add_argument("--output_file", required=True, help="the merged raw JSON file")
-    parser.add_argument("--expect_shards", type=int, default=None, help="refuse unless exactly this many shard files are given")
+    parser.add_argument("--expect_shards", type=positive_int, default=None,
+                        help="refuse unless exactly this many shard files are given (the run's --num_shards)")
     add_logging_args(parser)
     return parser
 
@@ -283,23 +353,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from k9bench.cli import setup_logging
 
-    args = build_parser().parse_args(argv)
-    setup_logging(args.verbose, args.quiet)
-    if args.expect_shards is not None and len(args.shards) != args.expect_shards:
-        log.error("merge: %d shard files given, %d expected", len(args.shards), args.expect_shards)
-        return 2
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        result = merge_shards(args.shards, args.output_file)
-        result.artifact.meta["provenance"] = provenance("k9bench.merge", argv if argv is not None else sys.argv[1:], vars(args))
-        write_json_atomic(args.output_file, result.artifact.to_dict())
-    except ArtifactError as exc:
-        log.error("merge: %s", exc)
-        return 1
-    log.info(
-        "merged %d shard(s) into %s: %d questions (%d failed)",
-        len(args.shards), args.output_file, len(result.artifact.records), result.failed,
-    )
-    return 0
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    setup_logging(args.verbose, args.quiet)
+    return run_stage(MergeStage(args.shards, args.output_file, expect_shards=args.expect_shards, argv=argv))
 
 
 if __name__ == "__main__":

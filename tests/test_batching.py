@@ -15,7 +15,6 @@ from k9bench.inference.batching import (
     halve_batch_size,
     kv_bytes_per_token,
     memory_model_for,
-    padding_waste,
     parse_batch_size,
     plan_batches,
     video_order,
@@ -65,6 +64,17 @@ def test_costs_order_videos_longest_first_inside_windows():
     assert video_order(costs, window=3) == [1, 0, 2, 5, 3, 4]
     batches = plan_batches([1, 1, 1, 1, 1, 1], 2, costs=costs, window=3)
     assert flatten(batches) == [(1, 0), (0, 0), (2, 0), (5, 0), (3, 0), (4, 0)]
+
+
+def padding_waste(batches, costs) -> float:
+    """Share of prompt positions that are padding when each row is padded to its batch's longest video."""
+    total = padded = 0.0
+    for b in batches:
+        longest = max(costs[p.group] for p in b.parts)
+        for p in b.parts:
+            total += costs[p.group] * p.size
+            padded += longest * p.size
+    return 0.0 if padded == 0 else (padded - total) / padded
 
 
 def test_ordering_by_length_lowers_padding():

@@ -99,9 +99,53 @@ def test_refusals_name_the_file(tmp_path, capsys, setup, message):
 
 
 def test_expect_shards_count(tmp_path, capsys):
+    a = write_shard(tmp_path / "raw.shard0of3.json", [0])
+    assert main(["--output_file", str(tmp_path / "raw.json"), "--expect_shards", "3", str(a)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if " ERROR " in line]
+    # one line: the flag, how many were given and which, how many expected, the missing ones by name
+    assert len(err) == 1 and "--expect_shards 3: 1 shard file(s) given" in err[0] and str(a) in err[0] and "3 expected" in err[0]
+    assert "raw.shard1of3.json, raw.shard2of3.json" in err[0] and "Traceback" not in err[0]
+    assert not (tmp_path / "raw.json").exists()
+    assert main(["--output_file", str(tmp_path / "raw.json"), "--expect_shards", "0", str(a)]) == 2
+    assert "--expect_shards" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["folder", "under a file"])
+def test_an_output_that_cannot_be_a_file_is_one_line_exit_2(tmp_path, capsys, where):
     a = write_shard(tmp_path / "a.json", [0])
-    assert main(["--output_file", str(tmp_path / "o.json"), "--expect_shards", "3", str(a)]) == 2
-    assert "3 expected" in capsys.readouterr().err
+    out = tmp_path / "folder" if where == "folder" else a / "o.json"
+    (tmp_path / "folder").mkdir()
+    before = a.read_bytes()
+    assert main(["--output_file", str(out), str(a)]) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if " ERROR " in line]
+    assert len(err) == 1 and str(out) in err[0] and "Traceback" not in err[0] and a.read_bytes() == before
+
+
+def test_merge_stage_is_done_until_a_shard_changes(tmp_path):
+    from k9bench.merge import MergeStage
+    from k9bench.stage import run_stage
+
+    s0 = write_shard(tmp_path / "a.json", [0, 1])
+    s1 = write_shard(tmp_path / "b.json", [3, 4])
+    stage = MergeStage([s0, s1], tmp_path / "m.json", expect_shards=2)
+    assert stage.done() == f"{tmp_path / 'm.json'} is missing"
+    assert run_stage(stage) == 0
+    assert stage.done() is None and json.loads((tmp_path / "m.json").read_text())["stage"]["name"] == "merge"
+    write_shard(s1, [3, 5])
+    assert "changed" in stage.done()
+    s1.unlink()
+    assert stage.done() == f"shard file {s1} is missing"
+
+
+def test_videos_of_the_shards_are_listed_once(tmp_path):
+    s0 = write_shard(tmp_path / "a.json", [0, 1])
+    s1 = write_shard(tmp_path / "b.json", [3, 4])
+    for path, scene in ((s0, "v0000000000"), (s1, "v0000000001")):
+        data = json.loads(path.read_text())
+        data["videos"] = [{"scene_name": scene, "bytes": 10, "sha256": "0" * 64, "duration": 5.0, "frames_sampled": 4}]
+        path.write_text(json.dumps(data))
+    meta = merge_shards([s0, s1]).artifact.meta
+    assert [v["scene_name"] for v in meta["videos"]] == ["v0000000000", "v0000000001"] and "differing_by_shard" not in meta
 
 
 def shard_meta(shard_id: int, num_shards: int, *, failures: dict, tokens: tuple, generated: int, wall: float,
@@ -204,7 +248,7 @@ def test_output_that_is_a_shard_is_refused_and_missing_shards_are_named(tmp_path
     s0 = write_shard(tmp_path / "raw_m_mf4_n-1.shard0of2.json", [0, 1])
     with pytest.raises(MergeError, match="the output file is one of the shards"):
         merge_shards([s0], output=s0)
-    assert main(["--output_file", str(s0), str(s0)]) == 1
+    assert main(["--output_file", str(s0), str(s0)]) == 2  # the writable-output check (k9bench.stage): bad input
     assert json.loads(s0.read_text())["total_count"] == 2
     data = json.loads(s0.read_text())
     data.update(num_shards=2, shard_id=0)

@@ -119,17 +119,6 @@ def plan_batches(sizes: Sequence[int], batch_size: int, *, costs: Sequence[float
     return batches
 
 
-def padding_waste(batches: Sequence[PlannedBatch], costs: Sequence[float]) -> float:
-    """Share of prompt positions that are padding when each row is padded to its batch's longest video."""
-    total = padded = 0.0
-    for b in batches:
-        longest = max(costs[p.group] for p in b.parts)
-        for p in b.parts:
-            total += costs[p.group] * p.size
-            padded += longest * p.size
-    return 0.0 if padded == 0 else (padded - total) / padded
-
-
 def estimate_video_tokens(num_frames: int, height: int, width: int, patch_size: int, *, merge_size: int = 2,
                           temporal_patch_size: int = 2, text_tokens: int = 0) -> int:
     """Language-model tokens of a video item (Qwen-VL: one token per merged patch per temporal pair),
@@ -279,5 +268,5 @@ def memory_model_for(config: Any, *, dtype_bytes: int, prompt_tokens: int, max_n
 __all__ = [
     "AUTO", "BatchPart", "BatchSizeChoice", "DEFAULT_MAX_AUTO_BATCH", "DEFAULT_MEMORY_FRACTION", "MemoryModel", "PlannedBatch",
     "auto_batch_size", "estimate_video_tokens", "given_batch_size", "halve_batch_size", "kv_bytes_per_token",
-    "memory_model_for", "padding_waste", "parse_batch_size", "plan_batches", "video_order",
+    "memory_model_for", "parse_batch_size", "plan_batches", "video_order",
 ]
