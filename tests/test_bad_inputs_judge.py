@@ -83,6 +83,28 @@ def _latin1_prompt(folder: Path) -> list[str]:
     return ["--prompt_file", str(path)]
 
 
+def _file(name: str, data: bytes):
+    def edit(folder: Path) -> list[str]:
+        (folder / name).write_bytes(data)
+        return ["--evaluations", str(folder / name)]
+
+    return edit
+
+
+def _symlink_loop(folder: Path) -> list[str]:
+    (folder / "loop.json").symlink_to(folder / "loop2.json")
+    (folder / "loop2.json").symlink_to(folder / "loop.json")
+    return ["--evaluations", str(folder / "loop.json")]
+
+
+def _prompt(text: str):
+    def edit(folder: Path) -> list[str]:
+        (folder / "prompt.txt").write_text(text)
+        return ["--prompt_file", str(folder / "prompt.txt")]
+
+    return edit
+
+
 def _args(*extra: str):
     return lambda folder: [a.replace("{dir}", str(folder)) for a in extra]
 
@@ -112,7 +134,20 @@ BAD = [
     ("negative limit", _args("--limit", "-10"), ["--limit", ">= 0"]),
     ("prompt file missing", _args("--prompt_file", "{dir}/nope.txt"), ["nope.txt"]),
     ("prompt file not UTF-8", _latin1_prompt, ["--prompt_file", "prompt.txt", "not UTF-8"]),
-    ("evaluations is a folder", _args("--evaluations", "{dir}"), ["Is a directory"]),
+    ("evaluations is a folder", _args("--evaluations", "{dir}"), ["--evaluations", "is a folder, not a file"]),
+    # issue 23: every fault of the evaluations file is one line naming it (never "--prompt_file None")
+    ("evaluations not UTF-8", _file("bad.json", b'{"individual_results": ["\xff\xfe"]}'), ["--evaluations", "bad.json", "not UTF-8"]),
+    ("evaluations binary", _file("bad.json", bytes(range(256)) * 4), ["--evaluations", "bad.json"]),
+    ("evaluations nested too deeply", _file("bad.json", b"[" * 200_000), ["--evaluations", "bad.json", "nested too deeply"]),
+    ("evaluations empty", _file("bad.json", b""), ["--evaluations", "bad.json", "empty"]),
+    ("evaluations a symlink loop", _symlink_loop, ["--evaluations", "loop.json", "symbolic link loop"]),
+    ("evaluations without records", _file("bad.json", b'{"individual_results": []}'), ["bad.json", "no records"]),
+    # issue 23: a format spec that would build a 100 GB string is refused before any request
+    ("template with a huge format spec", _prompt("{question} {correct_answer} {model_output:>99999999999}"),
+     ["prompt.txt", "{model_output} carry a format spec"]),
+    ("empty prompt file", _prompt(""), ["prompt.txt", "lacks the placeholder(s)"]),
+    # issue 23 / 25: a --base_url without a scheme is exit 2 at once (it was retried for minutes)
+    ("base_url without a scheme", _args("--base_url", "localhost:8000/v1"), ["--base_url", "localhost:8000/v1", "http://"]),
 ]
 
 
@@ -129,6 +164,7 @@ def test_bad_input_is_refused_before_any_request(case, edit, fragments, workdir,
     assert len(lines) == 1, err
     for fragment in fragments:
         assert fragment in lines[0], (fragment, lines[0])
+    assert "--prompt_file None" not in err
     assert "sk-live-canary" not in err
     assert snapshot(workdir) == before  # nothing written, earlier outputs unchanged
     assert server.chat_requests() == []  # no request was paid for
@@ -179,7 +215,7 @@ def test_odd_200_reply_is_a_skipped_entry_with_its_reason(case, reply, reason, t
 
     server.responder = respond
     argv = ["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "judge.json"), "--base_url", server.base_url, *FAST]
-    assert call(argv) == 1
+    assert call(argv) == 0  # skipped entries: exit 0, as the reference (issue 24 item 1)
     err = capsys.readouterr().err
     assert "Traceback" not in err and reason in err
     skipped = json.loads((tmp_path / "judge_skipped.json").read_text())
@@ -219,3 +255,25 @@ def test_null_content_is_an_empty_reply_not_a_failure(server):
     client = ChatClient(api_key=KEY, base_url=server.base_url, retry=RetryPolicy(max_retries=0), rng=random.Random(0))
     result = client.chat([{"role": "user", "content": "hi"}], model="m")
     assert result.ok and result.text == ""
+
+
+def test_a_5_mb_reply_is_a_clear_skipped_entry_not_a_hang(tmp_path, server, capsys):
+    """Issue 23: a huge reply is not parsed (the reply size cap): a skipped entry saying so, with the
+    start of the reply kept, and the rest of the run goes on; a rerun against a sane server scores it."""
+    from k9bench.judge import MAX_REPLY_CHARS
+
+    write_eval(tmp_path / "eval.json", make_records(3))
+    huge = "CoT: " + ("\n" * 1000 + "{'Logic': " + "9" * 1000) * 2500  # 5 MB of newlines and braces
+    assert len(huge) > 5_000_000
+    server.responder = lambda req: Reply(huge) if idx_of(req) == 1 else good(req)
+    argv = ["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "judge.json"), "--base_url", server.base_url, *FAST]
+    assert call(argv) == 0
+    skipped = json.loads((tmp_path / "judge_skipped.json").read_text())
+    assert [s["idx"] for s in skipped] == [1] and skipped[0]["kind"] == "reply_too_large"
+    assert f"reply too large: {len(huge)} characters, over the {MAX_REPLY_CHARS}-character cap" in skipped[0]["error"]
+    assert skipped[0]["raw_reply"] == huge[:4000] and (tmp_path / "judge_skipped.json").stat().st_size < 50_000
+    assert [e["idx"] for e in json.loads((tmp_path / "judge.json").read_text())] == [0, 2]
+    assert "Traceback" not in capsys.readouterr().err
+    server.responder = good
+    assert call(argv) == 0
+    assert [e["idx"] for e in json.loads((tmp_path / "judge.json").read_text())] == [0, 1, 2]

@@ -15,8 +15,6 @@ from k9bench.judge import (
     build_tasks,
     check_prompt_template,
     cross_check,
-    default_output,
-    default_skipped,
     option_text,
     parse_judgement,
     render_prompt,
@@ -39,8 +37,6 @@ PARSE_OK = [
     ("bold label", f"**CoT:** bold label\n\n{DICT_SQ}", "bold label"),
     ("multi-line cot", f"CoT: first line\nsecond line\n{DICT_SQ}", "first line second line"),
     ("no cot", DICT_SQ, ""),
-    ("lower-case keys", "CoT: x\n{'logic': 8, 'factuality': 7, 'accuracy': 6, 'conciseness': 9, 'overall': 7}", "x"),
-    ("extra key ignored", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7, 'Note': 'n/a'}", "x"),
     ("trailing comma", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7,}", "x"),
     (
         "echoed template earlier, last block wins",
@@ -59,28 +55,33 @@ def test_parse_accepts(case, reply, cot):
     assert j.cot == cot
 
 
+def test_extra_keys_are_kept_after_the_axes_as_written():
+    """Issue 24 item 1: the reference keeps extra keys in ``scores`` (they were dropped before)."""
+    j = parse_judgement("CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7, 'Note': 'n/a', 'logic': 3}")
+    assert j.scores == {**GOOD, "Note": "n/a", "logic": 3} and list(j.scores)[:5] == list(AXES)
+    assert j.adjustments == {}
+
+
 PARSE_FAIL = [
     # (case, reply, message fragment)
     ("empty", "", "empty reply"),
     ("none", None, "empty reply"),
     ("no dict", "CoT: I think it is good. Logic 8, Overall 7.", "no {...}"),
     ("missing key", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Overall': 7}", "Conciseness"),
+    # issue 24 item 1: lower-case keys skip the entry, as the reference skips it (they were matched before)
+    ("lower-case keys", "CoT: x\n{'logic': 8, 'factuality': 7, 'accuracy': 6, 'conciseness': 9, 'overall': 7}",
+     "missing score key(s): Logic, Factuality, Accuracy, Conciseness, Overall (found 'logic', 'factuality'"),
+    ("one key in another case", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'conciseness': 9, 'Overall': 7}",
+     "missing score key(s): Conciseness (found 'conciseness'"),
     ("placeholder X", "CoT: x\n{'Logic': X, 'Factuality': X, 'Accuracy': X, 'Conciseness': X, 'Overall': X}", "neither JSON nor"),
-    ("out of range high", "CoT: x\n{'Logic': 11, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "outside 1-10"),
-    ("zero", "CoT: x\n{'Logic': 0, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "outside 1-10"),
-    ("fraction truncated to 0", "CoT: x\n{'Logic': 0.5, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "0.5 (0 after truncation), outside 1-10"),
-    ("float above range", "CoT: x\n{'Logic': 11.0, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "outside 1-10"),
-    ("string out of range", "CoT: x\n{'Logic': '0', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "'0', outside 1-10"),
     ("non-integer string", "CoT: x\n{'Logic': '7.5', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
     ("word", "CoT: x\n{'Logic': 'eight', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
     ("nan", 'CoT: x\n{"Logic": NaN, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7}', "not an integer"),
     ("infinity", 'CoT: x\n{"Logic": Infinity, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7}', "not an integer"),
     ("null", 'CoT: x\n{"Logic": null, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7}', "not an integer"),
-    ("bool", "CoT: x\n{'Logic': True, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "not an integer"),
     ("set not dict", "CoT: x\n{8, 7, 6, 9, 7}", "not a dictionary"),
     ("truncated", "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accur", "no {...}"),
     ("last block broken", f"CoT: x\n{DICT_SQ}\n{{'Overall': }}", "neither JSON nor"),
-    ("duplicate axis by case", "{'Logic': 8, 'logic': 9, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "twice"),
     ("code injection is not evaluated", "{'Logic': __import__('os').getpid(), 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}", "neither JSON nor"),
 ]
 
@@ -100,6 +101,32 @@ PARSE_ADJUSTED = [
     ("non-integer truncated toward zero", "10.9", 10),
     ("just above 1", "1.2", 1),
 ]
+
+
+PARSE_OUT_OF_RANGE = [
+    # (case, Logic as written, Logic read) -- kept as given and flagged by default (the reference's int());
+    # refused with strict=True (--strict_scores), as every one of them was before issue 24
+    ("eleven", "11", 11),
+    ("zero", "0", 0),
+    ("negative", "-3", -3),
+    ("float above range", "11.0", 11),
+    ("fraction truncated to 0", "0.5", 0),
+    ("string out of range", "'0'", 0),
+    ("true", "True", 1),
+    ("false", "False", 0),
+]
+
+
+@pytest.mark.parametrize("case, written, read", PARSE_OUT_OF_RANGE, ids=[c[0] for c in PARSE_OUT_OF_RANGE])
+def test_out_of_range_and_bool_scores_are_kept_and_flagged_unless_strict(case, written, read):
+    reply = f"CoT: x\n{{'Logic': {written}, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}}"
+    j = parse_judgement(reply)
+    assert j.scores == {**GOOD, "Logic": read} and type(j.scores["Logic"]) is int
+    assert j.adjustments == {"Logic": eval(written)}
+    assert j.out_of_range == ([] if 1 <= read <= 10 else ["Logic"])
+    with pytest.raises(JudgeParseError) as info:
+        parse_judgement(reply, strict=True)
+    assert "'Logic'" in str(info.value) and ("outside 1-10 (--strict_scores)" in str(info.value) or "not an integer 1-10" in str(info.value))
 
 
 @pytest.mark.parametrize("case, written, read", PARSE_ADJUSTED, ids=[c[0] for c in PARSE_ADJUSTED])
@@ -136,6 +163,11 @@ def test_builtin_prompt_renders_and_keeps_the_score_format():
         ("{question} {correct_answer} {model_output} {'Logic': X}", "unknown placeholder"),
         ("{question} {correct_answer} {model_output} {", "not a valid template"),
         ("{question} {correct_answer} {model_output} {video}", "unknown placeholder(s) {video}"),
+        # issue 23: a huge format spec would build a string that wide (MemoryError): refused before any request
+        ("{question} {correct_answer} {model_output:>99999999999}", "placeholder(s) {model_output} carry a format spec"),
+        ("{question!r} {correct_answer} {model_output}", "placeholder(s) {question} carry a format spec or conversion"),
+        ("{question.__class__} {correct_answer} {model_output}", "unknown placeholder(s) {question.__class__}"),
+        ("", "lacks the placeholder(s) {question}, {correct_answer}, {model_output}"),
     ],
 )
 def test_bad_prompt_templates_are_refused(template, fragment):
@@ -201,13 +233,19 @@ def test_task_problems(fields, fragment):
 def test_build_tasks_reports_every_problem_with_idx(tmp_path):
     recs = [_record(idx=i).to_dict() for i in range(4)]
     recs[1]["ground_truth"] = "Z"
-    recs[3]["idx"] = 0
+    recs[3]["options"] = ["A. runs"]
     path = tmp_path / "eval.json"
     path.write_text(json.dumps({"individual_results": recs}))
     with pytest.raises(JudgeInputError) as info:
         build_tasks(path)
     msg = str(info.value)
-    assert str(path) in msg and "idx 1" in msg and "idx 0: appears more than once" in msg
+    assert "\n" not in msg and str(path) in msg and "2 record problem(s)" in msg
+    assert "idx 1 (record #1): ground_truth 'Z'" in msg and "idx 3 (record #3): options have no text" in msg
+    recs[3] = {**recs[0]}  # a duplicate idx: refused naming both positions (by the one artifact reader)
+    path.write_text(json.dumps({"individual_results": recs}))
+    with pytest.raises(JudgeInputError) as info:
+        build_tasks(path)
+    assert str(path) in str(info.value) and "idx 0" in str(info.value) and "#0" in str(info.value) and "#3" in str(info.value)
 
 
 def test_build_tasks_older_threshold_layout_and_failed_records(tmp_path):
@@ -262,16 +300,3 @@ def test_summarize_counts_categories_and_usage():
     assert s["per_category"]["posture analysis"]["axes"]["Logical"]["score_0_100"] == 70.0
     assert s["usage"]["entries_and_skipped"] == {"prompt_tokens": 350, "completion_tokens": 35, "total_tokens": 385, "requests": 4}
     assert s["skipped_idx"] == [3] and s["failed_at_inference_idx"] == [4]
-
-
-@pytest.mark.parametrize(
-    "evaluations, output, skipped",
-    [
-        ("out/eval_Qwen3-VL-4B_mf32_n10.json", "out/judge_Qwen3-VL-4B_mf32_n10.json", "out/judge_Qwen3-VL-4B_mf32_n10_skipped.json"),
-        ("raw_m.json", "judge_m.json", "judge_m_skipped.json"),
-        ("results.json", "judge_results.json", "judge_results_skipped.json"),
-    ],
-)
-def test_default_paths(evaluations, output, skipped):
-    assert str(default_output(evaluations)) == output
-    assert str(default_skipped(output)) == skipped

@@ -155,7 +155,8 @@ def test_scores_every_answered_question_in_idx_order(tmp_path, server, capsys):
 
     requests = server.chat_requests()
     assert sorted(idx_of(r) for r in requests) == [e["idx"] for e in entries]  # failed records are not sent
-    assert all(r.body["model"] == "gpt-4o" and r.body["temperature"] == 0.0 for r in requests)
+    # the reference's request (issue 24 item 1): only model and messages, no temperature unless --temperature is given
+    assert all(r.body["model"] == "gpt-4o" and set(r.body) == {"model", "messages"} for r in requests)
     prompt = requests[0].text
     i = idx_of(requests[0])
     assert f"Question {i}: what does the dog do?" in prompt and f"option {LETTERS[i % 5]} of {i}" in prompt
@@ -173,6 +174,7 @@ def test_scores_every_answered_question_in_idx_order(tmp_path, server, capsys):
 
     meta = load(tmp_path / "judge.json.meta.json")
     assert meta["judge"]["model"] == "gpt-4o" and meta["judge"]["prompt_source"] == "builtin:judge_prompt"
+    assert meta["judge"]["sent_params"] == {} and meta["judge"]["temperature"] is None  # what was sent is recorded
     assert len(meta["judge"]["prompt_sha256"]) == 64 and meta["judge"]["base_url_used"].startswith(server.base_url)
     assert meta["provenance"]["script"] == "subjective_evals.py" and meta["run"]["served_models_this_run"] == {"gpt-4o-2024-08-06": 10}
     assert [f["idx"] for f in meta["failed_at_inference"]] == [4, 7]
@@ -182,7 +184,9 @@ def test_scores_every_answered_question_in_idx_order(tmp_path, server, capsys):
 
 MALFORMED = {
     1: "The answer looks fine to me, I would give it an eight.",  # no dictionary
-    2: "CoT: x\n{'Logic': 11, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",  # out of range
+    # (was an out-of-range 11: since issue 24 it is kept as given and flagged, as the reference does;
+    # see test_reference_style_scores_are_read_and_flagged. Lower-case keys are skipped, as the reference skips them.)
+    2: "CoT: x\n{'logic': 8, 'factuality': 7, 'accuracy': 6, 'conciseness': 9, 'overall': 7}",  # lower-case keys
     3: "CoT: x\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Overall': 7}",  # missing key
     # (was a float 7.5: since issue 14 it is truncated to 7 as the reference does; see test_reference_style_scores_are_read_and_flagged)
     5: "CoT: x\n```json\n{\"Logic\": \"high\", \"Factuality\": 7, \"Accuracy\": 6, \"Conciseness\": 9, \"Overall\": 7}\n```",  # a word
@@ -194,8 +198,10 @@ MALFORMED = {
 def test_malformed_replies_are_skipped_with_raw_reply_then_retried(tmp_path, server, capsys):
     write_eval(tmp_path / "eval.json", make_records(9))
     server.responder = per_idx({i: [Reply(text)] for i, text in MALFORMED.items()})
-    assert run(tmp_path, server, "--concurrency", "3") == 1
+    assert run(tmp_path, server, "--concurrency", "3") == 0  # the reference's exit: 0, with the count on the last line
     log_text = capsys.readouterr().err
+    assert log_text.rstrip().splitlines()[-1].endswith(f"judge: 3 scored, 6 skipped -> {tmp_path / 'judge.json'}, "
+                                                       f"{tmp_path / 'skipped.json'} (rerun the same command to retry the skipped ones)")
 
     entries = load(tmp_path / "judge.json")
     skipped = load(tmp_path / "skipped.json")
@@ -206,7 +212,7 @@ def test_malformed_replies_are_skipped_with_raw_reply_then_retried(tmp_path, ser
         assert s["raw_reply"] == MALFORMED[s["idx"]] and s["timestamp"]
     summary = load(tmp_path / "judge.json.summary.json")
     assert summary["counts"]["skipped"] == 6 and summary["skipped_idx"] == sorted(MALFORMED)
-    assert "idx 2: unparseable judge reply (score 'Logic' is 11, outside 1-10)" in log_text
+    assert "idx 2: unparseable judge reply (missing score key(s): Logic, Factuality, Accuracy, Conciseness, Overall (found 'logic'" in log_text
 
     # the same command again: done entries are not re-sent, skipped ones are retried
     server.clear()
@@ -245,7 +251,7 @@ def test_429_500_and_timeouts_succeed_on_retry(tmp_path, server, capsys):
 def test_permanent_failures_land_in_skipped_never_as_scores(tmp_path, server):
     write_eval(tmp_path / "eval.json", make_records(4))
     server.responder = per_idx({1: [Fault(500)] * 10, 2: [Fault(400)]})
-    assert run(tmp_path, server, "--max_retries", "2") == 1
+    assert run(tmp_path, server, "--max_retries", "2") == 0
     assert [e["idx"] for e in load(tmp_path / "judge.json")] == [0, 3]
     skipped = {s["idx"]: s for s in load(tmp_path / "skipped.json")}
     assert skipped[1]["kind"] == "api_error" and skipped[1]["error_kind"] == "server_error" and skipped[1]["status_code"] == 500
@@ -336,7 +342,7 @@ def test_api_key_is_never_written_or_logged(tmp_path, server, capsys):
         return Fault(401, body=json.dumps({"error": {"message": f"Incorrect API key provided: {token}"}}))
 
     server.responder = per_idx({1: [echo_key], 2: [lambda req: Reply("I saw " + req.headers["authorization"])]})
-    assert run(tmp_path, server, "-v", "-v", "--dataset_name", "demo") == 1
+    assert run(tmp_path, server, "-v", "-v", "--dataset_name", "demo") == 0
     captured = capsys.readouterr()
     assert "DEBUG" in captured.err  # library debug logs were on
     assert all(r.headers["authorization"] == f"Bearer {SECRET}" for r in server.chat_requests())  # the key was used
@@ -433,26 +439,38 @@ def test_dataset_cross_check_reports_mismatches(tmp_path, server, capsys):
     assert len(load(tmp_path / "judge.json")) == 3
 
 
-def test_ctrl_c_keeps_checkpointed_results_and_writes_no_final_file(tmp_path, monkeypatch, server, capsys):
-    from k9bench import openai_api
+def signal_when_checkpointed(ckpt: Path, lines: int, signum: int) -> threading.Thread:
+    """A watcher that sends ``signum`` to this process once ``ckpt`` holds ``lines`` lines."""
 
+    def watch():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if ckpt.exists() and ckpt.read_text().count("\n") >= lines:
+                time.sleep(0.1)  # the next request is in flight (stalled)
+                os.kill(os.getpid(), signum)
+                return
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_ctrl_c_keeps_checkpointed_results_and_writes_no_final_file(tmp_path, server, capsys):
+    """Ctrl-C (SIGINT) goes through the stage's stop policy: exit 75, the checkpoint kept, no final file;
+    the rerun sends only the unfinished entries. (It was exit 130 before the stage contract.)"""
     write_eval(tmp_path / "eval.json", make_records(6))
-    real_chat = openai_api.ChatClient.chat
-
-    def chat(self, messages, **kw):
-        if "answer-4 the dog" in messages[0]["content"]:
-            raise KeyboardInterrupt
-        return real_chat(self, messages, **kw)
-
-    monkeypatch.setattr(openai_api.ChatClient, "chat", chat)
-    assert run(tmp_path, server, "--concurrency", "1") == 130
-    assert "rerun the same command to finish" in capsys.readouterr().err
+    server.responder = lambda req: good(req) if idx_of(req) < 4 else Fault(stall=30)
     ckpt = checkpoint_path(tmp_path / "judge.json")
+    watcher = signal_when_checkpointed(ckpt, 4, signal.SIGINT)
+    assert run(tmp_path, server, "--concurrency", "1") == 75
+    watcher.join(timeout=5)
+    assert "stopped by SIGINT" in capsys.readouterr().err
     assert [json.loads(line)["idx"] for line in ckpt.read_text().splitlines()] == [0, 1, 2, 3]
-    assert not (tmp_path / "judge.json").exists()
+    assert not (tmp_path / "judge.json").exists() and not (tmp_path / "skipped.json").exists()
 
-    monkeypatch.setattr(openai_api.ChatClient, "chat", real_chat)
     server.clear()
+    server.responder = good
     assert run(tmp_path, server) == 0
     assert sorted(idx_of(r) for r in server.chat_requests()) == [4, 5]
     assert [e["idx"] for e in load(tmp_path / "judge.json")] == list(range(6))
@@ -460,38 +478,63 @@ def test_ctrl_c_keeps_checkpointed_results_and_writes_no_final_file(tmp_path, mo
     assert len(meta["input"]["sha256"]) == 64 and meta["input"]["stage"] == "eval"
 
 
-def test_a_corrupt_earlier_output_is_refused_not_trusted(tmp_path, server, capsys):
+@pytest.mark.parametrize("value, fragment", [("11", "score 'Overall' is '11' (type str), not an integer"),
+                                             (float("nan"), "score 'Overall' is nan (type float), not an integer"),
+                                             (7.5, "score 'Overall' is 7.5 (type float), not an integer"),
+                                             (None, "score 'Overall' is None (type NoneType), not an integer")])
+def test_a_corrupt_earlier_output_is_refused_not_trusted(value, fragment, tmp_path, server, capsys):
+    """Issue 23: an earlier judge file with a string or NaN score is refused in one line (an out-of-range
+    integer is a score the reference keeps, so it is accepted)."""
     write_eval(tmp_path / "eval.json", make_records(3))
     assert run(tmp_path, server) == 0
     entries = load(tmp_path / "judge.json")
-    entries[1]["scores"]["Overall"] = 11
-    (tmp_path / "judge.json").write_text(json.dumps(entries))
+    entries[1]["scores"]["Overall"] = value
+    (tmp_path / "judge.json").write_text(json.dumps(entries))  # json writes NaN as the bare word NaN
     capsys.readouterr()
+    server.clear()
     assert run(tmp_path, server) == 2
-    assert "idx 1: score 'Overall' is 11, outside 1-10" in capsys.readouterr().err
+    errors = [line for line in capsys.readouterr().err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "judge.json: idx 1: " + fragment in errors[0]
+    assert server.chat_requests() == []
 
 
-def test_an_unreachable_endpoint_stops_the_run_instead_of_retrying_every_entry(tmp_path, server, capsys):
-    from k9bench.judge import unreachable_after
-
+def test_a_wrong_endpoint_fails_within_seconds_before_the_first_question(tmp_path, capsys):
+    """Issue 25 item 4: the endpoint is probed first; nothing listening there is exit 2 in seconds, one
+    line naming --base_url, no question sent, nothing written."""
     write_eval(tmp_path / "eval.json", make_records(40))
     down = FakeOpenAIServer(good)
     down.start()
     dead_url = down.base_url
     down.stop()  # nothing listens on that port any more: every connection is refused
+    argv = ["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "judge.json"), "--base_url", dead_url, *FAST]
+    started = time.monotonic()
+    assert subjective_evals.main(argv) == 2
+    assert time.monotonic() - started < 15
+    errors = [line for line in capsys.readouterr().err.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and f"--base_url {dead_url}" in errors[0] and "does not answer" in errors[0]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.json"]
+
+
+def test_an_endpoint_that_goes_down_mid_run_stops_the_run_instead_of_retrying_every_entry(tmp_path, server, capsys):
+    from k9bench.judge import unreachable_after
+
+    write_eval(tmp_path / "eval.json", make_records(40))
+    server.responder = lambda req: good(req) if idx_of(req) < 3 else Fault(drop=True)  # the probe passes, then it fails
     argv = ["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "judge.json"), "--skipped",
-            str(tmp_path / "skipped.json"), "--base_url", dead_url, "--concurrency", "2", "--max_retries", "1", *FAST]
+            str(tmp_path / "skipped.json"), "--base_url", server.base_url, "--concurrency", "1", "--max_retries", "1", *FAST]
     assert subjective_evals.main(argv) == 2
     err = capsys.readouterr().err
-    assert f"could not be reached for {unreachable_after(2)} entries in a row" in err and "check --base_url" in err
+    assert f"could not be reached for {unreachable_after(1)} entries in a row" in err and "check --base_url" in err
     ckpt = checkpoint_path(tmp_path / "judge.json")
     lines = [json.loads(line) for line in ckpt.read_text().splitlines()]
-    assert len(lines) == unreachable_after(2) < 40  # stopped early, each failure checkpointed
-    assert all(r["status"] == "skipped" for r in lines)
+    assert len(lines) == 3 + unreachable_after(1) < 40  # stopped early, each result checkpointed
+    assert [r["status"] for r in lines] == ["scored"] * 3 + ["skipped"] * unreachable_after(1)
     assert not (tmp_path / "judge.json").exists()  # like an interruption: no final file, the rerun finishes
-    # the same command against a live server finishes the whole file
-    argv[argv.index(dead_url)] = server.base_url
+    server.clear()
+    server.responder = good
     assert subjective_evals.main(argv) == 0
+    # (a set: the first run's last request, abandoned in flight, may still be retrying inside this process)
+    assert sorted({idx_of(r) for r in server.chat_requests()}) == list(range(3, 40))
     assert [e["idx"] for e in load(tmp_path / "judge.json")] == list(range(40))
     assert load(tmp_path / "skipped.json") == [] and not ckpt.exists()
 
@@ -499,25 +542,64 @@ def test_an_unreachable_endpoint_stops_the_run_instead_of_retrying_every_entry(t
 # -- the reference's files and replies (issue 14 items 4 and 5, SPEC section 9) ---------------------
 
 
-def test_reference_style_scores_are_read_and_flagged(tmp_path, server):
-    write_eval(tmp_path / "eval.json", make_records(4))
-    replies = {
-        1: "CoT: x\n{'Logic': '9', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",  # numeric string
-        2: 'CoT: y\n{"Logic": 7.5, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 10.9}',  # non-integers
-        3: "CoT: z\n{'Logic': 0, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",  # out of range: refused
-    }
-    server.responder = per_idx({i: [Reply(text)] for i, text in replies.items()})
-    assert run(tmp_path, server) == 1
+REFERENCE_REPLIES = {
+    # idx: reply -- each kind of SPEC section 9, scored or skipped as the reference does
+    1: "CoT: x\n{'Logic': '9', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",  # numeric string
+    2: 'CoT: y\n{"Logic": 7.5, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 10.9}',  # non-integers
+    3: "CoT: z\n{'Logic': 0, 'Factuality': 11, 'Accuracy': -3, 'Conciseness': 9, 'Overall': 7}",  # out of range: kept
+    4: "CoT: t\n{'Logic': True, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",  # true -> 1
+    5: "CoT: e\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7, 'Note': 'n/a'}",  # extra key kept
+    6: "CoT: l\n{'logic': 8, 'factuality': 7, 'accuracy': 6, 'conciseness': 9, 'overall': 7}",  # lower-case keys: skipped
+    7: "CoT: m\n{'Logic': 8, 'Factuality': 7, 'Accuracy': 6, 'Overall': 7}",  # a missing key: skipped
+}
+
+
+def test_reference_style_scores_are_read_and_flagged(tmp_path, server, capsys):
+    """Issue 24 item 1: the reference's int() on each score; out-of-range integers kept as given and
+    flagged, lower-case keys skip the entry, extra keys kept; exit 0 with skipped entries."""
+    write_eval(tmp_path / "eval.json", make_records(8))
+    server.responder = per_idx({i: [Reply(text)] for i, text in REFERENCE_REPLIES.items()})
+    assert run(tmp_path, server) == 0
+    assert capsys.readouterr().err.rstrip().splitlines()[-1].split(" WARNING k9bench.judge: ")[1].startswith("judge: 6 scored, 2 skipped")
     entries = {e["idx"]: e for e in load(tmp_path / "judge.json")}
-    assert sorted(entries) == [0, 1, 2]
+    assert sorted(entries) == [0, 1, 2, 3, 4, 5]
     assert entries[1]["scores"]["Logic"] == 9 and entries[1]["score_adjustments"] == {"Logic": "9"}
     assert entries[2]["scores"]["Logic"] == 7 and entries[2]["scores"]["Overall"] == 10
     assert entries[2]["score_adjustments"] == {"Logic": 7.5, "Overall": 10.9}
-    assert "score_adjustments" not in entries[0]
-    skipped = load(tmp_path / "skipped.json")
-    assert [s["idx"] for s in skipped] == [3] and "score 'Logic' is 0, outside 1-10" in skipped[0]["error"]
+    assert {k: entries[3]["scores"][k] for k in ("Logic", "Factuality", "Accuracy")} == {"Logic": 0, "Factuality": 11, "Accuracy": -3}
+    assert entries[3]["score_adjustments"] == {"Logic": 0, "Factuality": 11, "Accuracy": -3}
+    assert entries[3]["scores_out_of_range"] == ["Logic", "Factuality", "Accuracy"]
+    assert entries[4]["scores"]["Logic"] == 1 and entries[4]["score_adjustments"] == {"Logic": True}
+    assert entries[5]["scores"] == {"Logic": 8, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7, "Note": "n/a"}
+    assert "score_adjustments" not in entries[0] and "score_adjustments" not in entries[5]
+    skipped = {s["idx"]: s for s in load(tmp_path / "skipped.json")}
+    assert sorted(skipped) == [6, 7] and all(s["kind"] == "parse_error" for s in skipped.values())
+    assert "found 'logic'" in skipped[6]["error"] and "Conciseness" in skipped[7]["error"]
     summary = load(tmp_path / "judge.json.summary.json")
-    assert summary["score_adjusted_idx"] == [1, 2]
+    assert summary["score_adjusted_idx"] == [1, 2, 3, 4] and summary["out_of_range_idx"] == [3]
+    logic = [entries[i]["scores"]["Logic"] for i in sorted(entries)]
+    assert summary["axes"]["Logical"]["mean_1_10"] == round(sum(logic) / 6, 4)  # averaged in as given, as the reference does
+
+
+def test_strict_scores_and_fail_on_skipped(tmp_path, server):
+    """--strict_scores gives the earlier refusal of out-of-range and bool scores; --fail_on_skipped exits 1."""
+    write_eval(tmp_path / "eval.json", make_records(8))
+    server.responder = per_idx({i: [Reply(text)] for i, text in REFERENCE_REPLIES.items()})
+    assert run(tmp_path, server, "--strict_scores", "--fail_on_skipped") == 1
+    assert sorted(e["idx"] for e in load(tmp_path / "judge.json")) == [0, 1, 2, 5]
+    skipped = {s["idx"]: s for s in load(tmp_path / "skipped.json")}
+    assert sorted(skipped) == [3, 4, 6, 7]
+    assert "score 'Logic' is 0, outside 1-10 (--strict_scores)" in skipped[3]["error"]
+    assert "score 'Logic' is True, not an integer 1-10" in skipped[4]["error"]
+    assert load(tmp_path / "judge.json.meta.json")["judge"]["fingerprint"]["strict_scores"] is True
+
+
+def test_temperature_is_sent_and_recorded_only_when_given(tmp_path, server):
+    write_eval(tmp_path / "eval.json", make_records(2))
+    assert run(tmp_path, server, "--temperature", "0", "--max_tokens", "300") == 0
+    assert all(r.body["temperature"] == 0.0 and r.body["max_tokens"] == 300 for r in server.chat_requests())
+    judge = load(tmp_path / "judge.json.meta.json")["judge"]
+    assert judge["sent_params"] == {"temperature": 0.0, "max_tokens": 300} and judge["fingerprint"]["temperature"] == 0.0
 
 
 def test_dataset_questions_without_an_answer_are_skipped_as_missing_model_answer(tmp_path, server, capsys):

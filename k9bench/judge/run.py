@@ -1,0 +1,409 @@
+"""A resumable judge run: what earlier runs left, the request loop, the final files.
+
+Each result is appended to ``<output>.partial.jsonl`` as it arrives (inside
+:func:`k9bench.stage.deferred`, so a stop signal never tears a line). The final files are written
+at the end: the skipped list, the summary, the meta sidecar (with the stage block) and the judge
+list last, then the checkpoint goes. A rerun keeps what is scored, retries what was skipped and
+sends only the rest. Earlier files made with another fingerprint (:func:`judge_fingerprint`) or
+from another evaluations file are refused (``on_change='refuse'``, the script's rule) or set aside
+(``'redo'``). A stop signal (:class:`k9bench.stage.Interrupted`) stops new requests, abandons those in
+flight and leaves the checkpoint for the rerun; no final file is written.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from k9bench import layout
+from k9bench.artifacts import ArtifactError, CheckpointLog, JudgeEntry, SkippedEntry, now_iso, read_json, write_json_atomic
+from k9bench.judge.parse import AXES, JudgeParseError, stored_score
+from k9bench.judge.score import Outcome, format_summary, judge_task, summarize
+from k9bench.judge.settings import MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, JudgeRunSettings, judge_fingerprint
+from k9bench.judge.tasks import TaskSet
+from k9bench.redact import redact
+from k9bench.settings import fingerprint_differences
+from k9bench.stage import deferred
+
+log = logging.getLogger("k9bench.judge")
+
+__all__ = ["PriorState", "RunPaths", "RunResult", "format_summary", "load_prior", "missing_answer_entry", "resolve_paths",
+           "run_judge", "sidecar_path", "unreachable_after"]
+
+
+# ---------------------------------------------------------------------------
+# Where a run reads and writes
+
+
+def sidecar_path(output: str | Path, suffix: str) -> Path:
+    """``<output>.<suffix>`` (e.g. ``meta.json``, ``summary.json``)."""
+    output = Path(output)
+    return output.with_name(f"{output.name}.{suffix}")
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a judge run reads and writes."""
+
+    output: Path
+    """The judge JSON list."""
+    skipped: Path
+    """The skipped list."""
+
+    @property
+    def checkpoint(self) -> Path:
+        return layout.checkpoint_path(self.output)
+
+    @property
+    def meta(self) -> Path:
+        return sidecar_path(self.output, "meta.json")
+
+    @property
+    def summary(self) -> Path:
+        return sidecar_path(self.output, "summary.json")
+
+
+def resolve_paths(run: JudgeRunSettings) -> RunPaths:
+    """The output and skipped paths (defaults from :mod:`k9bench.layout`); :class:`JudgeInputError`
+    when ``--output`` is not a file name or ``--skipped`` is one of the output's own files. (Whether
+    they can be written is :func:`k9bench.stage.check_output`'s, called by ``run_stage``.)"""
+    evaluations = Path(str(run.evaluations))
+    output = Path(run.output) if run.output is not None else layout.next_stage_path(evaluations, "judge")
+    if output.name in ("", ".", ".."):
+        raise JudgeInputError(f"--output {run.output or repr(run.output)}: not a file name; give a file such as judge.json")
+    skipped = Path(run.skipped) if run.skipped is not None else layout.skipped_path(output)
+    paths = RunPaths(output=output, skipped=skipped)
+    taken = {paths.output.resolve(): "--output", paths.checkpoint.resolve(): "the checkpoint of --output",
+             paths.meta.resolve(): "the meta sidecar of --output", paths.summary.resolve(): "the summary sidecar of --output"}
+    if paths.skipped.resolve() in taken:
+        raise JudgeInputError(f"--skipped {paths.skipped} is also {taken[paths.skipped.resolve()]}; give another name")
+    return paths
+
+
+# ---------------------------------------------------------------------------
+# What earlier runs left
+
+
+@dataclass
+class PriorState:
+    """What earlier runs of the same command left."""
+
+    entries: dict = field(default_factory=dict)
+    """idx -> entry dict (from the output file and the checkpoint)."""
+    skipped: dict = field(default_factory=dict)
+    """idx -> skipped dict (from the skipped file and the checkpoint)."""
+
+
+class _Mismatch(Exception):
+    """Earlier files that this run must not mix with its own (refused or set aside by the caller)."""
+
+
+def _load_list(path: Path, what: str) -> list[dict]:
+    try:
+        data = read_json(path)
+    except ArtifactError as exc:
+        raise JudgeInputError(f"{exc} (the {what} of an earlier run; move it away to start afresh)") from None
+    if not isinstance(data, list) or not all(isinstance(x, dict) and "idx" in x for x in data):
+        raise JudgeInputError(f"{path}: not a list of entries with 'idx' (the {what} of an earlier run; move it away to start afresh)")
+    return data
+
+
+def _legacy_fingerprint(judge_model: Any, prompt_sha256: Any) -> dict:
+    """The fingerprint of a file written before fingerprints were recorded (model and prompt only)."""
+    return {k: v for k, v in (("judge_model", judge_model), ("prompt_sha256", prompt_sha256)) if v is not None}
+
+
+def _record_fingerprint(record: dict) -> dict:
+    prior = record.get("fingerprint")
+    return prior if isinstance(prior, dict) else _legacy_fingerprint(record.get("judge_model"), record.get("prompt_sha256"))
+
+
+def read_meta(paths: RunPaths) -> dict | None:
+    """The meta sidecar of an earlier final output (None when there is none)."""
+    if not paths.meta.exists():
+        return None
+    try:
+        meta = read_json(paths.meta)
+    except ArtifactError as exc:
+        raise JudgeInputError(f"{exc} (the meta sidecar of an earlier run; move it away to start afresh)") from None
+    return meta if isinstance(meta, dict) else {}
+
+
+def meta_input_digest(meta: dict | None) -> str | None:
+    """The sha256 of the evaluations file an earlier final output was made from, as its sidecar records it."""
+    if not meta:
+        return None
+    block = meta.get("stage") if isinstance(meta.get("stage"), dict) else {}
+    digests = [d for d in (block.get("inputs") or {}).values() if isinstance(d, str)]
+    if digests:
+        return digests[0]
+    legacy = meta.get("input") if isinstance(meta.get("input"), dict) else {}
+    return legacy.get("sha256") if isinstance(legacy.get("sha256"), str) else None
+
+
+def _final_records(paths: RunPaths, meta: dict | None) -> list[dict]:
+    """An earlier run's final files as checkpoint-shaped records (skipped first, so a scored entry of the
+    same idx wins), each with the fingerprint and input digest its meta sidecar records."""
+    if meta is None and paths.output.exists():
+        log.warning("%s has no %s sidecar: cannot confirm its entries used this prompt; keeping them", paths.output, paths.meta.name)
+    judge = (meta or {}).get("judge") if isinstance((meta or {}).get("judge"), dict) else {}
+    fingerprint = judge.get("fingerprint")
+    if not isinstance(fingerprint, dict):
+        fingerprint = _legacy_fingerprint(judge.get("model"), judge.get("prompt_sha256"))
+    common = {"fingerprint": fingerprint, "input_sha256": meta_input_digest(meta)}
+    records = []
+    if paths.skipped.exists():
+        for s in _load_list(paths.skipped, "skipped list"):
+            records.append({"idx": s["idx"], **common, "status": "skipped", "skipped": s, "source": str(paths.skipped)})
+    if not paths.output.exists():
+        return records
+    for n, e in enumerate(_load_list(paths.output, "output")):
+        try:
+            JudgeEntry.from_dict(e, where=f"{paths.output}: entry #{n}")
+            scores = e.get("scores")
+            if not isinstance(scores, dict):
+                raise JudgeParseError("scores is not a dictionary")
+            for axis in AXES:
+                if axis not in scores:
+                    raise JudgeParseError(f"score {axis!r} is missing")
+                stored_score(axis, scores[axis])
+        except ArtifactError as exc:
+            raise JudgeInputError(f"{exc}; fix or move the file away") from None
+        except JudgeParseError as exc:
+            raise JudgeInputError(f"{paths.output}: idx {e['idx']}: {exc}; fix or move the file away") from None
+        records.append({"idx": e["idx"], **common, "status": "scored", "entry": e, "source": str(paths.output)})
+    return records
+
+
+def load_prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict, *, input_sha256: str | None = None,
+               on_change: str = "refuse") -> PriorState:
+    """Read the output, skipped file and checkpoint of earlier runs. Entries made with another
+    fingerprint (model, temperature, prompt, score rule) or from another evaluations file are refused
+    (:class:`JudgeInputError`) or, with ``on_change='redo'``, set aside: the old checkpoint is removed
+    and the run starts afresh (its final files replace the old ones)."""
+    try:
+        state = _prior(paths, fingerprint, tasks_by_idx, input_sha256)
+    except _Mismatch as exc:
+        if on_change != "redo":
+            raise JudgeInputError(str(exc)) from None
+        log.warning("%s; judging afresh (the old results are replaced at the end of this run)", exc)
+        CheckpointLog(paths.checkpoint).remove()
+        return PriorState()
+    return state
+
+
+def _prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict, input_sha256: str | None) -> PriorState:
+    ckpt = CheckpointLog(paths.checkpoint)
+    records: dict = {}
+    for rec in _final_records(paths, read_meta(paths)):
+        records[rec["idx"]] = rec
+    try:
+        records.update(ckpt.load())
+    except ArtifactError as exc:
+        raise JudgeInputError(f"{exc} (the checkpoint of an earlier run; move it away to start over)") from None
+    state = PriorState()
+    for idx in sorted(records, key=str):
+        rec = records[idx]
+        where = rec.get("source") or str(paths.checkpoint)
+        diffs = fingerprint_differences(_record_fingerprint(rec), fingerprint, partial=True)
+        if diffs:
+            prior = _record_fingerprint(rec)
+            made = f"judge model {prior.get('judge_model')!r}" if "judge_model" in prior else "other settings"
+            raise _Mismatch(f"{where}: idx {idx} was judged with {made} and settings that differ from this run's "
+                            f"({'; '.join(diffs)}); use another --output, or delete the old files to rejudge")
+        made_from = rec.get("input_sha256")
+        if input_sha256 and isinstance(made_from, str) and made_from != input_sha256:
+            raise _Mismatch(f"{where}: was judged from another evaluations file (sha256 {made_from[:12]}..., this "
+                            f"--evaluations is {input_sha256[:12]}...); use another --output, or delete the old files to rejudge")
+        if rec.get("status") == "scored":
+            state.entries[idx] = rec["entry"]
+        elif rec.get("status") == "skipped":
+            state.skipped[idx] = rec["skipped"]
+    model = fingerprint.get("judge_model")
+    for idx, e in state.entries.items():
+        if e.get("judge_model") != model:
+            raise _Mismatch(f"{paths.output}: idx {idx} was judged by {e.get('judge_model')!r}, not {model!r}; use another --output")
+        task = tasks_by_idx.get(idx)
+        if task is not None and (e.get("model_output") != task.model_output or e.get("question") != task.question):
+            raise _Mismatch(f"{paths.output}: idx {idx} holds a judgement of a different answer or question than the "
+                            "evaluations file; it was made from another input: use another --output")
+    return state
+
+
+# ---------------------------------------------------------------------------
+# The run
+
+
+@dataclass
+class RunResult:
+    """What :func:`run_judge` did."""
+
+    entries: list[dict]
+    """Final judge list, idx order."""
+    skipped: list[dict]
+    """Final skipped list, idx order (``missing_model_answer`` entries included)."""
+    summary: dict
+    """The saved summary."""
+    judged_now: int
+    """Requests resolved this run (scored + skipped)."""
+    unreachable: str | None = None
+    """Set (the reason) when the run stopped because the endpoint refused every connection (see
+    :func:`unreachable_after`); the checkpoint holds what was done, no final file is written."""
+
+    @property
+    def retryable_skipped(self) -> list[dict]:
+        """Skipped entries a rerun may still score (all but the questions with no answer to judge)."""
+        return [s for s in self.skipped if s.get("kind") != MISSING_MODEL_ANSWER]
+
+
+def unreachable_after(concurrency: int) -> int:
+    """Consecutive results that failed to connect (after their retries) that stop a run: the endpoint went
+    down, and going on would spend hours in retry backoff for nothing."""
+    return max(10, 3 * concurrency)
+
+
+def missing_answer_entry(idx: int, dataset: str | None) -> dict:
+    """The skipped entry of a dataset question with no record in the judged file."""
+    return SkippedEntry(idx=idx, error=MISSING_MODEL_ANSWER, timestamp=now_iso(),
+                        extra={"kind": MISSING_MODEL_ANSWER,
+                               "detail": f"question {idx} of {dataset or 'the dataset'} has no record in the judged file"}).to_dict()
+
+
+@dataclass
+class _Tally:
+    """What this run did so far."""
+
+    scored: int = 0
+    skipped: int = 0
+    refused_streak: int = 0
+    served: dict = field(default_factory=dict)
+    usage: Any = None
+
+
+def _take(outcome: Outcome, task: Any, record: dict, ckpt: CheckpointLog, entries: dict, skipped: dict, tally: _Tally) -> None:
+    """Checkpoint one result and fold it into the run's state (called inside ``deferred()``)."""
+    from k9bench.openai_api import Usage
+
+    if outcome.entry is not None:
+        data = outcome.entry.to_dict()
+        ckpt.append({**record, "status": "scored", "entry": data})
+        entries[task.idx] = data
+        skipped.pop(task.idx, None)
+        tally.scored += 1
+        name = data.get("judge_model_served") or "?"
+        tally.served[name] = tally.served.get(name, 0) + 1
+        tally.usage = tally.usage + Usage.from_dict(data.get("judge_usage"))
+        tally.refused_streak = 0
+    else:
+        data = outcome.skipped.to_dict()
+        ckpt.append({**record, "status": "skipped", "skipped": data})
+        skipped[task.idx] = data
+        tally.skipped += 1
+        tally.usage = tally.usage + Usage.from_dict(data.get("judge_usage"))
+        tally.refused_streak = tally.refused_streak + 1 if outcome.skipped.extra.get("error_kind") == "connection" else 0
+
+
+def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_client: Callable[[], Any],
+              meta: dict | None = None, input_sha256: str | None = None, stage_block: dict | None = None,
+              before_first_request: Callable[[Any], None] | None = None) -> RunResult:
+    """Judge every task not already done; checkpoint each result; write skipped, summary, meta and output.
+
+    ``make_client`` is called only when there is something to judge and returns an object with
+    ``chat(messages, model=..., label=..., **params) -> ChatResult`` (:class:`k9bench.openai_api.ChatClient`);
+    ``before_first_request(client)`` (the endpoint probe) runs before the first request. Everything
+    written passes through :func:`k9bench.redact.redact` where it holds settings or error texts."""
+    from k9bench.openai_api import Usage, run_concurrent
+    from k9bench.progress import ProgressLog
+
+    settings = config.judge
+    limit = config.run.limit
+    fingerprint = judge_fingerprint(settings)
+    targets = taskset.tasks[:limit] if limit is not None and limit >= 0 else list(taskset.tasks)
+    prior = load_prior(paths, fingerprint, {t.idx: t for t in taskset.tasks}, input_sha256=input_sha256, on_change=config.run.on_change)
+    todo = [t for t in targets if t.idx not in prior.entries]
+    beyond = f", {len(taskset.tasks) - len(targets)} beyond --limit" if len(targets) < len(taskset.tasks) else ""
+    log.info("%d record(s): %d to judge, %d already scored, %d failed at inference (not judged)%s", taskset.total_records,
+             len(todo), len(targets) - len(todo), len(taskset.failed), beyond)
+    retrying = sum(1 for t in todo if t.idx in prior.skipped)
+    if retrying:
+        log.info("retrying %d previously skipped entr%s", retrying, "y" if retrying == 1 else "ies")
+    if taskset.failed:
+        shown = ", ".join(str(f["idx"]) for f in taskset.failed[:20])
+        log.warning("%d record(s) failed at inference and are not judged: idx %s%s", len(taskset.failed), shown,
+                    " ..." if len(taskset.failed) > 20 else "")
+    entries, skipped = dict(prior.entries), dict(prior.skipped)
+    if taskset.missing:
+        shown = ", ".join(str(i) for i in taskset.missing[:20])
+        log.warning("%d question(s) of %s have no record in %s: skipped as %s (idx %s%s)", len(taskset.missing),
+                    config.run.dataset_name, config.run.evaluations, MISSING_MODEL_ANSWER, shown, " ..." if len(taskset.missing) > 20 else "")
+        for idx in taskset.missing:
+            if idx not in entries:
+                skipped[idx] = missing_answer_entry(idx, config.run.dataset_name)
+    tally = _Tally(usage=Usage())
+    unreachable: str | None = None
+    stop_after = unreachable_after(config.requests.concurrency)
+    client = None
+    if todo:
+        client = make_client()
+        if before_first_request is not None:
+            before_first_request(client)
+        ckpt = CheckpointLog(paths.checkpoint)
+        progress = ProgressLog("judge", len(todo), unit="questions")
+        record_base = {"fingerprint": fingerprint, "input_sha256": input_sha256}
+        results = run_concurrent(lambda t: judge_task(t, client, settings), todo, config.requests.concurrency)
+        try:
+            for task, outcome in results:
+                with deferred():  # a stop signal waits until the line is whole
+                    _take(outcome, task, {"idx": task.idx, **record_base}, ckpt, entries, skipped, tally)
+                progress.update(1, failed=0 if outcome.entry is not None else 1)
+                if tally.refused_streak >= stop_after:
+                    unreachable = redact(
+                        f"the judge endpoint {getattr(client, 'base_url', '?')} could not be reached for {tally.refused_streak} "
+                        "entries in a row (each after its retries): check --base_url and that the server is up")
+                    log.error("%s; stopping. %d result(s) of this run are checkpointed in %s; rerun the same command to finish",
+                              unreachable, tally.scored + tally.skipped, paths.checkpoint)
+                    break
+        except BaseException:  # a stop signal (k9bench.stage.Interrupted), Ctrl-C, a bug: the checkpoint stays
+            log.warning("%d result(s) of this run are checkpointed in %s; requests in flight are abandoned; rerun the same "
+                        "command to send only the unfinished entries", tally.scored + tally.skipped, paths.checkpoint)
+            raise
+        finally:
+            results.close()  # no new request starts; calls in flight are abandoned (daemon threads)
+            progress.close()
+            ckpt.close()
+    final_entries = [entries[i] for i in sorted(entries)]
+    final_skipped = [skipped[i] for i in sorted(skipped) if i not in entries]
+    run_info = {
+        "judge_model": settings.judge_model,
+        "to_judge_this_run": len(todo),
+        "scored_this_run": tally.scored,
+        "skipped_this_run": tally.skipped,
+        "retries_this_run": getattr(client, "retries_done", 0) if client is not None else 0,
+        "served_models_this_run": tally.served,
+        "targets": len(targets),
+        "records": taskset.total_records,
+        "missing_model_answer": len(taskset.missing),
+        "unreachable": unreachable,
+    }
+    summary = summarize(final_entries, final_skipped, taskset.failed, usage_this_run=tally.usage.to_dict(), extra=run_info)
+    if unreachable:  # the checkpoint holds everything; the final files are the rerun's
+        return RunResult(final_entries, final_skipped, summary, tally.scored + tally.skipped, unreachable=unreachable)
+    meta_out = dict(meta or {})
+    judge_block = dict(meta_out.get("judge") or {})
+    judge_block.update(config.requests.record())
+    judge_block.update(settings.record())
+    judge_block.update({"model": settings.judge_model, "fingerprint": fingerprint, "sent_params": settings.request_params()})
+    if client is not None:
+        judge_block["base_url_used"] = getattr(client, "base_url", None)
+    meta_out.update({"judge": judge_block, "run": run_info, "counts": summary["counts"], "failed_at_inference": taskset.failed})
+    if stage_block is not None:
+        meta_out["stage"] = stage_block
+    with deferred():  # the final files as one step: a stop signal waits until they are all written
+        write_json_atomic(paths.skipped, final_skipped)
+        write_json_atomic(paths.summary, redact(summary))
+        write_json_atomic(paths.meta, redact(meta_out))
+        write_json_atomic(paths.output, final_entries)  # the output last, then the checkpoint goes
+        CheckpointLog(paths.checkpoint).remove()
+    return RunResult(final_entries, final_skipped, summary, tally.scored + tally.skipped)
