@@ -263,7 +263,11 @@ def load_records_artifact(path: str | os.PathLike, *, allow_empty: bool = True) 
     Raises :class:`ArtifactError` naming the file: any fault of :func:`read_json`, a layout without
     records, a record without an integer idx, a duplicate idx (both positions named), and with
     ``allow_empty=False`` a file holding no records."""
-    data = read_json(path)
+    return records_artifact_from(read_json(path), path, allow_empty=allow_empty)
+
+
+def records_artifact_from(data: Any, path: str | os.PathLike, *, allow_empty: bool = True) -> RecordsArtifact:
+    """:func:`load_records_artifact` on a file's already-read JSON ``data`` (same checks)."""
     rows, meta = find_records(data, where=str(path))
     if not rows and not allow_empty:
         raise ArtifactError(f"{path}: no records in 'individual_results' (an earlier stage wrote nothing)")

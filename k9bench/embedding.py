@@ -7,16 +7,19 @@ and the five ``"A. text"`` options without a prompt, normalised, and takes cosin
 encoded once, in length-sorted batches.
 
 Whether the two agree depends on the dtype. In float32 (the default here, on CPU and GPU) the
-batched similarities equal the per-record ones within 1e-5, so verdicts are reproduced. In
+batched similarities equal our per-record ones within 1e-5, so verdicts are reproduced. In
 bfloat16 on a GPU, batch shapes change the kernels' summation order and padding, and
 similarities move by ~1e-3 (3.66e-3 measured on an H200), enough to flip a verdict at the
 threshold or at a near-tie: ``--dtype bfloat16`` is therefore an opt-in, recorded in the sim file
 (``similarity_run.notes``). ``bench/bench_scoring.py`` counts the flipped verdicts.
 
-Padding side: the tokenizer's own is kept and recorded (``similarity_run.padding_side``). The
-reference pads on the left (SPEC section 9); for an absolute-position model such as MiniLM that
-shifts shorter texts' similarities inside a batch, so batch-invariant numbers need right padding
-there, which is what such tokenizers default to.
+Padding side: the tokenizer's own is kept and recorded (``similarity_run.padding_side``), by design.
+The reference forces left padding (SPEC section 9). For the paper's Qwen3-Embedding-8B that changes
+nothing (its tokenizer pads on the left and pools the last token). For an absolute-position model
+such as the small MiniLM, left padding shifts the positions of every text shorter than the longest
+in its batch, so the reference's numbers depend on the batch; we keep right padding, batch-invariant,
+and so differ from the reference with MiniLM: similarities by up to 0.094 and about 1 verdict in 16
+flipped at each threshold, measured side by side.
 
 Device, dtype and attention are decided by :mod:`k9bench.accelerator`, the policy the inference
 backend uses too.
@@ -31,7 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from k9bench.progress import progress_enabled
+from k9bench.progress import ProgressLog
 from k9bench.scoring_settings import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_MODEL, EmbeddingSettings, ScoringError
 
 log = logging.getLogger(__name__)
@@ -100,10 +103,10 @@ class EmbeddingRun:
     scored_records: int = 0
     """Records whose similarities decide their verdict."""
     skipped_records: dict = field(default_factory=dict)
-    """Reason -> records whose similarities do not decide their verdict (failed samples get none; empty
-    answers are embedded as the reference does, so its tools can read the file, and still count wrong)."""
+    """Reason -> records whose similarities do not decide their verdict: ``failed_sample`` (placeholder
+    similarities of 0.0, so that the reference's evaluate reads them and they stay wrong)."""
     embedded_empty_answers: int = 0
-    """Empty answers embedded like any other text (similarities present, verdict wrong)."""
+    """Empty or blank answers, embedded like any other text and decided by the rule, as the reference does."""
     seconds: float = 0.0
     """Encoding and assembly time."""
     dtype_reason: str = ""
@@ -263,16 +266,16 @@ def load_embedding_model(
     return model, run
 
 
-def encode_texts(model, texts: Sequence[str], *, prompt_name: str | None, batch_size: int, desc: str = "encoding",
-                 run: EmbeddingRun | None = None):
+def encode_texts(model, texts: Sequence[str], *, prompt_name: str | None, batch_size: int,
+                 run: EmbeddingRun | None = None, progress: ProgressLog | None = None):
     """Normalised float32 embeddings of ``texts`` (rows in input order).
 
     Texts are sorted by length (longest first, so an out-of-memory error shows
     at once) and encoded ``batch_size`` at a time; on an accelerator out-of-memory
     error the batch size is halved and the batch retried (noted in ``run``).
+    ``progress`` is told each finished batch.
     """
     import numpy as np
-    from tqdm.auto import tqdm
 
     from k9bench.accelerator import free_accelerator_memory, is_out_of_memory
 
@@ -286,26 +289,26 @@ def encode_texts(model, texts: Sequence[str], *, prompt_name: str | None, batch_
         kwargs["prompt_name"] = prompt_name
     start = 0
     size = batch_size
-    with tqdm(total=n, desc=desc, unit="text", disable=progress_enabled()) as bar:
-        while start < n:
-            chunk = order[start:start + size]
-            try:
-                emb = model.encode([texts[i] for i in chunk], batch_size=len(chunk), **kwargs)
-            except (RuntimeError, MemoryError) as exc:
-                if not is_out_of_memory(exc) or size == 1:
-                    raise
-                size = max(1, size // 2)
-                log.warning("out of memory while encoding; batch size lowered to %d", size)
-                if run is not None:
-                    run.batch_size_used = min(run.batch_size_used, size)
-                free_accelerator_memory()
-                continue
-            emb = np.asarray(emb, dtype=np.float32)
-            if out is None:
-                out = np.zeros((n, emb.shape[1]), dtype=np.float32)
-            out[chunk] = emb
-            start += len(chunk)
-            bar.update(len(chunk))
+    while start < n:
+        chunk = order[start:start + size]
+        try:
+            emb = model.encode([texts[i] for i in chunk], batch_size=len(chunk), **kwargs)
+        except (RuntimeError, MemoryError) as exc:
+            if not is_out_of_memory(exc) or size == 1:
+                raise
+            size = max(1, size // 2)
+            log.warning("out of memory while encoding; batch size lowered to %d", size)
+            if run is not None:
+                run.batch_size_used = min(run.batch_size_used, size)
+            free_accelerator_memory()
+            continue
+        emb = np.asarray(emb, dtype=np.float32)
+        if out is None:
+            out = np.zeros((n, emb.shape[1]), dtype=np.float32)
+        out[chunk] = emb
+        start += len(chunk)
+        if progress is not None:
+            progress.update(len(chunk))
     if out is None:
         out = np.zeros((0, 0), dtype=np.float32)
     return out
@@ -335,8 +338,9 @@ def batched_similarities(model, items: Sequence[ScoringItem], *, prompt_name: st
     if run is not None:
         run.unique_answers = len(answers)
         run.unique_options = len(options)
-    answer_emb = encode_texts(model, answers, prompt_name=prompt_name, batch_size=batch_size, desc="answers", run=run)
-    option_emb = encode_texts(model, options, prompt_name=None, batch_size=batch_size, desc="options", run=run)
+    with ProgressLog("calculate", len(answers) + len(options), unit="texts") as progress:
+        answer_emb = encode_texts(model, answers, prompt_name=prompt_name, batch_size=batch_size, run=run, progress=progress)
+        option_emb = encode_texts(model, options, prompt_name=None, batch_size=batch_size, run=run, progress=progress)
     out = []
     for item in items:
         sims = cosines(answer_emb[answer_row[item.answer]], option_emb[[option_row[t] for t in item.options]])

@@ -11,6 +11,8 @@ model is loaded, whoever builds the object.
 - :class:`EmbeddingSettings`: the embedding model and how it runs (``calculate``, ``all``).
 - :class:`EvalSettings`: the fine rule's threshold and our statistics (``evaluate``, ``all``).
 
+- :class:`ScoringConfig`: the three, plus how the run logs (what ``config_from_argv`` returns).
+
 Also the stage's error type, :class:`ScoringError` (here so that the embedding and the rule halves
 share it without importing each other).
 """
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from k9bench.settings import setting
+from k9bench.stage import EXIT_FAILED, StageError
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, MAX_RESAMPLES
 
 DEFAULT_EMBEDDING_MODEL = "Qwen/Qwen3-Embedding-8B"
@@ -34,6 +38,8 @@ MAX_BATCH_SIZE = 65536
 """Largest ``--batch_size`` accepted (larger is a typo, not a plan)."""
 SENSITIVITY_THRESHOLDS = (0.3, 0.4, 0.5, 0.6, 0.7)
 """Thresholds of the sensitivity row (plus argmax alone)."""
+MAX_SEED = 2**32 - 1
+"""Largest ``--seed`` (numpy's seed range)."""
 MODES = ("calculate", "evaluate", "all", "report")
 """``--mode`` values."""
 DTYPE_FLAG_CHOICES = ("auto", "bfloat16", "float16", "float32")
@@ -45,8 +51,11 @@ ATTENTION_FLAG_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 _DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
-class ScoringError(Exception):
-    """Bad input or a failed model load in the scoring stage; the message names the file, record idx or model."""
+class ScoringError(StageError):
+    """Bad input or a failed model load in the scoring stage; the message names the file, record idx or
+    model. Exit 1, the scoring script's documented exit for a bad input file."""
+
+    exit_code = EXIT_FAILED
 
 
 def _unit(name: str, value: float) -> None:
@@ -66,6 +75,9 @@ class ScoringFiles:
                                 nargs="+", required=True)
     output_file: str | None = setting(None, "output JSON (default: beside the input, raw_/sim_ prefix replaced by sim_/eval_)")
     sim_file: str | None = setting(None, "--mode all: where to write the sim JSON (default: derived from --output_file or the input)")
+    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.subset), a list of idx, or "
+                                       "another run's raw/sim/eval file (the questions whose video it had); calculate, evaluate, "
+                                       "all and report", metavar="FILE")
 
     def __post_init__(self) -> None:
         if isinstance(self.input_file, list):
@@ -117,7 +129,7 @@ class EvalSettings:
     bootstrap_resamples: int = setting(DEFAULT_RESAMPLES,
                                        "bootstrap replicates for the 95%% intervals, resampling videos; 0 turns them off "
                                        f"(at most {MAX_RESAMPLES:,}) (default: %(default)s)", type=int)
-    seed: int = setting(DEFAULT_SEED, "bootstrap seed (default: %(default)s)", type=int)
+    seed: int = setting(DEFAULT_SEED, f"bootstrap seed, 0 to {MAX_SEED} (default: %(default)s)", type=int)
     sensitivity_thresholds: tuple = setting(SENSITIVITY_THRESHOLDS,
                                             "thresholds of the sensitivity row, besides argmax alone (default: %(default)s)",
                                             type=float, nargs="+")
@@ -136,3 +148,25 @@ class EvalSettings:
             raise ValueError(f"--bootstrap_resamples must be 0 (off) or more (got {self.bootstrap_resamples})")
         if self.bootstrap_resamples > MAX_RESAMPLES:
             raise ValueError(f"--bootstrap_resamples must be at most {MAX_RESAMPLES:,} (got {self.bootstrap_resamples:,})")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"--seed must be an integer from 0 to {MAX_SEED} (got {self.seed})")
+
+
+@dataclass(frozen=True)
+class ScoringConfig:
+    """One run of ``evaluate_results.py``: what :func:`k9bench.scoring.config_from_argv` returns."""
+
+    files: ScoringFiles
+    """Mode, input, outputs, subset."""
+    embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
+    """The embedding model (calculate, all)."""
+    evaluation: EvalSettings = field(default_factory=EvalSettings)
+    """The rule's threshold and the statistics (evaluate, all)."""
+    argv: tuple = ()
+    """The command line as given (recorded, secrets masked, in the artifacts' provenance)."""
+    report: Any = None
+    """``--mode report``: its :class:`k9bench.report.ReportSettings`."""
+    verbose: int = 0
+    """``-v`` count."""
+    quiet: bool = False
+    """``-q``."""

@@ -1,9 +1,12 @@
-"""evaluate_results.py refuses bad inputs before the expensive work (issue 15): exit code, one line naming
-the culprit, no traceback, nothing written, earlier outputs unchanged, and the embedding model never loaded.
+"""evaluate_results.py refuses bad inputs before the expensive work (issues 15 and 23): exit code, one line
+naming the culprit, no traceback, nothing written, earlier outputs unchanged, and the embedding model
+never loaded.
 
-Exit 2: a flag value or an output location (checked before any file is read). Exit 1: a bad input file
-(the message names the file and the record's idx), found before the model loads."""
+Exit 2: a flag value, an output location or a --subset file (checked before the input is read). Exit 1:
+a bad input file (the message names the file and the fault, or the record's idx), found before the
+model loads; or a failed write (a full disk), after which the rerun succeeds."""
 
+import errno
 import json
 import os
 import time
@@ -11,6 +14,7 @@ import time
 import pytest
 
 import evaluate_results
+import k9bench.embedding
 import k9bench.scoring
 
 OPTS = ["A. the dog sits", "B. the dog runs", "C. the dog sleeps", "D. the dog barks at a cat", "E. the dog eats"]
@@ -31,7 +35,7 @@ def model_loads(monkeypatch):
         calls.append(args)
         raise AssertionError("the embedding model was loaded")
 
-    monkeypatch.setattr(k9bench.scoring, "load_embedding_model", fake_load)
+    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", fake_load)
     return calls
 
 
@@ -82,10 +86,12 @@ def check_refused(capsys, tmp_path, before, rc, expected_rc, *needles):
 
 
 @pytest.mark.parametrize("mode, flag, target, needle", [
-    ("calculate", "--output_file", "/etc/passwd/sim.json", "/etc/passwd is not a folder"),
-    ("evaluate", "--output_file", "/etc/passwd/eval.json", "/etc/passwd is not a folder"),
-    ("all", "--output_file", "/etc/passwd/x/eval.json", "/etc/passwd is not a folder"),
-    ("all", "--sim_file", "/etc/passwd/sim.json", "/etc/passwd is not a folder"),
+    ("calculate", "--output_file", "/etc/passwd/sim.json", "/etc/passwd is a file, not a folder"),
+    ("evaluate", "--output_file", "/etc/passwd/eval.json", "/etc/passwd is a file, not a folder"),
+    ("all", "--output_file", "/etc/passwd/x/eval.json", "/etc/passwd is a file, not a folder"),
+    ("all", "--sim_file", "/etc/passwd/sim.json", "/etc/passwd is a file, not a folder"),
+    ("evaluate", "--output_file", "/proc/version", "/proc/version"),
+    ("calculate", "--output_file", "/dev/null", "not a regular file"),
 ])
 def test_unwritable_output_is_refused_before_anything(tmp_path, capsys, model_loads, raw_file, sim_file, mode, flag, target, needle):
     before = snapshot(tmp_path)
@@ -101,42 +107,51 @@ def test_output_under_a_file_in_the_tree_is_refused(tmp_path, capsys, model_load
     (tmp_path / "afile").write_text("keep me")
     before = snapshot(tmp_path)
     rc = run(["--mode", "calculate", "--input_file", str(raw_file), "--output_file", str(tmp_path / "afile" / "sim.json")])
-    check_refused(capsys, tmp_path, before, rc, 2, "afile is not a folder")
+    check_refused(capsys, tmp_path, before, rc, 2, "afile is a file, not a folder")
     assert model_loads == []
 
 
 def test_read_only_folder_is_refused(tmp_path, capsys, model_loads, raw_file, monkeypatch):
+    import tempfile
+
     out_dir = tmp_path / "ro"
     out_dir.mkdir()
     out_dir.chmod(0o555)
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, dir=None, **kwargs):  # root writes anywhere: the folder refuses new files all the same
+        if dir is not None and os.path.samefile(dir, out_dir):
+            raise PermissionError(errno.EACCES, "Permission denied")
+        return real(*args, dir=dir, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     try:
-        if os.access(out_dir, os.W_OK):  # root writes anywhere: pretend the folder is read-only
-            real = os.access
-            monkeypatch.setattr(os, "access", lambda p, mode, **kw: False if str(p) == str(out_dir) else real(p, mode, **kw))
         before = snapshot(tmp_path)
         rc = run(["--mode", "all", "--input_file", str(raw_file), "--output_file", str(out_dir / "eval.json")])
-        check_refused(capsys, tmp_path, before, rc, 2, f"folder {out_dir} is not writable")
+        check_refused(capsys, tmp_path, before, rc, 2, f"the folder {out_dir} is not writable")
         assert list(out_dir.iterdir()) == [] and model_loads == []
     finally:
         out_dir.chmod(0o755)
 
 
-def test_report_dir_that_is_a_file_is_refused(tmp_path, capsys, monkeypatch, sim_file):
+def _no_report(monkeypatch):
     import k9bench.report
 
-    monkeypatch.setattr(k9bench.report, "run_report", lambda args: pytest.fail("the report was built"))
+    monkeypatch.setattr(k9bench.report.ReportStage, "run", lambda self: pytest.fail("the report was built"))
+
+
+def test_report_dir_that_is_a_file_is_refused(tmp_path, capsys, monkeypatch, sim_file):
+    _no_report(monkeypatch)
     (tmp_path / "report").write_text("not a folder")
     before = snapshot(tmp_path)
     rc = run(["--mode", "report", "--input_file", str(sim_file), "--report_dir", str(tmp_path / "report")])
-    check_refused(capsys, tmp_path, before, rc, 2, "--report_dir", "exists and is not a folder")
+    check_refused(capsys, tmp_path, before, rc, 2, "--report_dir", "is a file, not a folder")
 
 
 def test_report_dir_under_a_file_is_refused(tmp_path, capsys, monkeypatch, sim_file):
-    import k9bench.report
-
-    monkeypatch.setattr(k9bench.report, "run_report", lambda args: pytest.fail("the report was built"))
+    _no_report(monkeypatch)
     rc = run(["--mode", "report", "--input_file", str(sim_file), "--report_dir", "/etc/passwd/report"])
-    check_refused(capsys, tmp_path, snapshot(tmp_path), rc, 2, "/etc/passwd is not a folder")
+    check_refused(capsys, tmp_path, snapshot(tmp_path), rc, 2, "/etc/passwd is a file, not a folder")
 
 
 # ---------------------------------------------------------------- flag values
@@ -153,6 +168,8 @@ def test_report_dir_under_a_file_is_refused(tmp_path, capsys, monkeypatch, sim_f
     (["--batch_size", "0"], "--batch_size must be at least 1"),
     (["--batch_size", "1000000000"], "--batch_size must be at most"),
     (["--device", "gpu"], "--device 'gpu'"),
+    (["--seed", "-1"], "--seed must be an integer from 0 to 4294967295 (got -1)"),
+    (["--seed", str(2**32)], "--seed must be an integer from 0 to 4294967295 (got 4294967296)"),
 ])
 def test_bad_flag_values_are_refused_up_front(tmp_path, capsys, model_loads, raw_file, flags, needle):
     # an earlier eval output exists: it must survive
@@ -219,10 +236,141 @@ def test_similarity_within_rounding_of_one_is_accepted(tmp_path, sim_file):
     assert run(["--mode", "evaluate", "--input_file", str(sim_file), "--output_file", str(tmp_path / "e.json")]) == 0
 
 
-def test_output_problem_unit():
-    from k9bench.scoring import output_problem
+# ---------------------------------------------------------------- input files that are not what they claim (issue 23)
 
-    assert output_problem("/etc/passwd/x.json") == "/etc/passwd is not a folder"
-    assert output_problem("/etc/passwd", folder=True) == "exists and is not a folder"
-    assert output_problem("/tmp", folder=False) == "is a folder, not a file"
-    assert output_problem("relative_name_that_does_not_exist.json") is None
+
+INPUT_FAULTS = [
+    (lambda p: p.write_bytes(b'{"individual_results": [{"answer": "caf\xe9"}]}'), "not UTF-8 text (byte 0xe9 at offset"),
+    (lambda p: p.write_bytes(bytes(range(256)) * 4), "not UTF-8 text (byte 0x80 at offset 128)"),
+    (lambda p: p.write_text("[" * 200_000), "JSON nested too deeply to read"),
+    (lambda p: p.write_text('{"individual_results": [1, 2'), "invalid JSON at line 1"),
+    (lambda p: (p.symlink_to(p.with_name("loop_b")), p.with_name("loop_b").symlink_to(p)), "a symbolic link loop"),
+    (lambda p: p.mkdir(), "is a folder, not a file"),
+    (lambda p: p.write_text(""), "the file is empty"),
+    (lambda p: None, "no such file"),
+    (lambda p: p.write_text('{"results": []}'), "no 'individual_results' list"),
+    (lambda p: p.write_text('{"individual_results": [], "total_count": 0}'), "no records in 'individual_results'"),
+]
+
+
+@pytest.mark.parametrize("mode", ["calculate", "evaluate"])
+@pytest.mark.parametrize("make, needle", INPUT_FAULTS)
+def test_a_broken_input_file_is_one_line_naming_it(tmp_path, capsys, model_loads, mode, make, needle):
+    source = tmp_path / "raw_in.json"
+    make(source)
+    (tmp_path / "eval_in.json").write_text('{"earlier": true}\n')
+    before = snapshot(tmp_path)
+    rc = run(["--mode", mode, "--input_file", str(source)])
+    check_refused(capsys, tmp_path, before, rc, 1, str(source), needle)
+    assert model_loads == []
+
+
+def test_an_input_under_a_file_names_that_file(tmp_path, capsys, model_loads):
+    (tmp_path / "afile").write_text("x")
+    before = snapshot(tmp_path)
+    rc = run(["--mode", "evaluate", "--input_file", str(tmp_path / "afile" / "sim.json"), "--output_file", str(tmp_path / "e.json")])
+    check_refused(capsys, tmp_path, before, rc, 1, f"{tmp_path / 'afile'} is a file, not a folder")
+
+
+# ---------------------------------------------------------------- records the docs say are refused (issue 23)
+
+
+RECORD_FAULTS = [
+    (lambda recs: recs[1].pop("answer"), "record idx 1: no 'answer' (and no 'error' marking a failed sample)"),
+    (lambda recs: recs[1].update(answer=7), "record idx 1: 'answer' is not text: 7"),
+    (lambda recs: recs[1].pop("options"), "record idx 1: 'options' is missing"),
+    (lambda recs: recs[1].pop("ground_truth"), "record idx 1: 'ground_truth' is missing or empty"),
+    (lambda recs: recs[1].update(idx=1.0), "record #1: idx 1.0 is not an integer"),
+    (lambda recs: recs[1].update(idx=True), "record #1: idx True is not an integer"),
+    (lambda recs: recs[2].update(idx=0), "idx 0 appears twice, records #0 and #2"),
+]
+
+
+@pytest.mark.parametrize("mutate, needle", RECORD_FAULTS)
+def test_a_bad_record_in_calculate_is_refused_before_the_model_loads(tmp_path, capsys, model_loads, raw_file, mutate, needle):
+    data = json.loads(raw_file.read_text())
+    mutate(data["individual_results"])
+    raw_file.write_text(json.dumps(data))
+    before = snapshot(tmp_path)
+    rc = run(["--mode", "all", "--input_file", str(raw_file)])
+    check_refused(capsys, tmp_path, before, rc, 1, str(raw_file), needle)
+    assert model_loads == []
+
+
+@pytest.mark.parametrize("mutate, needle", RECORD_FAULTS + [
+    (lambda recs: recs[1]["cosine_similarities"].update(C=float("nan")), "record idx 1: similarity of option C is nan"),
+    (lambda recs: recs[1]["cosine_similarities"].update(C=float("-inf")), "record idx 1: similarity of option C is -inf"),
+    (lambda recs: recs[1]["cosine_similarities"].update(C=True), "record idx 1: similarity of option C is True"),
+])
+def test_a_bad_record_in_evaluate_is_refused(tmp_path, capsys, model_loads, sim_file, mutate, needle):
+    data = json.loads(sim_file.read_text())
+    mutate(data["individual_results"])
+    sim_file.write_text(json.dumps(data, allow_nan=True))
+    (tmp_path / "eval_FakeVLM_mf32_n3.json").write_text('{"earlier": true}\n')
+    before = snapshot(tmp_path)
+    rc = run(["--mode", "evaluate", "--input_file", str(sim_file)])
+    check_refused(capsys, tmp_path, before, rc, 1, str(sim_file), needle)
+
+
+# ---------------------------------------------------------------- --subset
+
+
+@pytest.mark.parametrize("content, needle", [
+    (None, "--subset"),
+    ("[1, 2, 99]", "none of the 3 records"),
+    ('["a"]', "'a' is not a question idx"),
+])
+def test_a_bad_subset_is_refused_before_the_model_loads(tmp_path, capsys, model_loads, raw_file, content, needle):
+    subset = tmp_path / "subset.json"
+    if content is not None:
+        subset.write_text(content.replace("1, 2, 99", "97, 98, 99"))
+    before = snapshot(tmp_path)
+    rc = run(["--mode", "calculate", "--input_file", str(raw_file), "--subset", str(subset)])
+    check_refused(capsys, tmp_path, before, rc, 2, str(subset), needle)
+    assert model_loads == []
+
+
+def test_subset_restricts_evaluate_and_is_recorded(tmp_path, sim_file):
+    subset = tmp_path / "subset.txt"
+    subset.write_text("0 2 7\n")
+    out = tmp_path / "eval_sub.json"
+    assert run(["--mode", "evaluate", "--input_file", str(sim_file), "--subset", str(subset), "--output_file", str(out)]) == 0
+    ev = json.loads(out.read_text())
+    assert [r["idx"] for r in ev["individual_results"]] == [0, 2] and ev["total_count"] == 2
+    assert ev["subset"]["path"] == str(subset) and (ev["subset"]["kept"], ev["subset"]["dropped"], ev["subset"]["absent"]) == (2, 1, 1)
+    assert str(subset) in ev["stage"]["inputs"]  # a changed subset file reruns the stage
+
+
+# ---------------------------------------------------------------- a full disk (issue 23)
+
+
+def enospc(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+def test_a_full_disk_at_the_final_write_is_one_line_and_the_rerun_succeeds(tmp_path, capsys, model_loads, sim_file, monkeypatch):
+    earlier = tmp_path / "eval_FakeVLM_mf32_n3.json"
+    earlier.write_text('{"earlier": true}\n')
+    before = snapshot(tmp_path)
+    monkeypatch.setattr(os, "fsync", enospc)
+    rc = run(["--mode", "evaluate", "--input_file", str(sim_file)])
+    monkeypatch.undo()
+    check_refused(capsys, tmp_path, before, rc, 1, str(earlier), "cannot write: no space left on device (", " free in ")
+    assert run(["--mode", "evaluate", "--input_file", str(sim_file)]) == 0
+    assert json.loads(earlier.read_text())["total_count"] == 3
+
+
+def test_a_full_disk_after_the_embedding_pass_is_one_line_and_the_rerun_succeeds(tmp_path, capsys, raw_file, monkeypatch):
+    from tests.fake_embedder import FakeLoader
+
+    loader = FakeLoader()
+    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", loader)
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", enospc)
+    before = snapshot(tmp_path)
+    rc = run(["--mode", "calculate", "--input_file", str(raw_file)])
+    monkeypatch.setattr(os, "replace", real_replace)
+    check_refused(capsys, tmp_path, before, rc, 1, "sim_FakeVLM_mf32_n3.json: cannot write: no space left on device")
+    assert run(["--mode", "calculate", "--input_file", str(raw_file)]) == 0 and loader.calls == 2
+    sim = json.loads((tmp_path / "sim_FakeVLM_mf32_n3.json").read_text())
+    assert len(sim["individual_results"]) == 3 and all("cosine_similarities" in r for r in sim["individual_results"])

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import evaluate_results
-from k9bench.scoring import bundled_small_model_path
+from k9bench.embedding import bundled_small_model_path
 
 CATS = ["posture analysis", "action sequence", "context analysis", "cause-effect analysis", "interaction analysis"]
 OPTS = ["A. the dog sits", "B. the dog runs", "C. the dog sleeps", "D. the dog barks at a cat", "E. the dog eats"]
@@ -51,12 +51,16 @@ def test_mode_all_end_to_end(tmp_path, raw_file, capsys):
     recs = {r["idx"]: r for r in sim["individual_results"]}
     assert set(recs[0]["cosine_similarities"]) == set("ABCDE")
     assert recs[0]["cosine_similarities"]["A"] > recs[0]["cosine_similarities"]["C"]
-    assert "cosine_similarities" not in recs[50] and recs[50]["similarity_skipped"] == "failed_sample"
-    assert recs[51]["similarity_skipped"] == "empty_answer"
+    # a failed sample: 0.0 for each option next to its error (the reference's evaluate reads it: wrong)
+    assert recs[50]["cosine_similarities"] == dict.fromkeys("ABCDE", 0.0) and recs[50]["similarity_skipped"] == "failed_sample"
+    assert recs[50]["error"].startswith("Video not found")
+    assert recs[51]["answer_flag"] == "empty_answer" and set(recs[51]["cosine_similarities"]) == set("ABCDE")
     run = sim["similarity_run"]
-    assert run["device"] == "cpu" and run["dtype"] == "float32" and run["scored_records"] == 6
-    assert run["skipped_records"] == {"failed_sample": 1, "empty_answer": 1}
+    assert run["device"] == "cpu" and run["dtype"] == "float32" and run["scored_records"] == 7
+    assert run["skipped_records"] == {"failed_sample": 1} and run["embedded_empty_answers"] == 1
     assert sim["provenance"]["script"] == "evaluate_results.py"
+    assert sim["stage"]["name"] == "calculate" and sim["stage"]["fingerprint"]["dtype"] == "auto"
+    assert list(sim["stage"]["inputs"]) == [str(raw_file)]
 
     assert list(ev)[:9] == EVAL_KEYS
     assert ev["total_count"] == 8 and ev["eval_mode"] == "fine" and ev["threshold"] == 0.5
@@ -67,7 +71,7 @@ def test_mode_all_end_to_end(tmp_path, raw_file, capsys):
     assert ev["accuracy"] == pytest.approx(ev["correct_count"] / 8)
     stats = ev["statistics"]
     assert stats["overall"]["valid"]["total"] == 7 and stats["failed_samples"]["count"] == 1
-    assert stats["empty_answers"] == 1
+    assert stats["empty_answers"] == 1 and ev["stage"]["name"] == "evaluate"
     ci = stats["overall"]["all"]["ci95"]
     assert ci[0] <= ev["accuracy"] <= ci[1]
     assert all("similarity_margin" in r for r in ev["individual_results"] if r["idx"] < 50)
@@ -176,7 +180,8 @@ def _bad_sim(tmp_path, mutate):
     (lambda r: r.update(ground_truth="Z"), "record idx 12: ground truth 'Z' is not one of the options"),
     (lambda r: r.pop("ground_truth"), "record idx 12: 'ground_truth' is missing"),
     (lambda r: r.pop("cosine_similarities"), "record idx 12: no 'cosine_similarities'"),
-    (lambda r: r.update(options=["A. a", "B. b"]), "record idx 12: similarities cover"),
+    (lambda r: r.update(options=["A. a", "B. b"]), "record idx 12: 2 options (A, B); a K9-Bench question has 5"),
+    (lambda r: r.update(options=["A. a", "B. b", "C. c", "D. d"], cosine_similarities={"A": 0.1}), "record idx 12: 4 options"),
 ])
 def test_evaluate_bad_input_fails_cleanly(tmp_path, capsys, mutate, message):
     path = _bad_sim(tmp_path, mutate)
@@ -236,32 +241,34 @@ def test_output_may_not_overwrite_input(tmp_path, capsys):
     before = (tmp_path / "sim_ref.json").read_text()
     rc = evaluate_results.main(["--mode", "evaluate", "--input_file", str(tmp_path / "sim_ref.json"),
                                 "--output_file", str(tmp_path / "sim_ref.json")])
-    assert rc == 1
+    assert rc == 2
     assert "would overwrite the input" in capsys.readouterr().err
     assert (tmp_path / "sim_ref.json").read_text() == before
 
 
 def test_scoring_modes_take_exactly_one_input(tmp_path, capsys):
-    with pytest.raises(SystemExit) as exc:
-        evaluate_results.main(["--mode", "evaluate", "--input_file", "a.json", "b.json"])
-    assert exc.value.code == 2
+    assert evaluate_results.main(["--mode", "evaluate", "--input_file", "a.json", "b.json"]) == 2
     assert "--mode evaluate takes exactly one --input_file (got 2)" in capsys.readouterr().err
 
 
-def test_report_mode_is_dispatched(monkeypatch):
+def test_report_mode_is_dispatched(monkeypatch, tmp_path):
     import k9bench.report
 
     seen = {}
 
-    def fake_run_report(args):
-        seen["inputs"] = args.input_file
-        seen["report_dir"] = args.report_dir
-        return 0
+    class FakeReport(k9bench.report.ReportStage):
+        def run(self):
+            seen["inputs"] = list(self.settings.input_file)
+            seen["report_dir"] = self.settings.report_dir
+            seen["subset"] = self.settings.subset
+            return 0
 
-    monkeypatch.setattr(k9bench.report, "run_report", fake_run_report)
-    rc = evaluate_results.main(["--mode", "report", "--input_file", "eval_a.json", "eval_b.json", "--report_dir", "r", "-q"])
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(k9bench.report, "ReportStage", FakeReport)
+    rc = evaluate_results.main(["--mode", "report", "--input_file", "eval_a.json", "eval_b.json", "--report_dir", "r",
+                                "--subset", "s.json", "-q"])
     assert rc == 0
-    assert seen == {"inputs": ["eval_a.json", "eval_b.json"], "report_dir": "r"}
+    assert seen == {"inputs": ["eval_a.json", "eval_b.json"], "report_dir": "r", "subset": "s.json"}  # one --subset for all modes
 
 
 @pytest.mark.parametrize("mode, output, sim_file, expected", [
@@ -273,20 +280,20 @@ def test_report_mode_is_dispatched(monkeypatch):
     ("all", "e.json", "s.json", ("s.json", "e.json")),
 ])
 def test_output_paths(tmp_path, monkeypatch, mode, output, sim_file, expected):
+    from k9bench.scoring import config_from_argv
+    from k9bench.scoring.stages import output_paths
+
     monkeypatch.chdir(tmp_path)
-    args = evaluate_results.build_parser().parse_args(
-        ["--mode", mode, "--input_file", "raw_m.json"] + (["--output_file", output] if output else [])
-        + (["--sim_file", sim_file] if sim_file else []))
-    got = evaluate_results._outputs(args, evaluate_results.Path("raw_m.json"))
+    config = config_from_argv(["--mode", mode, "--input_file", "raw_m.json"] + (["--output_file", output] if output else [])
+                              + (["--sim_file", sim_file] if sim_file else []))
+    got = output_paths(config.files)
     assert tuple(None if p is None else str(p) for p in got) == expected
 
 
 @pytest.mark.parametrize("flags", [["--threshold", "nan"], ["--threshold", "inf"], ["--sensitivity_thresholds", "0.3", "nan"]])
 def test_non_finite_threshold_is_refused_before_any_work(tmp_path, raw_file, capsys, flags):
     # an unknown model id: the threshold check must come first, not after a (possibly hours long) embedding pass
-    with pytest.raises(SystemExit) as exc:
-        evaluate_results.main(["--mode", "all", "--input_file", str(raw_file), "--embedding_model", "no-such/model", *flags])
-    assert exc.value.code == 2
+    assert evaluate_results.main(["--mode", "all", "--input_file", str(raw_file), "--embedding_model", "no-such/model", *flags]) == 2
     assert "must be finite numbers" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [raw_file.name]
 
@@ -296,7 +303,7 @@ def test_empty_input_is_an_error_not_a_zero_accuracy(tmp_path, capsys, mode):
     path = write_raw(tmp_path / "raw_empty.json", [])
     rc = evaluate_results.main(["--mode", mode, "--input_file", str(path), "--embedding_model", "no-such/model"])
     assert rc == 1
-    assert f"{path}: no records in 'individual_results'; nothing to score" in capsys.readouterr().err
+    assert f"{path}: no records in 'individual_results' (an earlier stage wrote nothing)" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == [path.name]
 
 
@@ -304,8 +311,8 @@ def test_output_that_is_a_folder_is_refused_before_any_work(tmp_path, raw_file, 
     (tmp_path / "outdir").mkdir()
     rc = evaluate_results.main(["--mode", "all", "--input_file", str(raw_file), "--output_file", str(tmp_path / "outdir"),
                                 "--sim_file", str(tmp_path / "s.json"), "--embedding_model", "no-such/model"])
-    assert rc == 1
-    assert f"{tmp_path / 'outdir'}: the output is a folder" in capsys.readouterr().err
+    assert rc == 2
+    assert f"--output_file {tmp_path / 'outdir'} is a folder" in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([raw_file.name, "outdir"])
 
 

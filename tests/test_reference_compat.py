@@ -125,20 +125,21 @@ def test_our_sim_file_reads_in_the_reference_loop_with_the_same_verdicts(tmp_pat
         assert sorted(r["cosine_similarities"]) == list("ABCDE")
         assert all(-1.0 <= v <= 1.0 for v in r["cosine_similarities"].values())
     empties = {r["idx"]: r for r in sim["individual_results"] if not r["answer"].strip()}
-    assert sorted(empties) == [2, 4] and all(r["similarity_skipped"] == "empty_answer" for r in empties.values())
+    assert {i: r["answer_flag"] for i, r in empties.items()} == {2: "empty_answer", 4: "blank_answer"}
     assert sim["similarity_run"]["embedded_empty_answers"] == 2 and sim["similarity_run"]["batch_invariant"] is True
 
     ref = reference_evaluate(sim)  # would raise KeyError on a record without similarities
     ours = {r["idx"]: r["is_correct"] for r in ev["individual_results"]}
-    # the empty answers: wrong in both (their similarities are far below the threshold)
+    # the empty and blank answers are decided by their similarities in both (here far below the threshold)
     assert ours[2] is ours[4] is False and ref["verdicts"][2] is ref["verdicts"][4] is False
     assert ours == ref["verdicts"]
     assert (ev["accuracy"], ev["correct_count"], ev["total_count"]) == (ref["accuracy"], ref["correct_count"], ref["total_count"])
     assert {k: (v["correct"], v["total"]) for k, v in ev["category_wise_accuracy"].items()} == {
         k: (v["correct"], v["total"]) for k, v in ref["category_wise_accuracy"].items()}
     assert ev["statistics"]["empty_answers"] == 2
-    flagged = {r["idx"]: r for r in ev["individual_results"] if r.get("failure_reason") == "empty_answer"}
-    assert sorted(flagged) == [2, 4] and all("empty" in r["evaluation_explanation"] for r in flagged.values())
+    flagged = {r["idx"]: r for r in ev["individual_results"] if r.get("answer_flag")}
+    assert sorted(flagged) == [2, 4] and all("decided by its similarities" in r["evaluation_explanation"] for r in flagged.values())
+    assert not any(r.get("failure_reason") for r in flagged.values())  # flagged and counted, never overridden
     # the lower-case letter was scored, and the letter as given kept
     rec1 = next(r for r in ev["individual_results"] if r["idx"] == 1)
     assert rec1["ground_truth"] == "B" and rec1["ground_truth_as_given"] == "b"
@@ -157,6 +158,36 @@ def test_raw_file_with_a_reference_failed_record_is_scored(tmp_path):
     ev = json.loads((tmp_path / "eval_FakeVLM_mf32_n3.json").read_text())
     assert ev["total_count"] == 3 and ev["statistics"]["failed_samples"]["count"] == 1
     assert ev["individual_results"][1]["is_correct"] is False
+    assert reference_evaluate(sim)["verdicts"][1] is False  # its placeholder similarities read as wrong there too
+
+
+@pytest.mark.parametrize("threshold", [0.0, 0.3, 0.5, 1.0])
+def test_our_sim_file_with_failed_records_reads_in_the_reference_loop_and_they_stay_wrong(tmp_path, monkeypatch, threshold):
+    """Issue 24: a failed record of ours carries cosine_similarities (0.0 for each option) next to its
+    error, so the reference's evaluate, which reads every record's similarities, reads the file, and
+    the failed records stay wrong at every threshold. (A stand-in embedder: no model needed.)"""
+    import k9bench.embedding
+    from tests.fake_embedder import FakeLoader
+
+    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", FakeLoader())
+    recs = [raw_record(0, "the dog sits", "A"), raw_record(1, "the dog runs", "B", CATS[1]),
+            {**raw_record(2, "", "C"), "response": "", "error": "CUDA out of memory", "error_class": "oom"},
+            {"example_id": 3, "error": "Video not found: x.mp4"},  # the reference's own failed-sample form
+            {**raw_record(4, "", "A"), "error": "decode failed", "error_class": "decode_error"}]
+    raw = write(tmp_path / "raw_FakeVLM_mf32_n5.json", recs)
+    sim_path, eval_path = tmp_path / "sim.json", tmp_path / "eval.json"
+    assert evaluate_results.main(["--mode", "all", "--input_file", str(raw), "--output_file", str(eval_path), "--sim_file",
+                                  str(sim_path), "--threshold", str(threshold), "--bootstrap_resamples", "0", "-q"]) == 0
+    sim = json.loads(sim_path.read_text())
+    failed = {r["idx"]: r for r in sim["individual_results"] if "error" in r}
+    assert sorted(failed) == [2, 3, 4]
+    for rec in failed.values():
+        assert rec["cosine_similarities"] == dict.fromkeys("ABCDE", 0.0) and rec["similarity_skipped"] == "failed_sample"
+    ref = reference_evaluate(sim, threshold=threshold)  # no KeyError: every record has its similarities
+    assert [ref["verdicts"][i] for i in (2, 3, 4)] == [False, False, False]
+    ev = json.loads(eval_path.read_text())
+    ours = {r["idx"]: r["is_correct"] for r in ev["individual_results"]}
+    assert ours == ref["verdicts"] and (ev["correct_count"], ev["total_count"]) == (ref["correct_count"], ref["total_count"])
 
 
 # ---------------------------------------------------------------- GPU: the default reproduces per-record verdicts

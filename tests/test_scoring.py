@@ -6,7 +6,8 @@ import pytest
 
 from k9bench.artifacts import QuestionRecord, RecordsArtifact
 from k9bench.scoring import (
-    SKIP_EMPTY,
+    FLAG_BLANK,
+    FLAG_EMPTY,
     SKIP_FAILED,
     ScoringError,
     default_output_path,
@@ -103,12 +104,12 @@ def rec(idx, gt="A", answer="a dog", sims_=None, cat="posture analysis", scene="
                           cosine_similarities=sims_, **kw)
 
 
-def test_plan_calculation_keeps_failed_and_empty():
-    records = [rec(1), rec(2, answer="  "), QuestionRecord(idx=3, ground_truth="A", error="Video not found"), rec(4, answer="x")]
+def test_plan_calculation_embeds_blank_answers_and_sets_failed_aside():
+    records = [rec(1), rec(2, answer="  "), QuestionRecord(idx=3, ground_truth="A", error="Video not found"), rec(4, answer="")]
     rows = [r.to_dict() for r in records]
     items, skipped = plan_calculation(records, "raw.json", rows)
-    assert [i.idx for i in items] == [1, 4]
-    assert skipped == {1: SKIP_EMPTY, 2: SKIP_FAILED}
+    assert [i.idx for i in items] == [1, 2, 4]  # every answer string, blank and empty included
+    assert skipped == {2: SKIP_FAILED}
     assert items[0].letters == list("ABCDE") and items[0].options == OPTS
 
 
@@ -140,7 +141,7 @@ def small_eval_set():
         rec(4, "D", sims_=sims(0.1, 0.1, 0.1, 0.65, 0.65), scene="v2aaaaaaaaa", cat="action sequence"),  # tie: correct
         QuestionRecord(idx=5, question_category="action sequence", video="v3aaaaaaaaa.mp4", scene_name="v3aaaaaaaaa",
                        ground_truth="A", error="CUDA out of memory", error_class="oom"),
-        rec(6, "A", answer="", scene="v3aaaaaaaaa", extra={"similarity_skipped": SKIP_EMPTY}),
+        rec(6, "A", answer="", sims_=sims(0.05, 0.12, 0.1, 0.08, 0.02), scene="v3aaaaaaaaa"),  # empty: wrong by the rule
     ], meta={"total_count": 6, "similarity_model": "m", "similarity_calculated_at": "t"})
 
 
@@ -171,7 +172,7 @@ def test_evaluate_statistics_all_valid_and_sensitivity():
     valid = stats["categories"]["action sequence"]["valid"]
     assert valid == {"accuracy": pytest.approx(0.5), "correct": 1, "total": 2, "ci95": valid["ci95"]}
     assert stats["failed_samples"] == {"count": 1, "reasons": {"oom": 1}}
-    assert stats["empty_answers"] == 1
+    assert stats["empty_answers"] == 1 and stats["answer_flags"] == {FLAG_EMPTY: {"count": 1, "correct": 0}}
     sens = stats["threshold_sensitivity"]
     assert list(sens) == ["0.3", "0.4", "0.5", "0.6", "0.7", "argmax"]
     assert sens["0.4"]["correct"] == 3 and sens["0.5"]["correct"] == 2
@@ -204,6 +205,26 @@ def test_evaluate_rejects_bad_records(bad, message):
     assert "sim.json: record idx 3" in str(err.value)
 
 
+def test_empty_and_blank_answers_are_decided_by_the_rule_flagged_and_counted():
+    """The reference's default (issue 24): an empty or blank answer is embedded and decided by its
+    similarities like any other; we flag and count it, never override it."""
+    art = RecordsArtifact(records=[
+        rec(1, "A", answer="   ", sims_=sims(0.31, 0.1, 0.1, 0.1, 0.1)),  # blank, yet above 0.3 and best: correct at 0.3
+        rec(2, "B", answer="", sims_=sims(0.1, 0.2, 0.1, 0.1, 0.1)),      # empty: best but below 0.3
+        rec(3, "C", answer="a dog", sims_=sims(0.1, 0.1, 0.9, 0.1, 0.1)),
+    ], meta={"similarity_model": "m"})
+    out = evaluate(art, threshold=0.3, resamples=0)
+    got = {r.idx: r for r in out.records}
+    assert got[1].is_correct is True and got[1].extra["answer_flag"] == FLAG_BLANK
+    assert got[2].is_correct is False and got[2].extra["answer_flag"] == FLAG_EMPTY
+    assert "answer_flag" not in got[3].extra and "failure_reason" not in got[1].extra
+    assert "blank; decided by its similarities" in got[1].evaluation_explanation
+    stats = out.meta["statistics"]
+    assert stats["empty_answers"] == 2 and stats["answer_flags"] == {FLAG_BLANK: {"count": 1, "correct": 1},
+                                                                     FLAG_EMPTY: {"count": 1, "correct": 0}}
+    assert out.meta["correct_count"] == 2 and stats["overall"]["valid"]["total"] == 3
+
+
 def test_evaluate_rejects_non_finite_threshold():
     with pytest.raises(ScoringError, match="threshold"):
         evaluate(small_eval_set(), threshold=math.nan, resamples=0)
@@ -216,7 +237,7 @@ def test_format_table_shows_every_figure():
     assert "posture analysis" in text and "action sequence" in text and "overall" in text
     assert "33.3%" in text  # ALL overall
     assert "40.0%" in text  # VALID overall
-    assert "failed samples: 1 (oom 1); empty answers: 1" in text
+    assert "failed samples: 1 (oom 1); empty or blank answers: 1 (decided by their similarities, 0 correct)" in text
     assert "argmax 50.0%" in text
     assert "95% CI: percentile bootstrap over 3 videos, 100 resamples, seed 0" in text
 
