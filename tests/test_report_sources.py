@@ -67,6 +67,28 @@ def test_reference_prompts_confirmed_by_hash(tmp_path, monkeypatch):
     assert "(confirmed):" not in md
 
 
+def test_writers_confirmation_is_read(tmp_path, monkeypatch):
+    """eval_video_llm.py checks the text itself (a prompt file ending in one newline matches the reference's
+    hash after normalisation, its raw hash does not) and records ``reference_prompts``."""
+    monkeypatch.setattr(published, "REFERENCE_SYSTEM_PROMPT_SHA256", PROMPT_HASH, raising=False)
+    block = inference_block(source="ref_system.txt")
+    block["prompt"]["system_prompt_sha256"] = "99" * 32
+    block["prompt"]["reference_prompts"] = published.CONFIRMED_PROMPTS
+    assert load_run(write_eval(tmp_path / "eval_a.json", inference=block)).settings.prompts_confirmed
+    block["prompt"]["reference_prompts"] = "unconfirmed"
+    assert not load_run(write_eval(tmp_path / "eval_b.json", inference=block)).settings.prompts_confirmed
+
+
+def test_an_eval_file_scored_on_a_subset_says_so(tmp_path):
+    path = write_eval(tmp_path / "eval_x.json")
+    data = json.loads(path.read_text())
+    data["subset"] = {"path": "s.json", "description": "the 10 questions whose videos all 2 runs had", "sha256": "12" * 32,
+                      "count": 10, "kept": 10, "dropped": 2, "absent": 0}
+    path.write_text(json.dumps(data))
+    md = Path(write_report(build_report([str(path)]), tmp_path / "rep")["markdown"]).read_text()
+    assert "| 10 (subset: the 10 questions whose videos all 2 runs had (sha256 121212121212…)) |" in md
+
+
 def test_judge_section_lists_skipped_entries(tmp_path):
     judge = make_judge(tmp_path / "judge_m_mf32_n20.json", n=2)
     skipped = [{"idx": 100 + i, "error": f"judge call failed (connection): refused {i}", "timestamp": "t", "kind": "api_error"}

@@ -4,15 +4,17 @@ Only the keys our writers and the reference write are read:
 
 - an eval file's top level (SPEC section 2): ``threshold``, ``correct_count``, ``total_count``,
   ``category_wise_accuracy``, ``metadata.similarity_model``; ours adds ``statistics`` (its
-  ``overall.all.ci95`` and ``categories.<cat>.all.ci95`` intervals, fractions) and ``input_meta`` (the raw
-  file's top level: ``model_name``, ``model_name_or_path``, ``inference``);
+  ``overall.all.ci95`` and ``categories.<cat>.all.ci95`` intervals, fractions), ``subset`` (scored with
+  ``--subset``: its ``description`` and ``sha256``) and ``input_meta`` (the raw file's top level:
+  ``model_name``, ``model_name_or_path``, ``inference``);
 - the raw file's ``inference`` block (:func:`k9bench.inference.runner.inference_block`): ``text_only``,
   ``frames.{max_frames,fps,max_pixels,audio}``, ``prompt.{placement,system_prompt_source,
-  system_prompt_sha256}``, ``dataset.source``, ``backend.server``;
+  system_prompt_sha256,reference_prompts}``, ``dataset.source``, ``backend.server``;
 - each record: ``idx``, ``question_category``, ``scene_name``/``video``, ``model_name``, ``max_frames``,
   ``is_correct``, ``error``/``error_class``, and ours ``video_duration``, ``audio_used``;
 - a judge file (a list of entries with ``scores``), its ``<judge>_skipped.json`` and its
-  ``<judge>.meta.json`` sidecar (``input.{evaluations,sha256}``, ``judge.{model,prompt_source,prompt_sha256}``).
+  ``<judge>.meta.json`` sidecar (``input.{evaluations,sha256}``,
+  ``judge.{model,prompt_source,prompt_sha256,reference_prompts}``).
 """
 
 from __future__ import annotations
@@ -160,7 +162,7 @@ def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> 
     if prompt.get("system_prompt_source") is not None or prompt.get("system_prompt_sha256") is not None:
         digest = prompt.get("system_prompt_sha256")
         prompts["system_prompt"] = {"source": prompt.get("system_prompt_source"), "sha256": digest,
-                                    "reference": prompt_is_reference("system_prompt", digest, prompt.get("reference_confirmed"))}
+                                    "reference": prompt_is_reference("system_prompt", digest, prompt.get("reference_prompts"))}
     server = _dict(_dict(inference.get("backend")).get("server")) or None
     settings = RunSettings(
         model_name_or_path=raw.get("model_name_or_path"),
@@ -278,8 +280,11 @@ def load_run(path: str | Path, subset: frozenset | None = None, subset_descripti
         short_categories = {cat: score_of([r for r in timed if r.question_category == cat]) for cat in CATEGORIES}
 
     settings = read_settings(meta, records, overall.total)
+    scored_on = _dict(meta.get("subset"))  # evaluate_results.py --subset: the file itself holds a subset
     if subset is not None:
         settings.subset = subset_description
+    elif scored_on.get("description"):
+        settings.subset = f"{scored_on['description']} (sha256 {str(scored_on.get('sha256'))[:12]}…)"
     raw = _dict(meta.get("input_meta"))
     model = _most_common(r.model_name for r in records) or raw.get("model_name")
     if not model and settings.model_name_or_path:
@@ -383,11 +388,11 @@ def load_judge(path: str | Path) -> JudgeSummary:
         summary.skipped = [{"idx": e.get("idx"), "reason": _skipped_reason(e)} for e in _read_list(skipped, "skipped file")
                            if isinstance(e, dict)]
     judge = _dict(judge_meta(path).get("judge"))
-    summary.judge_model = judge.get("model") or judge.get("judge_model")
+    summary.judge_model = judge.get("model")
     if judge.get("prompt_sha256") or judge.get("prompt_source"):
         digest = judge.get("prompt_sha256")
         summary.prompt = {"source": judge.get("prompt_source"), "sha256": digest,
-                          "reference": prompt_is_reference("judge_prompt", digest, judge.get("prompt_reference_confirmed"))}
+                          "reference": prompt_is_reference("judge_prompt", digest, judge.get("reference_prompts"))}
     return summary
 
 

@@ -8,6 +8,7 @@ from typing import Any
 from k9bench import CATEGORIES
 from k9bench.artifacts import now_iso
 from k9bench.published import (
+    CONFIRMED_PROMPTS,
     JUDGE_AXES,
     PAPER_SETUP,
     PUBLISHED_ACCURACY,
@@ -19,7 +20,6 @@ from k9bench.published import (
 from k9bench.report.load import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 from k9bench.report.model import (
     CATEGORY_HEADERS,
-    CONFIRMED_PROMPTS,
     MIN_INTERVAL_VIDEOS,
     NOT_COMPARABLE,
     NOT_COMPARABLE_MARK,
@@ -158,7 +158,8 @@ def settings_markdown(runs: list[RunSummary]) -> str:
             standing = "comparable (the paper's setup)"
         if st.differences and st.unconfirmed:
             standing += " (also unconfirmed: " + "; ".join(st.unconfirmed) + ")"
-        cells = [run.label, f"{st.questions:,}", st.embedding_model or "not recorded",
+        questions = f"{st.questions:,}" + (f" (subset: {st.subset})" if st.subset else "")
+        cells = [run.label, questions, st.embedding_model or "not recorded",
                  f"{st.threshold:g}" if st.threshold is not None else "not recorded", prompts, frames,
                  *([server_text(st.server)] if with_server else []), standing]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")

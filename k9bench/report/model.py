@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from k9bench import published
 from k9bench.artifacts import ArtifactError
-from k9bench.published import PAPER_SETUP, normalize_model_name
+from k9bench.published import CONFIRMED_PROMPTS, PAPER_SETUP, normalize_model_name
 
 CATEGORY_HEADERS = {
     "posture analysis": "Posture",
@@ -50,8 +50,6 @@ COMPARABLE, NOT_COMPARABLE, UNCONFIRMED = "comparable", "not comparable", "uncon
 NOT_COMPARABLE_MARK = "not comparable to the paper's Table 1"
 """The mark a run carries when its settings differ from the paper's."""
 
-CONFIRMED_PROMPTS = "reference prompts (confirmed)"
-"""How a prompt whose SHA-256 is the reference's (:mod:`k9bench.published`) is shown."""
 
 REFERENCE_HASH_NAMES = {"system_prompt": "REFERENCE_SYSTEM_PROMPT_SHA256", "judge_prompt": "REFERENCE_JUDGE_PROMPT_SHA256"}
 """Prompt kind -> the name in :mod:`k9bench.published` of the reference text's SHA-256."""
@@ -69,10 +67,11 @@ def reference_prompt_sha256(kind: str) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def prompt_is_reference(kind: str, digest: object, confirmed_flag: object = None) -> bool:
-    """True when a recorded prompt is the reference's: its recorded hash equals the reference's, or the
-    writer recorded that it checked this (``confirmed_flag`` True)."""
-    if confirmed_flag is True:
+def prompt_is_reference(kind: str, digest: object, recorded: object = None) -> bool:
+    """True when a recorded prompt is the reference's: the writer checked its text
+    (:func:`k9bench.published.is_reference_prompt`, with its normalisation) and recorded
+    ``reference_prompts: "reference prompts (confirmed)"``, or its recorded SHA-256 is the reference's."""
+    if recorded == CONFIRMED_PROMPTS:
         return True
     want = reference_prompt_sha256(kind)
     return bool(want) and digest == want

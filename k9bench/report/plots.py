@@ -87,7 +87,8 @@ def _finish(fig, ax, title: str, entries: int, stamp: list[str], width_in: float
     ax.set_ylim(0, 100)
     ax.set_title(title)
     handles, labels = ax.get_legend_handles_labels()
-    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("random guess"))  # the guess line last
+    # the runs first, then the paper's rows, the guess line last
+    order = sorted(range(len(labels)), key=lambda i: (labels[i].startswith("random guess"), "(paper" in labels[i]))
     ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize="small", loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=min(max(entries, 1), 3), frameon=False)
     add_stamp(fig, stamp, width_in)
 
@@ -101,10 +102,12 @@ def _value_label(value: float, n: int | None, ci: tuple | None, thin: bool) -> s
     return text
 
 
-def _label_at(ax, x: float, value: float, text: str, colour: str) -> None:
-    """A vertical value label over a bar (inside its top when the bar is tall, so it stays under 100)."""
-    inside = value > 72
-    ax.annotate(text, (x, value), xytext=(0, -3 if inside else 3), textcoords="offset points", rotation=90,
+def _label_at(ax, x: float, value: float, top: float, text: str, colour: str) -> None:
+    """A vertical value label over a bar and its interval (``top``), or inside the bar's top when the bar
+    is tall, so that it stays under 100."""
+    inside = top > 72
+    at = value if inside else top
+    ax.annotate(text, (x, at), xytext=(0, -3 if inside else 3), textcoords="offset points", rotation=90,
                 ha="center", va="top" if inside else "bottom", fontsize=6, color="white" if inside and colour == "#000000" else "black")
 
 
@@ -132,7 +135,8 @@ def grouped_bars(ax, groups: list[str], series: list[Series], thin: list[list[bo
                     ax.annotate(f"n={n}", (p, 0), xytext=(0, 2), textcoords="offset points", rotation=90, ha="center",
                                 va="bottom", fontsize=6)
                 continue
-            _label_at(ax, p, v, _value_label(v, n, s.cis[j], thin[i][j]), colour)
+            top = max(v, s.cis[j][1]) if s.cis[j] is not None else v
+            _label_at(ax, p, v, top, _value_label(v, n, s.cis[j], thin[i][j]), colour)
     ax.set_xticks(x)
     ax.set_xticklabels(groups)
 
