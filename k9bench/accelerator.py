@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import gc
 import importlib.util
+import json
 import logging
 import re
 from dataclasses import dataclass
@@ -50,10 +51,17 @@ from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
-DTYPES = ("bfloat16", "float16", "float32")
-"""Concrete weight dtypes."""
+DTYPES = ("bfloat16", "float16", "float32", "float64", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+          "float8_e8m0fnu", "float4_e2m1fn_x2")
+"""Concrete weight dtypes: every floating dtype torch names (``getattr(torch, name)``), by its canonical name."""
 
-DTYPE_CHOICES = ("auto", *DTYPES)
+DTYPE_ALIASES = {"half": "float16", "float": "float32", "double": "float64"}
+"""torch's other names of the same dtypes (``torch.half is torch.float16``)."""
+
+DTYPE_NAMES = (*DTYPES, *DTYPE_ALIASES)
+"""Every floating torch dtype name: what the reference accepts (it passes ``getattr(torch, name)`` on)."""
+
+DTYPE_CHOICES = ("auto", *DTYPE_NAMES)
 """What a dtype flag accepts (``auto`` as transformers means it: the checkpoint's dtype)."""
 
 ATTN_IMPLEMENTATIONS = ("flash_attention_2", "sdpa", "eager", "flash_attention_3", "flex_attention")
@@ -126,26 +134,39 @@ class DtypeChoice:
     """The weight dtype to load with and why."""
 
     name: str
-    """``bfloat16``, ``float16``, ``float32`` or ``auto`` (the checkpoint's dtype)."""
+    """The canonical name (:data:`DTYPES`: ``bfloat16``, ``float16``, ``float32``...) or ``auto`` (the checkpoint's dtype)."""
     reason: str
     """Where it came from (a flag, or the default for the device)."""
     explicit: bool
     """True when the user chose it (a flag), False for the policy default."""
+    requested: str | None = None
+    """The name as given (``half``, ``double``...; None: no dtype flag), recorded next to :attr:`name`."""
 
     def torch_dtype(self) -> Any:
         """The torch dtype object (or the string ``auto``) to hand to ``from_pretrained``."""
         return torch_dtype(self.name)
 
 
+def canonical_dtype(name: str) -> str:
+    """``"half"`` -> ``"float16"``; a canonical name or ``auto`` stays itself; anything else is refused."""
+    if name == "auto" or name in DTYPES:
+        return name
+    if name in DTYPE_ALIASES:
+        return DTYPE_ALIASES[name]
+    raise AcceleratorError(f"dtype {name!r}: choose one of {', '.join(DTYPE_CHOICES)}")
+
+
 def torch_dtype(name: str) -> Any:
-    """``"bfloat16"`` -> ``torch.bfloat16``; ``"auto"`` stays ``"auto"``."""
+    """``"bfloat16"`` (or ``"half"``...) -> the torch dtype; ``"auto"`` stays ``"auto"``."""
+    name = canonical_dtype(name)
     if name == "auto":
         return "auto"
-    if name not in DTYPES:
-        raise AcceleratorError(f"dtype {name!r}: choose one of {', '.join(DTYPE_CHOICES)}")
     import torch
 
-    return getattr(torch, name)
+    value = getattr(torch, name, None)
+    if value is None:
+        raise AcceleratorError(f"dtype {name!r} is not known to this torch {torch.__version__}")
+    return value
 
 
 def resolve_dtype(
@@ -167,9 +188,11 @@ def resolve_dtype(
     if requested not in (None, ""):
         if requested not in DTYPE_CHOICES:
             raise AcceleratorError(f"{flag} {requested!r}: choose one of {', '.join(DTYPE_CHOICES)}")
-        if bf16 and requested != "bfloat16":
+        name = canonical_dtype(requested)
+        if bf16 and name != "bfloat16":
             log.warning("%s ignored: %s %s given", bf16_flag, flag, requested)
-        return DtypeChoice(requested, flag, True)
+        reason = flag if name == requested else f"{flag} {requested} (= {name})"
+        return DtypeChoice(name, reason, True, requested)
     if bf16 is True:
         return DtypeChoice("bfloat16", bf16_flag, True)
     if bf16 is False:
@@ -289,45 +312,130 @@ def free_accelerator_memory() -> None:
 
 
 # ---------------------------------------------------------------------------
-# the whole plan, for the artifact
+# a model across devices (accelerate's device maps)
+
+DEVICE_MAP_STRATEGIES = ("auto", "balanced", "balanced_low_0", "sequential")
+"""accelerate's placement strategies (``auto`` is the reference's ``device_map="auto"``)."""
+
+_SIZE_RE = re.compile(r"^\s*\d+(\.\d+)?\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_PLACE_RE = re.compile(r"^(cpu|disk|mps|cuda(:\d+)?)$")
 
 
-@dataclass(frozen=True)
-class AcceleratorPlan:
-    """Device, dtype and attention decided for one model load (``to_dict`` goes into the artifact)."""
-
-    device: str
-    """Device the model is loaded on."""
-    dtype: DtypeChoice
-    """Weight dtype and why."""
-    attention: AttentionChoice
-    """Attention kernel and why."""
-
-    @property
-    def warnings(self) -> list[str]:
-        return [w for w in (self.attention.warning,) if w]
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "device": self.device,
-            "dtype": self.dtype.name,
-            "dtype_reason": self.dtype.reason,
-            "attn_implementation": self.attention.implementation,
-            "attn_implementation_requested": self.attention.requested,
-            "flash_attn_installed": flash_attn_available(),
-            "warnings": self.warnings,
-        }
+def _place(value: Any, what: str) -> Any:
+    """A device of a device map: an int GPU index, ``cuda[:N]``, ``cpu``, ``disk`` or ``mps``."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value.strip())
+    if isinstance(value, str) and _PLACE_RE.match(value.strip()):
+        return value.strip()
+    raise AcceleratorError(f"{what}: device {value!r} is not a GPU index, cuda:N, cpu, disk or mps")
 
 
-def plan_accelerator(
-    device: str | None,
-    dtype: str | None,
-    attention: str | None,
-    *,
-    bf16: bool | None = None,
-    **dtype_policy: Any,
-) -> AcceleratorPlan:
-    """Resolve all three at once (``dtype_policy``: the keyword arguments of :func:`resolve_dtype`)."""
-    used = resolve_device(device)
-    return AcceleratorPlan(device=used, dtype=resolve_dtype(dtype, used, bf16=bf16, **dtype_policy),
-                           attention=resolve_attention(attention, used))
+def parse_device_map(text: str, *, flag: str = "--device_map") -> str | dict[str, Any]:
+    """``auto``/``balanced``/``balanced_low_0``/``sequential``, or a JSON object of module name -> device."""
+    value = str(text).strip()
+    if value in DEVICE_MAP_STRATEGIES:
+        return value
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        parsed = None
+    if not isinstance(parsed, dict) or not parsed:
+        raise AcceleratorError(f"{flag} {text!r}: one of {', '.join(DEVICE_MAP_STRATEGIES)}, or a JSON object of module name -> "
+                               "device, e.g. '{\"model.visual\": 0, \"model.language_model\": 1, \"lm_head\": 1}'")
+    return {str(k): _place(v, f"{flag} {k!r}") for k, v in parsed.items()}
+
+
+def parse_max_memory(text: str, *, flag: str = "--max_memory") -> dict[Any, str]:
+    """Memory per device: JSON ``{"0": "40GiB", "cpu": "200GB"}`` or ``0=40GiB,cpu=2GiB``; GPU keys become ints."""
+    value = str(text).strip()
+    pairs: list[tuple[Any, Any]]
+    if value.startswith("{"):
+        try:
+            parsed = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise AcceleratorError(f"{flag} is not valid JSON ({exc})") from None
+        if not isinstance(parsed, dict):
+            raise AcceleratorError(f"{flag} must be a JSON object of device -> size")
+        pairs = list(parsed.items())
+    else:
+        pairs = []
+        for part in filter(None, (p.strip() for p in value.split(","))):
+            if "=" not in part:
+                raise AcceleratorError(f"{flag} {part!r}: expected DEVICE=SIZE, e.g. 0=40GiB,cpu=2GiB")
+            key, size = part.split("=", 1)
+            pairs.append((key.strip(), size.strip()))
+    if not pairs:
+        raise AcceleratorError(f"{flag} {text!r}: no device given")
+    out: dict[Any, str] = {}
+    for key, size in pairs:
+        device = _place(key, f"{flag} {key!r}")
+        if isinstance(device, str) and device.startswith("cuda"):
+            device = int(device.split(":")[1]) if ":" in device else 0
+        if isinstance(size, int) and not isinstance(size, bool) and size > 0:
+            size = str(size)
+        if not isinstance(size, str) or not _SIZE_RE.match(size):
+            raise AcceleratorError(f"{flag} {key!r}: size {size!r} is not like 40GiB, 200MB or a byte count")
+        out[device] = size.replace(" ", "")
+    return out
+
+
+def placement_gpus(device_map: str | dict, max_memory: dict | None) -> list[int]:
+    """The GPU indices a device map (or the ``max_memory`` of a strategy) names."""
+    values = list(device_map.values()) if isinstance(device_map, dict) else []
+    values += list((max_memory or {}).keys())
+    gpus = set()
+    for v in values:
+        if isinstance(v, int):
+            gpus.add(v)
+        elif isinstance(v, str) and v.startswith("cuda"):
+            gpus.add(int(v.split(":")[1]) if ":" in v else 0)
+    return sorted(gpus)
+
+
+def resolve_placement(device_map: str | dict, max_memory: dict | None) -> str:
+    """Check a placement against the visible GPUs (before any weights are read); return the device the
+    dtype and attention policy follow: ``cuda`` when the model goes (partly) on a GPU, else ``cpu``."""
+    import torch
+
+    gpus = placement_gpus(device_map, max_memory)
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    missing = [g for g in gpus if g >= count]
+    if missing:
+        raise AcceleratorError(f"--device_map/--max_memory name GPU {missing[0]} but {count} CUDA device(s) are visible")
+    if isinstance(device_map, str):
+        return "cuda" if count else "cpu"
+    return "cuda" if gpus else "cpu"
+
+
+def _device_name(value: Any) -> str:
+    return f"cuda:{value}" if isinstance(value, int) else str(value)
+
+
+def placement_summary(model: Any) -> dict[str, Any] | None:
+    """Where a device-mapped model went (None for a model on one device): modules per device and, for
+    every stack of layers (decoder layers, vision blocks), how many sit on each device."""
+    device_map = getattr(model, "hf_device_map", None)
+    if not device_map:
+        return None
+    entries = sorted(((str(k), _device_name(v)) for k, v in device_map.items()), key=lambda kv: -len(kv[0]))
+
+    def device_of(name: str) -> str | None:
+        for key, device in entries:
+            if key == "" or name == key or name.startswith(key + "."):
+                return device
+        return None
+
+    devices: dict[str, int] = {}
+    for _, device in entries:
+        devices[device] = devices.get(device, 0) + 1
+    stacks: dict[str, dict[str, int]] = {}
+    for name, _ in model.named_modules():
+        match = re.match(r"^(.*\.(?:layers|blocks))\.\d+$", name)
+        if match:
+            device = device_of(name) or "unplaced"
+            counts = stacks.setdefault(match.group(1), {})
+            counts[device] = counts.get(device, 0) + 1
+    return {"modules_per_device": devices, "layers_per_device": stacks,
+            "hf_device_map": {str(k): _device_name(v) for k, v in device_map.items()}}

@@ -168,11 +168,3 @@ def test_is_out_of_memory(exc, expected):
 
 def test_free_accelerator_memory_is_harmless_without_gpu():
     acc.free_accelerator_memory()
-
-
-def test_plan_to_dict(no_gpu):
-    plan = acc.plan_accelerator("auto", None, None)
-    d = plan.to_dict()
-    assert d["device"] == "cpu" and d["dtype"] == "float32" and d["attn_implementation"] == "sdpa"
-    assert d["attn_implementation_requested"] is None and len(d["warnings"]) == 1
-    assert plan.attention.warning in d["warnings"]

@@ -21,7 +21,12 @@ fallbacks counted in ``run_stats.decoding``). Batch size 1 is always ``generate`
 An uncached Hub id while the Hub is out of reach is refused before anything loads (:meth:`HFBackend.check_source`).
 
 Device, dtype and attention follow :mod:`k9bench.accelerator` (one policy for every model the
-project loads): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. When flash-attn
+project loads): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. ``--device_map``
+(``auto``, ``balanced``, ``balanced_low_0``, ``sequential`` or a JSON map of module -> device) with
+``--max_memory`` spreads a model over several GPUs, the CPU and disk through accelerate (the reference
+loads with ``device_map="auto"``); where it went (modules and layers per device) is recorded under
+``inference.backend.placement``, and the shared-prefix engine runs on such a model too (inputs go to
+its embedding's device). When flash-attn
 is not installed, or on CPU, ``sdpa`` is used instead, with a warning that is logged and
 recorded in the artifact (an explicit ``--attn_implementation flash_attention_2`` that cannot be
 honoured is an error instead). On CPU the default dtype is float32 (recorded too).
@@ -41,9 +46,13 @@ from k9bench.accelerator import (  # noqa: F401 (re-exported for callers of the 
     free_accelerator_memory,
     is_out_of_memory,
     load_with_attention,
+    parse_device_map,
+    parse_max_memory,
+    placement_summary,
     resolve_attention,
     resolve_device,
     resolve_dtype,
+    resolve_placement,
 )
 from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
 from k9bench.inference.pipeline import PerThread
@@ -70,6 +79,8 @@ class HFBackend:
             "bf16": hf.bf16,
             "attn_implementation": hf.attn_implementation,
             "device": hf.device,
+            "device_map": hf.device_map,
+            "max_memory": hf.max_memory,
         }
         self.trust_remote_code = hf.trust_remote_code
         self.overrides: dict[str, Any] = {"max_new_tokens": gen.max_new_tokens}
@@ -82,6 +93,7 @@ class HFBackend:
         self.device = "cpu"
         self.generation_config = None
         self._info: dict[str, Any] = {}
+        self._offload_folder: str | None = None
         self._patch_size: int | None = None
         self._resize_in_processor = True
         self._stop_ids: set[int] = set()
@@ -123,7 +135,8 @@ class HFBackend:
 
         quiet_library_progress_bars()
         try:
-            self.device = resolve_device(self.requested["device"])
+            device_map, max_memory = self._placement_request()
+            self.device = resolve_placement(device_map, max_memory) if device_map else resolve_device(self.requested["device"])
             dtype = resolve_dtype(self.requested["torch_dtype"], self.device, bf16=self.requested["bf16"])
             choice = resolve_attention(self.requested["attn_implementation"], self.device)
         except AcceleratorError as exc:
@@ -138,7 +151,14 @@ class HFBackend:
 
         def load_model(kernel: str) -> Any:
             kwargs: dict[str, Any] = {"dtype": dtype.torch_dtype(), "attn_implementation": kernel, "trust_remote_code": self.trust_remote_code}
-            if self.device != "cpu":
+            if device_map:
+                import tempfile
+
+                self._offload_folder = self._offload_folder or tempfile.mkdtemp(prefix="k9bench_offload_")
+                kwargs.update(device_map=device_map, offload_folder=self._offload_folder)
+                if max_memory:
+                    kwargs["max_memory"] = dict(max_memory)  # from_pretrained rewrites it in place
+            elif self.device != "cpu":
                 kwargs["device_map"] = self.device
             return AutoModelForImageTextToText.from_pretrained(self.model_name_or_path, **kwargs)
 
@@ -150,8 +170,14 @@ class HFBackend:
         if used_choice is not choice:  # the automatic flash_attention_2 was refused at load time: sdpa, recorded
             self.warnings.append(used_choice.warning)
             attn = used_choice.implementation
-        if self.device == "cpu":
+        placement = placement_summary(self.model) if device_map else None
+        if placement is None and self.device == "cpu":
             self.model.to("cpu")
+        if placement is not None:
+            from k9bench.inference.shared_decode import model_input_device
+
+            self.device = str(model_input_device(self.model))
+            log.info("model placed across devices: %s", placement["layers_per_device"])
         self.model.eval()
 
         tokenizer = getattr(self.processor, "tokenizer", None)
@@ -202,6 +228,11 @@ class HFBackend:
             "device": str(self.device),
             "dtype": str(self.model.dtype).replace("torch.", ""),
             "dtype_reason": dtype_reason,
+            "dtype_requested": self.requested["torch_dtype"],
+            "device_map": device_map or None,
+            "max_memory": {str(k): v for k, v in max_memory.items()} if max_memory else None,
+            "placement": placement,
+            "offload_folder": self._offload_folder if placement and "disk" in placement["modules_per_device"] else None,
             "attn_implementation": used_attn,
             "attn_implementation_requested": self.requested["attn_implementation"] or "default (flash_attention_2 on GPU)",
             "flash_attn_installed": flash_attn_available(),
@@ -216,6 +247,19 @@ class HFBackend:
             "padding_side": "left",
             "decoding": self.decoding(),
         }
+
+    def _placement_request(self) -> tuple[Any, dict | None]:
+        """``(device_map, max_memory)`` from ``--device_map``/``--max_memory`` (None, None: the whole model on
+        ``--device``); a combination that cannot mean one thing is refused before anything loads."""
+        text, memory = self.requested["device_map"], self.requested["max_memory"]
+        if not text:
+            if memory:
+                raise AcceleratorError("--max_memory needs --device_map (auto, balanced, balanced_low_0, sequential or a JSON map)")
+            return None, None
+        if self.requested["device"] not in (None, "", "auto"):
+            raise AcceleratorError(f"--device {self.requested['device']} and --device_map {text}: give one of them "
+                                   "(--device_map places the model itself)")
+        return parse_device_map(text), (parse_max_memory(memory) if memory else None)
 
     def generation_settings(self) -> dict[str, Any]:
         """The effective generation settings (the model's generation config plus our overrides)."""
@@ -285,7 +329,7 @@ class HFBackend:
         return processor(**kwargs)
 
     def _to_device(self, inputs):
-        inputs = inputs.to(self.model.device)
+        inputs = inputs.to(self.device)
         for key in ("pixel_values_videos", "pixel_values"):
             if key in inputs and inputs[key].is_floating_point():
                 inputs[key] = inputs[key].to(self.model.dtype)
@@ -442,6 +486,11 @@ class HFBackend:
         self.model = None
         self.processor = None
         gc.collect()
+        if self._offload_folder:
+            import shutil
+
+            shutil.rmtree(self._offload_folder, ignore_errors=True)
+            self._offload_folder = None
 
 
 class _Prepared:
