@@ -86,7 +86,7 @@ def test_judge_writes_and_logs_no_secret(route, env_key, userinfo, tmp_path, rep
         args = ["--evaluations", "eval.json", "--base_url", url, "--max_retries", "0", "--retry_backoff", "0.01", "-v", "-v"]
         proc = run_script(repo_root, "subjective_evals.py", args, env_key, tmp_path)
         requests = server.chat_requests()
-    assert proc.returncode == 1, proc.stderr  # idx 1 (401) and 2 (no scores) skipped
+    assert proc.returncode == 0, proc.stderr  # idx 1 (401) and 2 (no scores) skipped: exit 0, as the reference
     assert requests and "DEBUG" in proc.stderr  # the key was used, library logs were on
     sent = {r.headers.get("authorization", "") for r in requests}
     assert all(CANARY in s or leaks(s) for s in sent)  # the canary did travel: the test is not vacuous
@@ -102,8 +102,8 @@ def test_judge_writes_and_logs_no_secret(route, env_key, userinfo, tmp_path, rep
 
 
 def test_judge_checkpoint_and_unreachable_stop_hold_no_secret(tmp_path, repo_root):
-    """An endpoint that refuses every connection: the run stops with the checkpoint kept and an error
-    line naming the endpoint; neither holds the key given in the URL."""
+    """An endpoint that refuses every connection: the probe stops the run before the first question with
+    an error line naming the endpoint, which does not hold the key given in the URL; nothing is written."""
     write_eval(tmp_path / "eval.json", make_records(12))
     down = FakeOpenAIServer(good)
     down.start()
@@ -111,9 +111,9 @@ def test_judge_checkpoint_and_unreachable_stop_hold_no_secret(tmp_path, repo_roo
     down.stop()
     args = ["--evaluations", "eval.json", "--base_url", dead, "--max_retries", "0", "--concurrency", "1", "-v"]
     proc = run_script(repo_root, "subjective_evals.py", args, CANARY, tmp_path)
-    assert proc.returncode == 2 and "could not be reached" in proc.stderr
+    assert proc.returncode == 2 and "does not answer" in proc.stderr and f"http://{MASK}@" in proc.stderr
     written = assert_clean(tmp_path, proc.stdout, proc.stderr, skip=("eval.json",))
-    assert [p.name for p in written] == ["judge_eval.json.partial.jsonl"]
+    assert written == []
 
 
 def test_a_secret_flag_that_does_not_exist_is_not_echoed(tmp_path, repo_root):

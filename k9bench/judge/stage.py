@@ -33,6 +33,17 @@ class EndpointUnreachable(JudgeInputError):
     """The judge endpoint did not answer the probe (a wrong ``--base_url``, a server that is down)."""
 
 
+def _without_userinfo(url: str) -> str:
+    """``url`` without ``user:key@`` (any HTTP answer, a 401 included, shows the server is there; the
+    probe's HTTP client would take ``user:key@host`` for a host name)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
+
+
 def probe(client: Any, base_url: str | None, api_key: str) -> None:
     """One quick ``GET <endpoint>/models`` (:func:`k9bench.openai_api.probe_endpoint`) before the first
     question: any HTTP answer (even 401 or 404) means the server is there; none within
@@ -43,7 +54,7 @@ def probe(client: Any, base_url: str | None, api_key: str) -> None:
 
     url = base_url or str(client.base_url)
     try:
-        status = openai_api.probe_endpoint(url, api_key=api_key, timeout=PROBE_TIMEOUT)
+        status = openai_api.probe_endpoint(_without_userinfo(url), api_key=api_key, timeout=PROBE_TIMEOUT)
     except openai_api.EndpointUnreachable as exc:
         raise EndpointUnreachable(redact_text(f"--base_url {url}: the judge endpoint does not answer ({exc})")) from None
     log.debug("endpoint %s answered the probe (HTTP %s)", redact_text(url), status)
