@@ -260,13 +260,16 @@ def merge_shards(paths: list[str | Path], output: str | Path | None = None) -> M
             "output": sum(r.get("num_output_tokens") or 0 for r in records),
             "records_with_counts": sum(1 for r in records if r.get("num_input_tokens") is not None),
         }
-    if any("videos" in art.meta for _, art in shards):  # each video is in one shard: listed once, shard by shard
+    if any("videos" in art.meta for _, art in shards):  # each video is in one shard: listed once, in the order of the records
         videos: dict = {}
         for _, art in shards:
             for entry in art.meta.get("videos") or []:
                 if isinstance(entry, dict):
                     videos.setdefault(entry.get("scene_name"), entry)
-        meta["videos"] = list(videos.values())
+        first_use = {}
+        for n, rec in enumerate(records):
+            first_use.setdefault(rec.get("scene_name"), n)
+        meta["videos"] = sorted(videos.values(), key=lambda v: first_use.get(v.get("scene_name"), len(records)))
     run_stats = _merged_run_stats(shards)
     if run_stats is not None:
         meta["run_stats"] = run_stats
