@@ -1,0 +1,61 @@
+"""The configuration block the launcher prints first (every value, secrets masked)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def config_lines(launch) -> list[str]:
+    """``  MODEL_NAME       Qwen/...`` lines, as run_eval.sh always printed them."""
+    from k9bench.pipeline.slurm import job_line
+
+    s, v, mode = launch.s, launch.s.values, launch.mode
+    strict = v["DOWNLOAD_STRICT"] == "1"
+    published = f" (paper numbers: PUBLISHED={v['PUBLISHED']})" if v["REPORT"] == "1" else ""
+    lines = [f"K9-Bench evaluation{' (DEMO)' if s.demo else ''}",
+             f"  slurm job        {job_line(launch.env)}",
+             f"  repository       {launch.repo}",
+             f"  python           {sys.executable} ({sys.version.split()[0]})",
+             f"  MODEL_NAME       {v['MODEL_NAME']}",
+             f"  MAX_FRAMES       {v['MAX_FRAMES']}",
+             f"  MAX_SAMPLES      {v['MAX_SAMPLES']}",
+             f"  DATASET_NAME     {v['DATASET_NAME']} (split {v['SPLIT']})",
+             f"  VIDEO_DIR        {v['VIDEO_DIR']}",
+             f"  OUT_DIR          {v['OUT_DIR']}",
+             f"  BATCH_SIZE       {v['BATCH_SIZE']} (embedding: {v['EMBED_BATCH_SIZE']})",
+             f"  DTYPE            {v['DTYPE'] or 'eval_video_llm.py default (bf16 on GPU, float32 on CPU)'}",
+             f"  ATTN_IMPL        {v['ATTN_IMPL'] or 'eval_video_llm.py default (flash_attention_2 on GPU when installed)'}",
+             f"  THINKING_MODE    {int(s.thinking)}",
+             f"  AUDIO            {v['AUDIO']}{' (the model hears the soundtracks; artifacts tagged _av)' if s.audio else ''}",
+             f"  EMBEDDING_MODEL  {v['EMBEDDING_MODEL']}",
+             f"  DEVICE           {v['DEVICE']}",
+             f"  THRESHOLD        {v['THRESHOLD']}",
+             f"  DOWNLOAD_STRICT  {v['DOWNLOAD_STRICT']} "
+             f"({'a failed download stops the run' if strict else 'failed downloads become failed records, counted as wrong'})",
+             f"  REPORT           {v['REPORT']}{published}"]
+    shards = f"  shards           {mode.num_shards}"
+    if mode.shard_id is not None:
+        shards += f" (this run: shard {mode.shard_id})"
+    if mode.finalize:
+        shards += " (finalize: merge + scoring)"
+    lines.append(shards)
+    if s.judge_on:
+        key = "set" if s.environ.get("OPENAI_API_KEY") else "not set"
+        lines.append(f"  judge            {v['JUDGE_MODEL']} at {v['JUDGE_BASE_URL'] or 'the OpenAI API'} (OPENAI_API_KEY {key})")
+    else:
+        lines.append("  judge            off (no OPENAI_API_KEY or JUDGE_BASE_URL)")
+    if v["SERVE"]:
+        lines.append(f"  SERVE            vllm (tensor parallel {v['TENSOR_PARALLEL'] or v['GPUS'] or 1}); inference through --backend openai")
+    elif v["SERVE_URL"]:
+        lines.append(f"  SERVE_URL        {v['SERVE_URL']} (inference through --backend openai)")
+    if v["GPUS"] or v["GPUS_PER_NODE"]:
+        lines.append(f"  GPUS             {v['GPUS'] or '-'} (per node: {v['GPUS_PER_NODE'] or '-'})")
+    layout = launch.layout
+    lines.append(f"  artifacts        {layout.path('raw')} -> {layout.path('sim')} -> {layout.path('eval')}")
+    extra = {name: " ".join(args) for name, args in s.extra.items() if args}
+    if extra:
+        from k9bench.redact import redact_argv
+
+        shown = " ".join(f"{name.split('_')[0].lower()}: '{' '.join(redact_argv(list(s.extra[name])))}'" for name in extra)
+        lines.append(f"  extra args       {shown}")
+    return lines

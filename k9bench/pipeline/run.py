@@ -1,0 +1,410 @@
+"""The launcher's run: check everything, take the run's lock, then run each stage that must run.
+
+Exit codes: 0 done (or requeued by SLURM); 1 a stage failed with 1 (the judge left entries skipped: the
+report is still written); 2 a bad setting, a bad ``*_ARGS``, or another launcher holds this run's lock;
+any other stage exit code as the stage gave it; 128+N stopped by signal N with the progress saved
+(130 Ctrl-C, 138 SIGUSR1 outside SLURM, 143 SIGTERM): rerun the same command to resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import logging
+import os
+import shlex
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from k9bench.pipeline.env import LaunchError, LaunchSettings
+from k9bench.pipeline.plan import SERVED_URL, ShardMode
+from k9bench.pipeline.slurm import StepFailed
+from k9bench.pipeline.stages import ScriptStage, Step
+
+log = logging.getLogger("k9bench.pipeline")
+
+USAGE = """usage: run_eval.sh [--dry_run]   (python -m k9bench.pipeline [--dry_run])
+
+Settings are environment variables (docs/launcher.md lists them all), for example
+  MAX_SAMPLES=-1 sbatch run_eval.sh
+  MODEL_NAME=Qwen/Qwen3-VL-8B-Instruct MAX_FRAMES=64 bash run_eval.sh
+  DEMO=1 bash run_eval.sh                  the offline CPU demo (tiny random-weight model)
+  --dry_run                                print the plan (each stage, and why it will or will not run); run nothing
+"""
+
+
+def say(message: str) -> None:
+    """One launcher line on stdout, secrets masked: ``[run_eval 12:00:00] message``."""
+    from k9bench.redact import redact_text
+
+    print(f"[run_eval {time.strftime('%H:%M:%S')}] {redact_text(message)}", flush=True)
+
+
+def die(code: int, message: str) -> int:
+    say(f"ERROR: {message}")
+    return code
+
+
+def repo_dir(env: dict) -> Path:
+    """K9BENCH_DIR (run_eval.sh sets it), else the folder above this package."""
+    return Path(env.get("K9BENCH_DIR") or Path(__file__).resolve().parents[2])
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        from k9bench.pipeline.env import defaults_table
+
+        print(USAGE)
+        print(defaults_table())
+        return 0
+    dry_run = "--dry_run" in args
+    stray = [a for a in args if a != "--dry_run"]
+    if stray:
+        return die(2, f"run_eval.sh takes no arguments but --dry_run (got '{' '.join(stray)}'); settings are environment "
+                      "variables, e.g. MAX_SAMPLES=-1 bash run_eval.sh (see --help)")
+    env = dict(os.environ)
+    repo = repo_dir(env)
+    if not (repo / "eval_video_llm.py").is_file():
+        return die(2, f"cannot find the k9bench scripts in '{repo}'; submit from the repository root or set K9BENCH_DIR")
+    if str(repo) not in sys.path:
+        sys.path.insert(0, str(repo))
+    os.environ["K9BENCH_INTERFACE"] = "launcher"  # the stages' messages name these variables, not their flags
+    from k9bench.cli import setup_logging
+    from k9bench.redact import install_log_filter
+
+    setup_logging(0)
+    install_log_filter()
+    try:
+        launch = prepare(env, repo)
+    except LaunchError as exc:
+        return die(2, str(exc))
+    return Launch(*launch, env=env, repo=repo).start(dry_run=dry_run)
+
+
+def prepare(env: dict, repo: Path) -> tuple:
+    """Settings, shard mode, layout and steps, every value checked (LaunchError on the first bad one)."""
+    from k9bench.layout import RunLayout
+    from k9bench.pipeline.env import read_settings
+    from k9bench.pipeline.plan import build_steps, check_steps
+    from k9bench.pipeline.slurm import check_gpus, shard_mode
+
+    settings = read_settings(env, repo)
+    mode = shard_mode(env, settings["K9_FINALIZE"] == "1")
+    check_gpus(env, settings["GPUS"], settings["GPUS_PER_NODE"])
+    v = settings.values
+    layout = RunLayout(out_dir=v["OUT_DIR"], model=v["MODEL_NAME"], max_frames=int(v["MAX_FRAMES"]), max_samples=int(v["MAX_SAMPLES"]),
+                       audio=settings.audio)
+    steps = build_steps(settings, layout, mode)
+    check_steps(steps, settings)
+    return settings, mode, layout, steps
+
+
+class Launch:
+    """One launcher run (see the module doc)."""
+
+    def __init__(self, settings: LaunchSettings, mode: ShardMode, layout, steps: list[Step], *, env: dict, repo: Path):
+        self.s, self.mode, self.layout, self.steps, self.env, self.repo = settings, mode, layout, steps, env, repo
+        self.current = "none"
+        self.ran: set[str] = set()
+        self.judge_incomplete = False
+        self._signals = _SignalLog()
+
+    # ----------------------------------------------------------------- the whole run
+
+    def lock_target(self) -> Path:
+        tag = self.layout.tag
+        if self.mode.shard_id is not None and not self.mode.finalize and self.mode.num_shards > 1:
+            tag += f".shard{self.mode.shard_id}of{self.mode.num_shards}"
+        return Path(self.s["OUT_DIR"]) / f".run_{tag}"
+
+    def start(self, *, dry_run: bool) -> int:
+        from k9bench.stage import LockHeld, output_lock
+
+        if dry_run:
+            return self.dry_run()
+        try:
+            with output_lock(self.lock_target(), flag="OUT_DIR run"):
+                return self.locked()
+        except LockHeld as exc:
+            return die(2, f"another launcher is running this run: {exc}")
+
+    def locked(self) -> int:
+        from k9bench.stage import Interrupted, stop_on_signals
+
+        if self.s.demo:
+            what, meaning, _ = self.demo_note()
+            say(f"DEMO: {what}.")
+            say(f"DEMO: {meaning}.")
+        self.print_config()
+        if self.env.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
+            say(f"requeued run (restart {self.env['SLURM_RESTART_COUNT']}): resuming every stage")
+        try:
+            with self._signals, stop_on_signals() as stop:
+                self.stop = stop
+                try:
+                    return self.run_all()
+                except StepFailed as exc:
+                    return die(exc.exit_code, str(exc))
+        except Interrupted as exc:
+            return self.interrupted(exc.signum)
+
+    def run_all(self) -> int:
+        from k9bench.pipeline import slurm
+        from k9bench.pipeline.prepare import prepare_demo
+
+        slurm.link_array_log(self.env, say)
+        self.check_judge_endpoint()
+        prepare_demo(self.s, in_array=self.mode.in_array, say=say)
+        if self.mode.in_array and self.mode.shard_id == 0:
+            script = self.env.get("K9BENCH_SCRIPT") or str(self.repo / "run_eval.sh")
+            slurm.submit_finalize(self.env, out_dir=Path(self.s["OUT_DIR"]), num_shards=self.mode.num_shards, repo=self.repo,
+                                  script=script, log=say)
+        for step in self.steps:
+            code = self.run_step(step)
+            if code is not None:
+                return code
+        if self.mode.num_shards > 1 and self.mode.shard_id is not None and not self.mode.finalize:
+            shard = self.steps[-1].outputs[0]
+            say(f"shard {self.mode.shard_id} of {self.mode.num_shards} done: {shard}")
+            if self.mode.in_array:
+                say("the merge job scores the run once every shard is done")
+            else:
+                say(f"after every shard: K9_FINALIZE=1 NUM_SHARDS={self.mode.num_shards} bash run_eval.sh (same settings) merges and scores")
+            return 0
+        if self.judge_incomplete:
+            skipped = next(s for s in self.steps if s.name == "judge").outputs[1]
+            return die(1, f"step judge incomplete: entries in {skipped} were not judged; rerun the same command to retry them")
+        say(f"all steps done: {self.layout.path('eval')}")
+        if self.s.demo and self.demo_note()[2]:
+            say("DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%).")
+        return 0
+
+    def demo_note(self) -> tuple[str, str, bool]:
+        from k9bench.pipeline.plan import demo_note
+
+        return demo_note(self.s)
+
+    # ----------------------------------------------------------------- one stage
+
+    def reason(self, step: Step, stage) -> str | None:
+        upstream = next((d for d in step.depends if d in self.ran), None)
+        own = stage.done()
+        if own and isinstance(stage, ScriptStage) and stage.recorded() is None and step.name.startswith("inference") \
+                and all(p.exists() for p in step.outputs):
+            own = self.adopt(step, stage)
+        return own or (f"an earlier stage ran ({upstream})" if upstream else None)
+
+    def adopt(self, step: Step, stage: ScriptStage) -> str | None:
+        """A raw file without a record (an older launcher, a hand run): refused when it names another
+        model, dataset, split or AUDIO; else taken as this run's (said so), as the launcher always did."""
+        from k9bench.pipeline.stages import raw_mismatch
+
+        v = self.s.values
+        raw = step.outputs[0]
+        why = raw_mismatch(raw, model=v["MODEL_NAME"], dataset=v["DATASET_NAME"], split=v["SPLIT"], audio=self.s.audio)
+        if why:
+            raise StepFailed(2, f"step {step.name}: {raw} exists but was made with other settings ({why}); set another OUT_DIR, "
+                                "or move it away to redo inference")
+        stage.write_record(0, True)
+        say(f"step {step.name}: {raw} has no stage record (an older launcher or a hand run made it); it names the same "
+            "MODEL_NAME, DATASET_NAME, SPLIT and AUDIO, so it is kept as this run's")
+        return None
+
+    def run_step(self, step: Step) -> int | None:
+        """Run ``step`` if it must run; None to go on, else the launcher's exit code."""
+        from k9bench.pipeline.plan import refresh_report
+        from k9bench.pipeline.stages import make_stage, supersede
+
+        self.current = step.name
+        if step.name == "report":
+            others = refresh_report(step, self.s, self.layout)
+            if others:
+                say(f"step report: with {others} run(s) of the same model and questions at other MAX_FRAMES (frame-budget plot)")
+        with self.download_lock(step):
+            stage = make_stage(step)
+            why = self.reason(step, stage)
+            if why is None:
+                say(f"step {step.name}: done already, skipping ({', '.join(map(str, step.outputs))}: same settings and inputs)")
+                return None
+            say(f"step {step.name}: runs: {why}")
+            if isinstance(stage, ScriptStage) and step.replace_stale and any(p.exists() for p in step.outputs):
+                record = stage.recorded() or {}
+                resumable = record.get("state") == "incomplete" and record.get("fingerprint") == stage.fingerprint()
+                if not resumable:
+                    for old, new in supersede([*step.outputs, *step.companions], Path(self.s["OUT_DIR"])):
+                        say(f"step {step.name}: moved the earlier {old.name} aside to {new} (made with other settings or inputs)")
+            from k9bench.redact import redact_argv
+
+            say(f"step {step.name}: {step.script} {shlex.join(redact_argv(step.argv))}")
+            code = self.execute(step, stage)
+        gc.collect()
+        return self.after(step, stage, code)
+
+    @contextlib.contextmanager
+    def download_lock(self, step: Step) -> Iterator[None]:
+        if step.name != "download" or not self.mode.in_array:
+            yield
+            return
+        from k9bench.pipeline.slurm import waiting_lock
+
+        lock = Path(self.s["VIDEO_DIR"]) / ".run_eval.download.lock"
+        say(f"step download: waiting for {lock} (array tasks download one at a time)")
+        with waiting_lock(lock):
+            yield
+
+    def execute(self, step: Step, stage) -> int:
+        from k9bench.stage import run_stage
+
+        self._signals.reset()
+        if not isinstance(stage, ScriptStage):
+            return run_stage(stage)
+        with self.server(step):
+            return stage.run()
+
+    def after(self, step: Step, stage, code: int) -> int | None:
+        from k9bench.stage import EXIT_INTERRUPTED
+
+        self.ran.add(step.name)
+        complete, incomplete = code in step.complete_codes, code in step.incomplete_codes
+        if isinstance(stage, ScriptStage) and (complete or incomplete):
+            stage.write_record(code, complete)
+        if complete:
+            say(f"step {step.name}: done")
+            return None
+        if code in (EXIT_INTERRUPTED, 130) or self.stop.requested:
+            got = self.stop.received or self._signals.last() or signal.SIGTERM
+            return self.interrupted(got)
+        if incomplete and step.name == "download":
+            say(f"step download: some videos could not be fetched (see {step.outputs[0]}); going on: their questions become "
+                "failed 'missing video' records, counted as wrong. DOWNLOAD_STRICT=1 stops here instead.")
+            return None
+        if incomplete and step.name == "judge":
+            self.judge_incomplete = True
+            say(f"step judge: some entries were skipped (see {step.outputs[1]}); the report uses the judged ones; rerun to retry them")
+            return None
+        raise StepFailed(code, f"step {step.name} failed (exit {code}); fix it and rerun the same command: finished stages are skipped")
+
+    def interrupted(self, signum: int) -> int:
+        name = signal.Signals(signum).name
+        if name == "SIGUSR1" and self.env.get("SLURM_JOB_ID"):
+            job = self.env["SLURM_JOB_ID"]
+            say(f"time limit near: step '{self.current}' saved its progress; requeueing job {job} to resume")
+            from k9bench.pipeline.slurm import requeue
+
+            why = requeue(self.env)
+            if why:
+                return die(128 + signum, f"scontrol requeue failed ({why}); resubmit the same command to resume")
+            return 0
+        return die(128 + signum, f"interrupted by {name} during step '{self.current}'; finished work is kept: rerun the same "
+                                 "command to resume")
+
+    # ----------------------------------------------------------------- servers
+
+    @contextlib.contextmanager
+    def server(self, step: Step) -> Iterator[None]:
+        """SERVE=vllm: a vLLM server for the inference stage, stopped however the stage ends."""
+        if not (step.script == "eval_video_llm" and self.s["SERVE"]):
+            yield
+            return
+        with start_server(self.s, say) as url:
+            step.run_argv = lambda argv: [url if a == SERVED_URL else a for a in argv]
+            try:
+                yield
+            finally:
+                step.run_argv = None
+
+    def check_judge_endpoint(self) -> None:
+        """A JUDGE_BASE_URL where nothing answers fails now, in seconds, not after inference."""
+        judge = next((s for s in self.steps if s.name == "judge"), None)
+        url = self.s["JUDGE_BASE_URL"]
+        if judge is None or not url:
+            return
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            socket.create_connection((parts.hostname or "", port), timeout=5).close()
+        except OSError as exc:
+            raise StepFailed(2, f"JUDGE_BASE_URL={url}: nothing answers at {parts.hostname}:{port} ({exc.strerror or exc}); "
+                                "start the judge server or fix the URL") from None
+
+    # ----------------------------------------------------------------- reports
+
+    def print_config(self) -> None:
+        from k9bench.pipeline.report_lines import config_lines
+
+        for line in config_lines(self):
+            say(line)
+
+    def dry_run(self) -> int:
+        from k9bench.pipeline.plan import describe_plan, plan_reasons
+        from k9bench.pipeline.stages import make_stage
+
+        self.print_config()
+        stages = {step.name: make_stage(step) for step in self.steps}
+        say("plan (--dry_run: nothing runs):")
+        for line in describe_plan(self.steps, stages, plan_reasons(self.steps, stages)):
+            say(line)
+        return 0
+
+
+@contextlib.contextmanager
+def start_server(settings: LaunchSettings, say) -> Iterator[str]:
+    """Start ``vllm serve MODEL_NAME`` (k9bench.serve) and yield its OpenAI URL; it stops when the block ends."""
+    from k9bench.serve import serve_vllm
+
+    tp = settings.int("TENSOR_PARALLEL") or settings.int("GPUS") or None
+    say(f"serving {settings['MODEL_NAME']} with vLLM (tensor parallel {tp or 1}) for the inference stage")
+    with serve_vllm(settings["MODEL_NAME"], extra_args=list(settings.extra["SERVE_ARGS"]), tensor_parallel=tp) as server:
+        url = getattr(server, "base_url", server)
+        say(f"vLLM answers at {url}")
+        yield str(url)
+    say("vLLM server stopped")
+
+
+class _SignalLog:
+    """Which stop signals arrived, whatever Python handler took them (a stage may install its own):
+    the interpreter writes each one to a wakeup socket that is read after the stage."""
+
+    def __enter__(self):
+        try:
+            self._r, self._w = socket.socketpair()
+            self._r.setblocking(False)
+            self._w.setblocking(False)
+            self._old = signal.set_wakeup_fd(self._w.fileno(), warn_on_full_buffer=False)
+        except (ValueError, OSError):  # not the main thread: no signals reach this run anyway
+            self._r = self._w = None
+        self._seen: list[int] = []
+        return self
+
+    def __exit__(self, *exc):
+        if self._w is not None:
+            signal.set_wakeup_fd(self._old)
+            self._r.close()
+            self._w.close()
+        return False
+
+    def drain(self) -> list[int]:
+        if getattr(self, "_r", None) is None:
+            return []
+        with contextlib.suppress(BlockingIOError, OSError):
+            while True:
+                data = self._r.recv(64)
+                if not data:
+                    break
+                self._seen += [b for b in data if b in (signal.SIGTERM, signal.SIGUSR1, signal.SIGINT)]
+        return self._seen
+
+    def reset(self) -> None:
+        self.drain()
+        self._seen = []
+
+    def last(self) -> int | None:
+        seen = self.drain()
+        return seen[0] if seen else None

@@ -1,0 +1,140 @@
+"""Shared helpers of the launcher's in-process tests: a clean launcher environment and stand-in stages.
+
+The stand-ins replace :func:`k9bench.pipeline.scripts.run_main` (each script's ``main``), so that the
+plan, the records, reruns, locks, signals and SLURM wiring are tested in milliseconds; the real chain
+runs in tests/test_pipeline_demo.py and tests/test_launcher.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+from k9bench.pipeline import scripts, stages
+
+REPO = Path(__file__).resolve().parent.parent
+
+LAUNCHER_VARS = ("OPENAI_API_KEY", "JUDGE_BASE_URL", "JUDGE_MODEL", "MODEL_NAME", "MAX_FRAMES", "MAX_SAMPLES", "VIDEO_DIR", "OUT_DIR",
+                 "DATASET_NAME", "SPLIT", "NUM_SHARDS", "SHARD_ID", "DEMO", "VENV", "INFER_ARGS", "SCORE_ARGS", "JUDGE_ARGS",
+                 "THRESHOLD", "DEVICE", "DTYPE", "ATTN_IMPL", "BATCH_SIZE", "EMBED_BATCH_SIZE", "EMBEDDING_MODEL", "AUDIO",
+                 "THINKING_MODE", "DOWNLOAD_STRICT", "REPORT", "PUBLISHED", "K9_FINALIZE", "SERVE", "SERVE_URL", "SERVE_ARGS",
+                 "TENSOR_PARALLEL", "GPUS", "GPUS_PER_NODE", "HF_TOKEN", "CUDA_VISIBLE_DEVICES")
+
+
+def option(argv: list[str], flag: str) -> str | None:
+    return argv[argv.index(flag) + 1] if flag in argv else None
+
+
+class FakeScripts:
+    """Stand-in ``run_main``: writes each script's outputs (their content names the argv), records each call."""
+
+    def __init__(self):
+        self.calls: list[tuple[str, list[str]]] = []
+        self.codes: dict[str, int] = {}
+        """script or ``script:mode`` -> the exit code to return (after writing the outputs)."""
+        self.hooks: dict[str, object] = {}
+
+    def names(self) -> list[str]:
+        out = []
+        for script, argv in self.calls:
+            if script == "evaluate_results":
+                out.append({"calculate": "calculate", "evaluate": "evaluate", "report": "report"}[option(argv, "--mode")])
+            else:
+                out.append({"download_videos": "download", "eval_video_llm": "inference", "subjective_evals": "judge",
+                            "merge": "merge", "tiny_model": "demo-model", "demo": "demo-videos"}[script])
+        return out
+
+    def __call__(self, script: str, argv: list[str]) -> int:
+        self.calls.append((script, list(argv)))
+        key = f"{script}:{option(argv, '--mode')}" if script == "evaluate_results" else script
+        hook = self.hooks.get(key)
+        if hook is not None:
+            hook(argv)
+        body = json.dumps({"script": script, "argv": argv, "call": len(self.calls)})
+        if script == "download_videos":
+            folder = Path(option(argv, "--output_dir"))
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "download_manifest.json").write_text(body)
+        elif script in ("eval_video_llm", "merge") or key in ("evaluate_results:calculate", "evaluate_results:evaluate"):
+            Path(option(argv, "--output_file")).write_text(body)
+        elif key == "evaluate_results:report":
+            folder = Path(option(argv, "--report_dir"))
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "report.md").write_text(body)
+        elif script == "subjective_evals":
+            Path(option(argv, "--output")).write_text(body)
+            Path(option(argv, "--skipped")).write_text("[]")
+        elif script == "tiny_model":
+            Path(argv[0]).mkdir(parents=True)
+            (Path(argv[0]) / "config.json").write_text("{}")
+        return self.codes.get(key, 0)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    """Every stage through :class:`FakeScripts` (the download too: no package class)."""
+    runner = FakeScripts()
+    monkeypatch.setattr(scripts, "run_main", runner)
+    monkeypatch.setattr(stages, "PACKAGE_STAGES", {})
+    return runner
+
+
+@pytest.fixture
+def listener():
+    """A loopback port that accepts connections (a judge endpoint for the preflight's probe)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(16)
+    stop = threading.Event()
+
+    def accept():
+        server.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = server.accept()
+                conn.close()
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.getsockname()[1]}/v1"
+    stop.set()
+    thread.join()
+    server.close()
+
+
+@pytest.fixture
+def launcher_env(monkeypatch, tmp_path):
+    """A clean launcher environment in ``tmp_path``: demo set, an existing model folder and embedding folder.
+    Returns a function that sets more variables."""
+    for name in LAUNCHER_VARS:
+        monkeypatch.delenv(name, raising=False)
+    for name in list(os.environ):
+        if name.startswith("SLURM_"):
+            monkeypatch.delenv(name)
+    model = tmp_path / "models" / "tiny-m"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    embed = tmp_path / "models" / "embed"
+    embed.mkdir()
+    base = {"K9BENCH_DIR": str(REPO), "MODEL_NAME": str(model), "DATASET_NAME": "demo", "MAX_SAMPLES": "-1", "MAX_FRAMES": "4",
+            "VIDEO_DIR": str(tmp_path / "videos"), "OUT_DIR": str(tmp_path / "out"), "EMBEDDING_MODEL": str(embed),
+            "DEVICE": "cpu", "K9BENCH_NO_PROGRESS": "1"}
+    monkeypatch.chdir(tmp_path)
+
+    def set_env(**values: str) -> dict:
+        for key, value in {**base, **values}.items():
+            monkeypatch.setenv(key, value)
+        return {**base, **values}
+
+    set_env()
+    return set_env
+
+
+TAG = "tiny-m_mf4_n-1"
