@@ -75,8 +75,9 @@ def config_from_argv(argv: list[str] | None) -> ScoringConfig:
         raise StageError(str(exc), EXIT_USAGE) from None
     if files.mode != "report" and len(files.input_file) != 1:
         raise StageError(f"--mode {files.mode} takes exactly one --input_file (got {len(files.input_file)})", EXIT_USAGE)
-    return ScoringConfig(files=files, embedding=emb, evaluation=ev, argv=tuple(sys.argv[1:] if argv is None else argv),
-                         report=report, verbose=args.verbose, quiet=args.quiet)
+    # verbose and quiet come from the namespace too (ScoringConfig's own fields)
+    return from_namespace(ScoringConfig, args, files=files, embedding=emb, evaluation=ev,
+                          argv=tuple(sys.argv[1:] if argv is None else argv), report=report)
 
 
 # ---------------------------------------------------------------------------
