@@ -128,7 +128,14 @@ def launcher_env(monkeypatch, tmp_path):
             "DEVICE": "cpu", "K9BENCH_NO_PROGRESS": "1"}
     monkeypatch.chdir(tmp_path)
 
+    given: set[str] = set()
+
     def set_env(**values: str) -> dict:
+        """The base settings plus ``values``; what an earlier call set and this one does not is unset."""
+        for key in given - set(values):
+            monkeypatch.delenv(key, raising=False)
+        given.clear()
+        given.update(values)
         for key, value in {**base, **values}.items():
             monkeypatch.setenv(key, value)
         return {**base, **values}

@@ -263,8 +263,13 @@ class Launch:
         self._signals.reset()
         if not isinstance(stage, ScriptStage):
             return run_stage(stage)
-        with self.server(step):
-            return stage.run()
+        from k9bench.stage import StageError
+
+        try:
+            with self.server(step):
+                return stage.run()
+        except StageError as exc:  # the vLLM server did not come up
+            raise StepFailed(exc.exit_code, f"step {step.name}: {exc}") from None
 
     def after(self, step: Step, stage, code: int) -> int | None:
         from k9bench.stage import EXIT_INTERRUPTED
@@ -311,7 +316,8 @@ class Launch:
         if not (step.script == "eval_video_llm" and self.s["SERVE"]):
             yield
             return
-        with start_server(self.s, say) as url:
+        log_path = Path(self.s["OUT_DIR"]) / f"vllm_server_{self.layout.tag}.log"
+        with start_server(self.s, say, log_path) as url:
             step.run_argv = lambda argv: [url if a == SERVED_URL else a for a in argv]
             try:
                 yield
@@ -355,17 +361,19 @@ class Launch:
 
 
 @contextlib.contextmanager
-def start_server(settings: LaunchSettings, say) -> Iterator[str]:
-    """Start ``vllm serve MODEL_NAME`` (k9bench.serve) and yield its OpenAI URL; it stops when the block ends."""
+def start_server(settings: LaunchSettings, say, log_path: Path) -> Iterator[str]:
+    """Start a vLLM server for MODEL_NAME (:func:`k9bench.serve.serve_vllm`, prefix caching on; the vLLM
+    environment's python from ``K9BENCH_VLLM_PYTHON``) and yield its URL; it is stopped however the block ends."""
     from k9bench.serve import serve_vllm
 
-    tp = settings.int("TENSOR_PARALLEL") or settings.int("GPUS") or None
-    say(f"serving {settings['MODEL_NAME']} with vLLM (tensor parallel {tp or 1}) for the inference stage")
-    with serve_vllm(settings["MODEL_NAME"], extra_args=list(settings.extra["SERVE_ARGS"]), tensor_parallel=tp) as server:
-        url = getattr(server, "base_url", server)
-        say(f"vLLM answers at {url}")
-        yield str(url)
-    say("vLLM server stopped")
+    tp = settings.int("TENSOR_PARALLEL") or settings.int("GPUS") or 1
+    say(f"serving {settings['MODEL_NAME']} with vLLM (tensor parallel {tp}) for the inference stage; its log: {log_path}")
+    try:
+        with serve_vllm(settings["MODEL_NAME"], args=list(settings.extra["SERVE_ARGS"]), tensor_parallel=tp, log_path=log_path) as url:
+            say(f"vLLM answers at {url}")
+            yield str(url)
+    finally:
+        say("vLLM server stopped")
 
 
 class _SignalLog:
