@@ -645,3 +645,27 @@ def test_reference_failed_records_are_failed_at_inference_not_a_crash(tmp_path, 
     assert [f["idx"] for f in meta["failed_at_inference"]] == [2]
     assert "CUDA out of memory" in meta["failed_at_inference"][0]["error"]
     assert load(tmp_path / "judge.json.summary.json")["counts"]["failed_at_inference"] == 1
+
+
+def test_a_judge_prompt_matching_the_reference_hash_is_recorded_as_confirmed(tmp_path, server, monkeypatch):
+    """Issue 24 item 4: the meta sidecar says whether the judge prompt is the reference's, by its hash
+    (a stand-in template and its own hash swapped in; nothing of the reference is stored here)."""
+    import hashlib
+
+    from k9bench import published
+
+    stand_in = "Judge this.\nQ: {question}\nRight: {correct_answer}\nGiven: {model_output}\nCoT: then {{'Logic': X}}\n"
+    filled = stand_in.format(question="{question}", correct_answer="{correct_answer}", model_output="{model_output}")
+    monkeypatch.setattr(published, "REFERENCE_JUDGE_PROMPT_SHA256", hashlib.sha256(filled.encode()).hexdigest())
+    write_eval(tmp_path / "eval.json", make_records(2))
+    prompt = tmp_path / "judge_prompt.txt"
+    prompt.write_text(stand_in)
+    assert run(tmp_path, server, "--prompt_file", str(prompt)) == 0
+    judge = load(tmp_path / "judge.json.meta.json")["judge"]
+    assert judge["reference_prompt"] is True and judge["prompt_status"] == published.CONFIRMED_PROMPTS
+    prompt.write_text(stand_in.replace("Judge this.", "Judge this!"))  # one character differs
+    (tmp_path / "other").mkdir()
+    write_eval(tmp_path / "other" / "eval.json", make_records(2))
+    assert run(tmp_path / "other", server, "--prompt_file", str(prompt)) == 0
+    judge = load(tmp_path / "other" / "judge.json.meta.json")["judge"]
+    assert judge["reference_prompt"] is False and judge["prompt_status"].startswith("unconfirmed")

@@ -87,8 +87,14 @@ class JudgeSettings:
 
     def record(self) -> dict:
         """The settings as written to the meta sidecar (the template by its source and sha256)."""
+        from k9bench.published import CONFIRMED_PROMPTS, is_reference_prompt
+
         out = {k: v for k, v in to_dict(self).items() if k != "template"}
         out["prompt_sha256"] = self.prompt_sha256
+        reference = is_reference_prompt("judge_prompt", self.template)
+        out["reference_prompt"] = reference  # by the reference's hash (k9bench.published), issue 24 item 4
+        out["prompt_status"] = CONFIRMED_PROMPTS if reference else (
+            "ours (built in)" if self.prompt_source == BUILTIN_PROMPT else "unconfirmed (not the reference's by its hash)")
         return out
 
     def request_params(self) -> dict:
@@ -230,38 +236,39 @@ def render_prompt(template: str, *, question: str, correct_answer: str, model_ou
 
 
 def load_template(prompt_file: str | None) -> tuple[str, str]:
-    """``(template, source)`` of the judge prompt, checked (:func:`k9bench.judge.tasks.check_prompt_template`);
+    """``(template, source)`` of the judge prompt, checked (:func:`check_prompt_template`);
     one :class:`JudgeInputError` line naming ``--prompt_file`` otherwise."""
     from k9bench.prompts import load_prompt
 
     try:
         template, source = load_prompt("judge_prompt", prompt_file)
+    except StageError as exc:  # the shared reader's one line (k9bench.artifacts), where prompts read through it
+        raise JudgeInputError(f"--prompt_file {exc}") from None
     except FileNotFoundError as exc:
         raise JudgeInputError(f"--prompt_file {prompt_file}: {exc}") from None
     except UnicodeDecodeError as exc:
         raise JudgeInputError(f"--prompt_file {prompt_file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:  # a folder, a loop
         raise JudgeInputError(f"--prompt_file {prompt_file}: cannot read: {exc.strerror or exc}") from None
-    except Exception as exc:  # the shared reader's ArtifactError (a StageError) once prompts read through it
-        if isinstance(exc, StageError):
-            raise JudgeInputError(f"--prompt_file {exc}") from None
-        raise
     check_prompt_template(template, source)
     return template, source
 
 
 def config_from_argv(argv: list[str] | None) -> JudgeConfig:
     """Parse ``argv`` (argparse's usage errors exit 2) and check what can be checked before any file is
-    read: the endpoint's form and the prompt template. Raises :class:`JudgeInputError` (one line
-    naming the flag)."""
+    read: the endpoint's form and the prompt template. Raises a :class:`k9bench.stage.StageError` (one
+    line naming the flag)."""
+    return config_from_namespace(build_parser().parse_args(argv), argv)
+
+
+def config_from_namespace(args: argparse.Namespace, argv: list[str] | None = None) -> JudgeConfig:
+    """The one step where the parsed flags become the judge's settings (see :func:`config_from_argv`)."""
+    from k9bench.openai_api import check_base_url
     from k9bench.redact import register_url_secrets
     from k9bench.settings import from_namespace
 
-    args = build_parser().parse_args(argv)
     requests = from_namespace(RequestSettings, args)
     register_url_secrets(requests.base_url)  # a key inside http://user:KEY@host is masked everywhere
-    from k9bench.openai_api import check_base_url
-
     check_base_url(requests.base_url)  # BadBaseUrl (exit 2, one line) for a URL without a scheme, at once
     run = from_namespace(JudgeRunSettings, args)
     template, source = load_template(args.prompt_file)
@@ -270,7 +277,7 @@ def config_from_argv(argv: list[str] | None) -> JudgeConfig:
 
 
 __all__ = [
-    "BUILTIN_PROMPT", "DEFAULT_JUDGE_MODEL", "MISSING_MODEL_ANSWER", "JudgeConfig", "JudgeInputError", "JudgeRunSettings",
-    "JudgeSettings", "PLACEHOLDERS", "RequestSettings", "build_parser", "check_prompt_template", "config_from_argv", "judge_fingerprint", "load_template",
-    "render_prompt", "temperature_value",
+    "BUILTIN_PROMPT", "DEFAULT_JUDGE_MODEL", "MISSING_MODEL_ANSWER", "PLACEHOLDERS", "JudgeConfig", "JudgeInputError",
+    "JudgeRunSettings", "JudgeSettings", "RequestSettings", "build_parser", "check_prompt_template", "config_from_argv",
+    "config_from_namespace", "judge_fingerprint", "load_template", "render_prompt", "temperature_value",
 ]
