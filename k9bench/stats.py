@@ -24,6 +24,9 @@ DEFAULT_SEED = 0
 """Seed of the bootstrap generator unless told otherwise."""
 DEFAULT_LEVEL = 0.95
 """Confidence level of the intervals."""
+MIN_INTERVAL_VIDEOS = 10
+"""Fewest videos for an interval worth printing: one drawn from fewer (3 videos, say) says nothing and
+often comes out as ``[0.0, 0.0]``, so reports and tables show ``n/a`` instead (see :func:`interval_shown`)."""
 MAX_RESAMPLES = 100_000
 """Most replicates accepted (about 20 s for 907 videos; the intervals are stable long before)."""
 _CHUNK = 4096
@@ -139,3 +142,8 @@ def bootstrap_accuracy(
     for i, name in enumerate(label_names if labels is not None else []):
         result.by_label[name] = interval(i + 1)
     return result
+
+
+def interval_shown(units: int | None) -> bool:
+    """Whether an interval drawn over ``units`` videos is shown (None: unknown, shown)."""
+    return units is None or units >= MIN_INTERVAL_VIDEOS

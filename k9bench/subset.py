@@ -21,7 +21,8 @@ The subset file::
     {"kind": "k9bench-subset", "version": 1,
      "sha256": "<SHA-256 of the canonical JSON of 'subset'>",
      "subset": {"idx": [sorted idx], "count": N},
-     "description": "...", "runs": [{"path", "sha256", "records", "with_video"}, ...]}
+     "description": "...", "runs": [{"path", "sha256", "records", "with_video"}, ...],
+     "videos_differing_by_content": [scenes whose file SHA-256 differs between the runs' raw files]}
 
 Only ``subset`` is hashed (``json.dumps(subset, sort_keys=True, separators=(",", ":"))``), so the same
 questions give the same hash whoever writes them; the file holds no timestamp, so two writes from the
@@ -144,14 +145,31 @@ def load_subset(path: str | Path) -> frozenset:
     return read_subset(path).idx
 
 
+def video_hashes(artifact: RecordsArtifact) -> dict[str, str]:
+    """scene -> SHA-256 of the video file the run used, from the raw file's ``videos`` list (carried
+    under ``input_meta`` by sim and eval files); empty when the file does not record them."""
+    meta = artifact.meta
+    videos = meta.get("videos")
+    if not isinstance(videos, list) and isinstance(meta.get("input_meta"), dict):
+        videos = meta["input_meta"].get("videos")
+    out = {}
+    for entry in videos if isinstance(videos, list) else []:
+        if isinstance(entry, dict) and entry.get("scene_name") and entry.get("sha256"):
+            out[str(entry["scene_name"])] = str(entry["sha256"])
+    return out
+
+
 def build_subset_file(runs: list[str | Path]) -> dict:
-    """The subset file's content for the questions whose videos every run had."""
+    """The subset file's content for the questions whose videos every run had. Videos that two runs
+    had with different bytes (a later download re-encoded, say) stay in, and are listed."""
     from k9bench.stage import file_digest
 
     if not runs:
         raise SubsetError("--runs: give at least one raw, sim or eval file")
     common: frozenset | None = None
     sources = []
+    scene_of: dict[int, str] = {}
+    hashes: dict[str, set] = {}
     for path in runs:
         try:
             artifact = load_records_artifact(path)
@@ -159,17 +177,24 @@ def build_subset_file(runs: list[str | Path]) -> dict:
             raise SubsetError(f"--runs {exc}") from None
         have = questions_with_video(artifact)
         common = have if common is None else common & have
+        scene_of.update({r.idx: str(r.scene_name) for r in artifact.records if r.scene_name})
+        for scene, digest in video_hashes(artifact).items():
+            hashes.setdefault(scene, set()).add(digest)
         sources.append({"path": str(path), "sha256": file_digest(Path(path)), "records": len(artifact.records),
                         "with_video": len(have)})
     idx = common or frozenset()
-    names = ", ".join(Path(p).name for p in runs)
+    scenes = {scene_of[i] for i in idx if i in scene_of}
+    differing = sorted(s for s in scenes if len(hashes.get(s, ())) > 1)
+    names = [Path(p).name for p in runs]
+    shown = ", ".join(names if len(set(names)) == len(names) else [str(p) for p in runs])
     return {
         "kind": KIND,
         "version": VERSION,
         "sha256": subset_sha256(idx),
         "subset": _hashed_part(idx),
-        "description": f"the {len(idx):,} questions whose videos all {len(runs)} runs had ({names})",
+        "description": f"the {len(idx):,} questions whose videos all {len(runs)} runs had ({shown})",
         "runs": sources,
+        "videos_differing_by_content": differing,
     }
 
 
@@ -195,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     write_json_atomic(output, content)
     count = content["subset"]["count"]
     print(f"{output}: {count:,} questions common to {len(args.runs)} runs, sha256 {content['sha256']}")
+    differing = content["videos_differing_by_content"]
+    if differing:
+        log.warning("%d of their videos differ by content between the runs (listed in %s): %s", len(differing), output,
+                    ", ".join(differing[:10]) + (" ..." if len(differing) > 10 else ""))
     return 0
 
 

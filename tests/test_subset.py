@@ -103,6 +103,21 @@ def test_subset_flag_restricts_the_report(tmp_path, labs):
     assert json.loads((tmp_path / "rep" / "report.json").read_text())["runs"][0]["overall"]["total"] == 16
 
 
+def test_videos_that_differ_by_content_are_listed(tmp_path, labs):
+    """Raw files record each video's SHA-256; a video two labs had with other bytes stays in, listed."""
+    a, b = labs
+    for path, digest in ((a, "aa"), (b, "bb")):
+        data = json.loads(path.read_text())
+        data.setdefault("input_meta", {})["videos"] = [
+            {"scene_name": f"vid{v:08d}", "video": f"vid{v:08d}.mp4", "bytes": 10, "sha256": (digest if v == 3 else "cc") * 32,
+             "duration": 1.0, "frames_sampled": 4} for v in range(10)]
+        path.write_text(json.dumps(data))
+    out = tmp_path / "subset.json"
+    assert main(["--runs", str(a), str(b), "--output", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["videos_differing_by_content"] == ["vid00000003"] and data["subset"]["count"] == 16
+
+
 def test_subset_inputs(tmp_path, labs):
     a, b = labs
     (tmp_path / "list.json").write_text("[3, 1, 2]")

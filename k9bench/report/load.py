@@ -32,7 +32,6 @@ from k9bench.published import AXIS_KEYS, JUDGE_AXES, PAPER_SETUP
 from k9bench.report.model import (
     AUDIO_MARK,
     DURATION_BINS,
-    MIN_INTERVAL_VIDEOS,
     PROMPT_PLACEMENTS,
     CommonQuestions,
     JudgeSummary,
@@ -476,5 +475,5 @@ def frame_sweep_files(eval_file: str | Path, folder: str | Path | None = None) -
     return chosen
 
 
-__all__ = ["MIN_INTERVAL_VIDEOS", "bootstrap_intervals", "common_questions", "disambiguate", "frame_sweep_files",
+__all__ = ["bootstrap_intervals", "common_questions", "disambiguate", "frame_sweep_files",
            "judge_side_files", "load_judge", "load_run", "match_judge_to_run", "read_settings", "run_name"]

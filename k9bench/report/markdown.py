@@ -18,9 +18,9 @@ from k9bench.published import (
     normalize_model_name,
 )
 from k9bench.report.load import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
+from k9bench.stats import MIN_INTERVAL_VIDEOS
 from k9bench.report.model import (
     CATEGORY_HEADERS,
-    MIN_INTERVAL_VIDEOS,
     NOT_COMPARABLE,
     NOT_COMPARABLE_MARK,
     PLACEMENT_SHOWN,

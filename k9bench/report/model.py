@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from k9bench import published
 from k9bench.artifacts import ArtifactError
 from k9bench.published import CONFIRMED_PROMPTS, PAPER_SETUP, normalize_model_name
+from k9bench.stats import interval_shown
 
 CATEGORY_HEADERS = {
     "posture analysis": "Posture",
@@ -25,9 +26,6 @@ CATEGORY_HEADERS = {
 DURATION_BINS: tuple[tuple[float, float], ...] = ((0, 30), (30, 60), (60, 150), (150, 300), (300, math.inf))
 """Video-duration bins in seconds, ``[low, high)``; 150 s is the paper's short-video cut."""
 
-MIN_INTERVAL_VIDEOS = 10
-"""An interval drawn from fewer videos than this is shown as ``n/a`` (a bootstrap over 3 videos says
-nothing: it often gives ``[0.0, 0.0]``)."""
 
 PROMPT_PLACEMENTS = ("system", "empty_system", "user_turn")
 """Where a run's instructions stood (the raw file's ``inference.prompt.placement``)."""
@@ -101,8 +99,8 @@ class Score:
 
     @property
     def too_few_videos(self) -> bool:
-        """True when the questions come from fewer than :data:`MIN_INTERVAL_VIDEOS` videos."""
-        return self.videos is not None and self.videos < MIN_INTERVAL_VIDEOS
+        """True when the questions come from fewer than :data:`k9bench.stats.MIN_INTERVAL_VIDEOS` videos."""
+        return not interval_shown(self.videos)
 
     def to_dict(self) -> dict:
         return {"correct": self.correct, "total": self.total, "accuracy": self.accuracy,

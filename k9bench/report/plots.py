@@ -2,7 +2,7 @@
 
 Every series has its own colour and marker (:func:`series_styles`), every bar or point its value and
 n, every y-axis runs 0-100, an interval drawn from fewer than
-:data:`~k9bench.report.model.MIN_INTERVAL_VIDEOS` videos is not drawn (the label says ``CI n/a``), and
+:data:`~k9bench.stats.MIN_INTERVAL_VIDEOS` videos is not drawn (the label says ``CI n/a``), and
 every figure carries the report's stamp (:meth:`~k9bench.report.model.Report.stamp`: the demo note,
 the runs not comparable to the paper) as a text artist with the gid :data:`STAMP_GID`, so that a PNG
 shared alone still says it.
