@@ -7,6 +7,7 @@ nothing written, and the outputs of an earlier run unchanged.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -119,3 +120,15 @@ def test_an_unwritable_output_folder_is_refused_before_the_hub_dataset_is_loaded
     assert len(error_lines) == 1 and f"--output_dir {workspace}/a_file/videos" in error_lines[0], proc.stderr
     assert "owner/not-cached" not in proc.stderr  # the dataset was never asked for
     assert tree(workspace) == before
+
+
+def test_a_corrupt_demo_video_is_made_again_not_fetched(workspace):
+    """Issue 23: the demo set with a corrupt demo video regenerates it (no online source is ever tried)."""
+    videos = workspace / "videos"
+    (videos / "demoVid0002.mp4").write_bytes(b"\x00\x00\x00\x08junk")
+    proc = run_script("--dataset_name", "demo", "--output_dir", str(videos), "--workers", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert "making it again" in proc.stderr and "yt-dlp" not in proc.stderr and "youtube" not in proc.stderr.lower()
+    manifest = json.loads((videos / "download_manifest.json").read_text())
+    entry = next(e for e in manifest["videos"] if e["scene_name"] == "demoVid0002")
+    assert entry["status"] == "ok" and entry["format"]["format_id"] == "generated" and entry["replaced_invalid"]
