@@ -78,6 +78,23 @@ CASES = [
     ("batch size 0", ["--batch_size", "0"], EXIT_USAGE, ["--batch_size", ">= 1"]),
     ("audio in text-only mode", ["--audio", "--max_frames", "0"], EXIT_USAGE, ["--audio", "--max_frames 0"]),
     ("audio format unknown", ["--audio", "--audio_format", "flac"], EXIT_USAGE, ["--audio_format", "flac"]),
+    # issue 23: bounds before work, stated in --help
+    ("min_pixels above max_pixels", ["--min_pixels", "20000", "--max_pixels", "10000"], EXIT_USAGE, ["--min_pixels 20000", "--max_pixels 10000"]),
+    ("absurd min_pixels", ["--min_pixels", "99999999999"], EXIT_USAGE, ["--min_pixels", "99999999999"]),
+    ("seed 2**64", ["--seed", str(2**64)], EXIT_USAGE, ["--seed", str(2**64), "4294967295"]),
+    ("negative seed", ["--seed", "-1"], EXIT_USAGE, ["--seed", "-1"]),
+    ("max_new_tokens 1e12", ["--max_new_tokens", "1000000000000"], EXIT_USAGE, ["--max_new_tokens", "131072"]),
+    ("max_new_tokens above the model's context", ["--model_name_or_path", "MODEL", "--max_new_tokens", "10000"], EXIT_USAGE,
+     ["--max_new_tokens 10000", "8192 tokens"]),
+    ("audio on a video-only model", ["--model_name_or_path", "MODEL", "--audio"], EXIT_USAGE, ["--audio", "qwen3_vl"]),
+    ("frame size 60000x60000", ["--frame_size", "60000x60000"], EXIT_USAGE, ["--frame_size", "4096"]),
+    ("max_samples 0", ["--max_samples", "0"], EXIT_USAGE, ["--max_samples", "0"]),
+    ("a split the demo set does not have", ["--split", "bogus"], EXIT_USAGE, ["--split bogus", "demo"]),
+    ("a split of a single file", ["--dataset_name", "DATASET", "--split", "bogus"], EXIT_USAGE, ["--split bogus", "no splits"]),
+    # issue 25: a wrong --video_dir costs no model load
+    ("a video folder holding none of the videos", ["--video_dir", "DIR"], EXIT_USAGE, ["--video_dir", "holds none of the 3 video(s)"]),
+    ("data_parallel with num_shards", ["--data_parallel", "2", "--num_shards", "2"], EXIT_USAGE, ["--data_parallel 2", "--num_shards 2"]),
+    ("data_parallel 0", ["--data_parallel", "0"], EXIT_USAGE, ["--data_parallel", "0"]),
 ]
 
 
@@ -90,8 +107,11 @@ def test_refused_before_the_model_loads(no_model_load, demo_video_dir, tmp_path,
     dataset = _dataset_file(work)
     earlier = work / "earlier.json"
     earlier.write_text('{"individual_results": []}')
+    model = work / "MODEL"  # a video-only model whose config is here (no weights: they must never be needed)
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"model_type": "qwen3_vl", "text_config": {"max_position_embeddings": 8192}}))
     before = snapshot(work)
-    subst = {"DIR": str(work / "DIR"), "FILE": str(work / "FILE"), "DATASET": dataset}
+    subst = {"DIR": str(work / "DIR"), "FILE": str(work / "FILE"), "DATASET": dataset, "MODEL": str(model)}
     argv = base(demo_video_dir, work / "raw.json", *[subst.get(a, a) for a in extra])
     capfd.readouterr()
     assert eval_video_llm.main(argv) == code
@@ -102,6 +122,50 @@ def test_refused_before_the_model_loads(no_model_load, demo_video_dir, tmp_path,
     assert "Traceback" not in err
     assert not no_model_load  # refused before any model load
     assert snapshot(work) == before  # nothing written, earlier outputs unchanged
+
+
+def test_a_relative_model_path_whose_folder_exists_is_no_such_folder(no_model_load, demo_video_dir, tmp_path, capfd, monkeypatch):
+    """Issue 25: ``demo_out/tiny-qwen3v`` with demo_out/ here is a mistyped local path, not a Hub id to download."""
+    (tmp_path / "demo_out").mkdir()
+    monkeypatch.chdir(tmp_path)
+    capfd.readouterr()
+    assert eval_video_llm.main(base(demo_video_dir, tmp_path / "raw.json", "--model_name_or_path", "demo_out/tiny-qwen3v")) == EXIT_BACKEND
+    err = capfd.readouterr().err
+    lines = error_lines(err)
+    assert len(lines) == 1 and "demo_out/tiny-qwen3v" in lines[0] and "no such folder" in lines[0] and "hf download" not in err
+    assert not no_model_load and os.listdir(tmp_path) == ["demo_out"]
+
+
+def test_a_second_run_on_the_same_output_is_refused_at_once(no_model_load, demo_video_dir, tmp_path, capfd):
+    from k9bench.stage import output_lock
+
+    out = tmp_path / "raw.json"
+    with output_lock(out):
+        capfd.readouterr()
+        start = time.perf_counter()
+        assert eval_video_llm.main(base(demo_video_dir, out)) == EXIT_USAGE
+        assert time.perf_counter() - start < 5
+    lines = error_lines(capfd.readouterr().err)
+    assert len(lines) == 1 and f"pid {os.getpid()}" in lines[0] and str(out) in lines[0]
+    assert not no_model_load and not out.exists()
+
+
+def test_a_megabyte_question_is_a_failed_record_not_a_hang(demo_video_dir, tmp_path, monkeypatch):
+    from k9bench.demo import demo_rows
+    from k9bench.inference.planning import MAX_QUESTION_CHARS
+
+    rows = demo_rows()[:3]
+    rows[1]["question"] = "Why? " * 200_000  # 1 MB
+    dataset = tmp_path / "q.json"
+    dataset.write_text(json.dumps(rows))
+    backend = FakeBackend()
+    monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(base(demo_video_dir, out, "--dataset_name", str(dataset))) == EXIT_OK
+    recs = {r["idx"]: r for r in json.loads(out.read_text())["individual_results"]}
+    long = recs[rows[1]["idx"]]
+    assert long["error_class"] == "question_too_long" and str(MAX_QUESTION_CHARS) in long["error"] and long["response"] == ""
+    assert backend.answered == 2 and [c for c in backend.calls if rows[1]["idx"] in c] == []  # never sent
 
 
 def test_read_only_folder_as_another_user(tmp_path):

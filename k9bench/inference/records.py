@@ -32,9 +32,6 @@ ERROR_CLASSES = ("missing_video", "decode_error", "no_audio_stream", "audio_deco
 
 _MAX_ERROR_CHARS = 2000
 
-REFERENCE_PROMPTS_CONFIRMED = "reference prompts (confirmed)"
-"""The prompt block's ``reference_prompts`` when the system prompt hashes to the reference's."""
-
 
 @dataclass
 class RunContext:
@@ -185,11 +182,11 @@ def video_records(records: list[QuestionRecord]) -> list[dict]:
 
 
 def reference_prompts(system_prompt: str) -> str:
-    """``reference prompts (confirmed)`` when the system prompt hashes to the reference's, else ``unconfirmed``."""
-    from k9bench.published import REFERENCE_PROMPT_SHA256
-    from k9bench.prompts import sha256
+    """:data:`k9bench.published.CONFIRMED_PROMPTS` when the system prompt hashes to the reference's
+    (:func:`k9bench.published.reference_prompts_confirmed`), else ``unconfirmed``."""
+    from k9bench.published import CONFIRMED_PROMPTS, reference_prompts_confirmed
 
-    return REFERENCE_PROMPTS_CONFIRMED if sha256(system_prompt) in REFERENCE_PROMPT_SHA256 else "unconfirmed"
+    return CONFIRMED_PROMPTS if reference_prompts_confirmed(system_prompt=system_prompt) else "unconfirmed"
 
 
 def inference_block(config: RunConfig, *, describe: dict | None, image_patch_size: int | None, prompt: tuple[str, str],
@@ -270,5 +267,5 @@ def final_meta(config: RunConfig, argv: list[str] | None, *, records: list, mode
     }
 
 
-__all__ = ["ERROR_CLASSES", "REFERENCE_PROMPTS_CONFIRMED", "RunContext", "RunStats", "error_text", "failure_counts", "final_meta",
+__all__ = ["ERROR_CLASSES", "RunContext", "RunStats", "error_text", "failure_counts", "final_meta",
            "frame_fields", "inference_block", "make_record", "reference_prompts", "video_records"]
