@@ -16,6 +16,10 @@ answers all of them twice in one process:
   ``--workers`` threads ahead of the model) and ``k9bench.inference.prefix_cache.SharedPrefixEngine``
   (one prefill per video, greedy decoding from the shared cache); decoding is inside the timing.
 
+Prints the batch size ``auto`` chose and the peak memory of each engine (GPU: ``max_memory_allocated``;
+CPU: the process's peak RSS, and the batch KV cache the engine allocated). With ``--baseline_engine FILE``
+(an older ``prefix_cache.py``) that engine is timed too, as the "before".
+
 Both are greedy with ``--max_new_tokens`` (random weights never stop early: every answer runs to
 the limit, the worst case). Prints questions/s of each, the ratio, the time extrapolated to 4,744
 questions, how many answers are identical, the model's idle time waiting for the CPU, and writes
@@ -26,8 +30,9 @@ Usage::
     # CPU, reduced model (a minute or two on a shared 2-core machine)
     python bench/bench_gpu.py --device cpu --layers 2 --hidden 256 --vision_depth 2 --vision_hidden 128 \\
         --videos 10 --max_frames 8 --max_pixels 50176 --min_pixels 2048 --max_new_tokens 32 --video_size 320x240 --video_seconds 12
-    # one GPU, the full 4B architecture, 32 frames, 64 new tokens
-    python bench/bench_gpu.py --device cuda --cache both
+    # one GPU, the full 4B architecture, 32 frames, 64 new tokens; the engine before this one as the baseline
+    git show 1ac1e9c:k9bench/inference/prefix_cache.py > /tmp/old_prefix_cache.py
+    python bench/bench_gpu.py --device cuda --baseline_engine /tmp/old_prefix_cache.py
 """
 
 from __future__ import annotations
@@ -80,8 +85,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch_size", type=int, default=8, help="today's batch size (batches within one video)")
     p.add_argument("--new_batch_size", default="auto", help="new path's batch size: a number, or auto (free GPU memory; 24 on CPU)")
     p.add_argument("--workers", type=int, default=4, help="preparation threads of the new path")
-    p.add_argument("--cache", default="dynamic", choices=("dynamic", "static", "both"),
-                   help="new path's KV cache: dynamic (grows per step, as generate), static (preallocated), or both (timed one after the other)")
+    p.add_argument("--baseline_engine", default=None, metavar="FILE",
+                   help="also time the SharedPrefixEngine of this file (an older k9bench/inference/prefix_cache.py, e.g. from "
+                        "git show REV:k9bench/inference/prefix_cache.py > /tmp/old_prefix_cache.py) as the 'before'; its peak "
+                        "memory is only separable on a GPU (on a CPU run it alone with --skip_today --engine baseline)")
+    p.add_argument("--engine", default="both", choices=("new", "baseline", "both"),
+                   help="which engine(s) to time with --baseline_engine (default: both)")
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: leave torch's default)")
     p.add_argument("--skip_today", action="store_true", help="time the new path only")
     p.add_argument("--work_dir", default=None, help="where videos go (default: a temporary folder, removed)")
@@ -210,17 +219,49 @@ def run_today(model, processor, gen, reqs_by_video, batch_size, sync) -> tuple[l
     return texts, time.perf_counter() - t0, tokens
 
 
-def run_new(args, model, processor, gen, questions_by_video, paths, batch_size, sync, cache="dynamic") -> tuple[list[str], float, dict]:
+def load_engine_class(path: str | None):
+    """SharedPrefixEngine of this project, or of the file ``path`` (the baseline)."""
+    if path is None:
+        from k9bench.inference.prefix_cache import SharedPrefixEngine
+
+        return SharedPrefixEngine
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("baseline_prefix_cache", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module.SharedPrefixEngine
+
+
+def peak_rss_gib() -> float:
+    """This process's peak resident memory so far (Linux: ru_maxrss in KiB)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+
+
+def run_new(args, model, processor, gen, questions_by_video, paths, batch_size, sync, engine_class=None) -> tuple[list[str], float, dict]:
     """Cross-video batches, frames and processor ahead on worker threads, one prefill per video."""
     import threading
 
     from k9bench.inference.backend import GenerationRequest
     from k9bench.inference.batching import plan_batches
     from k9bench.inference.pipeline import AheadPipeline
-    from k9bench.inference.prefix_cache import SharedPrefixEngine
-
     eos = gen.eos_token_id
-    engine = SharedPrefixEngine(model, processor, gen, eos if isinstance(eos, list) else [eos], resize_in_processor=False, cache=cache)
+    engine = (engine_class or load_engine_class(None))(model, processor, gen, eos if isinstance(eos, list) else [eos],
+                                                        resize_in_processor=False)
+    if hasattr(engine, "_batch_cache"):  # the engine before: measure the per-question prefix copies it makes
+        make_cache = engine._batch_cache
+
+        def measured(*a, **k):
+            cache = make_cache(*a, **k)
+            size = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values)
+                       if getattr(layer, "keys", None) is not None and hasattr(layer.keys, "numel"))
+            engine.stats.__dict__["peak_cache_bytes"] = max(engine.stats.__dict__.get("peak_cache_bytes", 0), size)
+            return cache
+
+        engine._batch_cache = measured
     frames: dict[int, object] = {}
     lock = threading.Lock()
 
@@ -319,7 +360,12 @@ def main(argv: list[str] | None = None) -> int:
         short = type(gen)(**gen.to_dict())
         short.max_new_tokens = 2
         run_today(model, processor, short, [warm], 2, sync)
-        run_new(args, model, processor, short, [questions[0][:2]], paths[:1], 2, sync)
+        engines = {"new": load_engine_class(None)}
+        if args.baseline_engine:
+            engines = {k: v for k, v in (("baseline", load_engine_class(args.baseline_engine)), ("new", engines["new"]))
+                       if args.engine in (k, "both")}
+        for engine_class in engines.values():
+            run_new(args, model, processor, short, [questions[0][:2]], paths[:1], 2, sync, engine_class)
 
         result: dict = {"questions": n, "videos": args.videos, "device": args.device, "params": n_params, "vocab": vocab,
                         "settings": {k: v for k, v in vars(args).items() if k not in ("json_out", "work_dir")}}
@@ -340,23 +386,29 @@ def main(argv: list[str] | None = None) -> int:
             print(f"today  (batch {args.batch_size}, within one video, every question prefills its video): {n} questions in "
                   f"{today_s:.1f}s = {qps:.2f} q/s -> 4,744 questions in {K9_BENCH_QUESTIONS / qps / 60:.1f} min "
                   f"(frames decoded beforehand in {decode:.1f}s, not counted; {tokens / n:.0f} input tokens per question)")
-        caches = ["dynamic", "static"] if args.cache == "both" else [args.cache]
-        for cache in caches:
+        for label, engine_class in engines.items():
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-            new_texts, new_s, info = run_new(args, model, processor, gen, questions, paths, new_bs, sync, cache)
+            new_texts, new_s, info = run_new(args, model, processor, gen, questions, paths, new_bs, sync, engine_class)
             qps_new = n / new_s
-            peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
-            entry = {"seconds": new_s, "questions_per_second": qps_new, "batch_size": new_bs, "cache": cache, "peak_gib": peak, **info}
-            result.setdefault("new", entry)
-            result.setdefault("new_by_cache", {})[cache] = entry
+            if cuda:
+                peak, peak_what = torch.cuda.max_memory_allocated() / 2**30, "GPU memory allocated"
+            else:
+                peak, peak_what = peak_rss_gib(), "process RSS (CPU; includes the model and everything before)"
             eng, pipe = info["engine"], info["pipeline"]
-            print(f"new    (batch {new_bs} across videos, {info['batches']} batches, one prefill per video, {args.workers} prep workers, "
-                  f"{cache} cache): {n} questions in {new_s:.1f}s = {qps_new:.2f} q/s -> 4,744 questions in "
+            entry = {"seconds": new_s, "questions_per_second": qps_new, "batch_size": new_bs, "engine": label, "peak_gib": peak,
+                     "peak_of": peak_what, "kv_cache_gib": eng.get("peak_cache_bytes", 0) / 2**30 or None, **info}
+            result.setdefault("new", entry)
+            result.setdefault("new_by_engine", {})[label] = entry
+            kv = "" if not eng.get("peak_cache_bytes") else (f"; largest batch KV cache {eng['peak_cache_bytes'] / 2**20:.1f} MiB"
+                                                             f"{' at the start of decoding' if label == 'baseline' else ''}")
+            print(f"{label:8s}(batch {new_bs} across videos, {info['batches']} batches, one prefill per video, {args.workers} prep "
+                  f"workers): {n} questions in {new_s:.1f}s = {qps_new:.2f} q/s -> 4,744 questions in "
                   f"{K9_BENCH_QUESTIONS / qps_new / 60:.1f} min (frame decoding included; prefills {eng['prefills']} "
                   f"({eng['prefill_seconds']:.1f}s), decode {eng['decode_seconds']:.1f}s, model waited {pipe['wait_seconds']:.2f}s "
-                  f"for the CPU{'' if peak is None else f'; peak {peak:.1f} GiB'})")
+                  f"for the CPU)")
+            print(f"peak memory ({label}): {peak:.3f} GiB {peak_what}{kv}")
             if today_texts is not None:
                 same = sum(a == b for a, b in zip(today_texts, new_texts))
                 ratio = qps_new / result["today"]["questions_per_second"]
@@ -364,7 +416,7 @@ def main(argv: list[str] | None = None) -> int:
                 result.setdefault("ratio", ratio)
                 result.setdefault("same_answers", same)
                 result["same_answers"] = min(result["same_answers"], same)
-                print(f"ratio new ({cache}) / today: {ratio:.2f}x; identical answers: {same}/{n}"
+                print(f"ratio {label} / today: {ratio:.2f}x; identical answers: {same}/{n}"
                       f"{'' if cuda else ' (CPU float32: must be all)'}")
         if args.json_out:
             Path(args.json_out).write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
