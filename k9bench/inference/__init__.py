@@ -8,10 +8,16 @@
 - :mod:`k9bench.inference.hf`            the Hugging Face transformers backend (device, dtype, attention:
                                          :mod:`k9bench.accelerator`)
 - :mod:`k9bench.inference.openai_backend` the OpenAI-compatible HTTP backend
-- :mod:`k9bench.inference.runner`        the loop: grouping by video, batching, prefetch, checkpoints,
-                                         signals, out-of-memory retry, the raw artifact
-- :mod:`k9bench.inference.resume_check`  which earlier records a run may reuse (the record fingerprint);
-                                         the files themselves are :class:`k9bench.resume.ResumableStage`'s
+- :mod:`k9bench.inference.stage`         the stage (``eval_video_llm.py``'s ``build_parser``, ``config_from_argv``,
+                                         ``InferenceStage`` on :mod:`k9bench.stage`'s contract): checks before the
+                                         model loads, resume, the final write with its stage block
+- :mod:`k9bench.inference.planning`      questions grouped by video, shards, output names, the preflight checks
+- :mod:`k9bench.inference.records`       a question's record, the per-video records, the raw file's top-level keys
+- :mod:`k9bench.inference.runner`        the loop: batching, prefetch, each record checkpointed at once,
+                                         out-of-memory retry, progress lines
+- :mod:`k9bench.inference.data_parallel` ``--data_parallel N``: N shard workers at once, then one merge
+- :mod:`k9bench.inference.resume_check`  the one inference fingerprint (records, and the stage's); the files
+                                         themselves are :class:`k9bench.resume.ResumableStage`'s
 - :mod:`k9bench.inference.batching`      batches spanning videos (``plan_batches``) and ``--batch_size auto``
 - :mod:`k9bench.inference.prefix_cache`  each video's shared prefix prefilled once (Qwen-VL, the HF backend)
 - :mod:`k9bench.inference.pipeline`      CPU preparation of the next batches on worker threads

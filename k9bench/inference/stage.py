@@ -99,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> RunConfig:
+def checked_config_from_namespace(args: argparse.Namespace) -> RunConfig:
     """The resolved config of parsed flags, checked (:func:`~k9bench.inference.planning.preflight`); raises
     :class:`StageError` (exit 2) naming the flag."""
     from k9bench.inference.settings import config_from_namespace, resolve
@@ -115,7 +115,7 @@ def config_from_args(args: argparse.Namespace) -> RunConfig:
 
 def config_from_argv(argv: list[str]) -> RunConfig:
     """The run's config from a command line (argparse's own usage errors: ``SystemExit(2)``)."""
-    return config_from_args(build_parser().parse_args(list(argv)))
+    return checked_config_from_namespace(build_parser().parse_args(list(argv)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose, args.quiet)
     install_log_filter()
     try:
-        config = config_from_args(args)
+        config = checked_config_from_namespace(args)
     except StageError as exc:
         log.error("%s", exc)
         return exc.exit_code
@@ -403,4 +403,4 @@ def _all_failed_exit(records: list[dict], output: Path) -> int:
     return EXIT_FAILED
 
 
-__all__ = ["InferenceStage", "build_parser", "config_from_args", "config_from_argv", "main"]
+__all__ = ["InferenceStage", "build_parser", "checked_config_from_namespace", "config_from_argv", "main"]
