@@ -198,3 +198,47 @@ def test_progress_reaches_a_log_at_each_tenth(tmp_path, server, capsys):
     assert lines[0].startswith("judge: 2/20 (10%), ") and lines[-1].startswith("judge: 20/20 (100%), ")
     assert "ETA" in lines[0] and lines[0].endswith(", 0 failed") and lines[-1].endswith(", 2 failed")
     assert "it/s" not in err and "\r" not in err
+
+
+def test_progress_lines_keep_coming_while_requests_wait(tmp_path, server, capsys, monkeypatch):
+    """Issue 25 item 1: a line at least every K9BENCH_PROGRESS_INTERVAL seconds, even while no result
+    arrives (here one slow question and an interval of 0.2 s)."""
+    monkeypatch.setenv("K9BENCH_PROGRESS_INTERVAL", "0.2")
+    write_eval(tmp_path / "eval.json", make_records(1))
+    server.responder = lambda req: Fault(stall=1.5, then=good(req))
+    assert subjective_evals.main(argv_for(tmp_path, server)) == 0
+    waiting = [line for line in capsys.readouterr().err.splitlines() if " INFO k9bench.progress: judge: 0/1 (0%)" in line]
+    assert len(waiting) >= 2, waiting
+
+
+def test_a_full_disk_during_a_checkpoint_append_is_one_line_and_the_rerun_resumes(tmp_path, server, capsys, monkeypatch):
+    """Issue 23: a failed append (ENOSPC, faked) ends the run with one error line naming the checkpoint;
+    what was appended stays valid and the rerun sends only the rest."""
+    import errno
+
+    from k9bench.artifacts import CheckpointLog
+
+    real_append = CheckpointLog.append
+    calls = {"n": 0}
+
+    def append(self, record):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            from k9bench.artifact_io import write_error
+
+            raise write_error(self.path, OSError(errno.ENOSPC, "No space left on device"))
+        return real_append(self, record)
+
+    monkeypatch.setattr(CheckpointLog, "append", append)
+    write_eval(tmp_path / "eval.json", make_records(5))
+    code = subjective_evals.main(argv_for(tmp_path, server, "--concurrency", "1"))
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if " ERROR " in line]
+    assert code == 1 and len(errors) == 1 and "judge.json.partial.jsonl" in errors[0] and "Traceback" not in err
+    ckpt = checkpoint_path(tmp_path / "judge.json")
+    assert checkpointed(ckpt) == [0, 1] and not (tmp_path / "judge.json").exists()
+    monkeypatch.setattr(CheckpointLog, "append", real_append)
+    server.clear()
+    assert subjective_evals.main(argv_for(tmp_path, server)) == 0
+    assert sorted({idx_of(r) for r in server.chat_requests()}) == [2, 3, 4]
+    assert [e["idx"] for e in json.loads((tmp_path / "judge.json").read_text())] == [0, 1, 2, 3, 4]

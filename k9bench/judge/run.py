@@ -282,6 +282,35 @@ class _Tally:
     usage: Any = None
 
 
+class _Heartbeat:
+    """Progress lines while no result arrives: every ``progress.interval`` seconds a thread asks the
+    :class:`k9bench.progress.ProgressLog` for its line (``update(0)``), so a batch log hears from the judge
+    at least that often even when every request is waiting on retries; updates are serialised."""
+
+    def __init__(self, progress: Any):
+        import threading
+
+        self.progress = progress
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="k9bench-judge-progress", daemon=True)
+        self._thread.start()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.progress.interval):
+            with self._lock:
+                self.progress.update(0)
+
+    def update(self, n: int, *, failed: int = 0) -> None:
+        with self._lock:
+            self.progress.update(n, failed=failed)
+
+    def close(self) -> None:
+        self._stop.set()
+        with self._lock:
+            self.progress.close()
+
+
 def _take(outcome: Outcome, task: Any, record: dict, ckpt: CheckpointLog, entries: dict, skipped: dict, tally: _Tally) -> None:
     """Checkpoint one result and fold it into the run's state (called inside ``deferred()``)."""
     from k9bench.openai_api import Usage
@@ -351,13 +380,14 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
             before_first_request(client)
         ckpt = CheckpointLog(paths.checkpoint)
         progress = ProgressLog("judge", len(todo), unit="questions")
+        heartbeat = _Heartbeat(progress)
         record_base = {"fingerprint": fingerprint, "input_sha256": input_sha256}
         results = run_concurrent(lambda t: judge_task(t, client, settings), todo, config.requests.concurrency)
         try:
             for task, outcome in results:
                 with deferred():  # a stop signal waits until the line is whole
                     _take(outcome, task, {"idx": task.idx, **record_base}, ckpt, entries, skipped, tally)
-                progress.update(1, failed=0 if outcome.entry is not None else 1)
+                heartbeat.update(1, failed=0 if outcome.entry is not None else 1)
                 if tally.refused_streak >= stop_after:
                     unreachable = redact(
                         f"the judge endpoint {getattr(client, 'base_url', '?')} could not be reached for {tally.refused_streak} "
@@ -371,7 +401,7 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
             raise
         finally:
             results.close()  # no new request starts; calls in flight are abandoned (daemon threads)
-            progress.close()
+            heartbeat.close()
             ckpt.close()
     final_entries = [entries[i] for i in sorted(entries)]
     final_skipped = [skipped[i] for i in sorted(skipped) if i not in entries]
