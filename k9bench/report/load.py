@@ -272,11 +272,11 @@ def load_run(path: str | Path, subset: frozenset | None = None, subset_descripti
     durations, missing = _durations(records)
     short = None
     short_categories: dict[str, Score] = {}
-    timed = [(rec, record_duration(rec)) for rec in records]
-    timed = [rec for rec, sec in timed if sec is not None and sec < PAPER_SETUP.short_video_seconds] if missing < len(records) else None
-    if timed is not None:
-        short = score_of(timed)
-        short_categories = {cat: score_of([r for r in timed if r.question_category == cat]) for cat in CATEGORIES}
+    if missing < len(records):  # the short-video subset, over the records that carry a duration
+        seconds = [(r, record_duration(r)) for r in records]
+        shorter = [r for r, sec in seconds if sec is not None and sec < PAPER_SETUP.short_video_seconds]
+        short = score_of(shorter)
+        short_categories = {cat: score_of([r for r in shorter if r.question_category == cat]) for cat in CATEGORIES}
 
     settings = read_settings(meta, records, overall.total)
     scored_on = _dict(meta.get("subset"))  # evaluate_results.py --subset: the file itself holds a subset

@@ -93,7 +93,7 @@ def _finish(fig, ax, title: str, entries: int, stamp: list[str], width_in: float
     add_stamp(fig, stamp, width_in)
 
 
-def _value_label(value: float, n: int | None, ci: tuple | None, thin: bool) -> str:
+def _value_label(value: float, n: int | None, thin: bool) -> str:
     text = f"{value:.1f}"
     if n is not None:
         text += f" n={n}"
@@ -136,7 +136,7 @@ def grouped_bars(ax, groups: list[str], series: list[Series], thin: list[list[bo
                                 va="bottom", fontsize=6)
                 continue
             top = max(v, s.cis[j][1]) if s.cis[j] is not None else v
-            _label_at(ax, p, v, top, _value_label(v, n, s.cis[j], thin[i][j]), colour)
+            _label_at(ax, p, v, top, _value_label(v, n, thin[i][j]), colour)
     ax.set_xticks(x)
     ax.set_xticklabels(groups)
 
@@ -229,7 +229,7 @@ def frames_figure(report: Report, *, labelled: bool):
         name = " / ".join(r.label for r in model_runs) if labelled else model
         ax.errorbar(xs, ys, yerr=errors, marker=marker, color=colour, capsize=3, markeredgecolor="black", markeredgewidth=0.4, label=name)
         for r, x, y in zip(model_runs, xs, ys):
-            text = _value_label(y, r.overall.total, r.overall.ci, r.overall.too_few_videos)
+            text = _value_label(y, r.overall.total, r.overall.too_few_videos)
             ax.annotate(f"{r.label}: {text}" if labelled else text, (x, y), xytext=(4, 5), textcoords="offset points", fontsize=7)
     for (colour, marker), (name, points) in zip(styles[len(series):], paper):
         px = sorted(points)
