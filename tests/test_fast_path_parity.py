@@ -110,6 +110,12 @@ def test_batch_sizes_1_7_24(model, long_videos):
         # each video's prefix copied into a batch once, not once per question
         assert engine.stats.prefix_copies == {1: 24, 7: 5, 24: 2}[batch_size]
         assert engine.stats.prefills == 2
+    # at batch 24 the batch cache (two prefixes, 24 question slots) is smaller than 24 copies of one prefix alone
+    prefix_bytes = next(iter(engine._states.values())).nbytes
+    assert engine.stats.peak_cache_bytes < 24 * prefix_bytes
+    # the questions' suffixes prefilled one slot at a time (a small attention budget): the same tokens
+    chunked, engine = engine_answers(model, reqs, 24, prefill_elements=1)
+    assert chunked == want
 
 
 def test_rows_that_stop_at_very_different_steps(model, long_videos):
@@ -156,3 +162,21 @@ def test_the_old_position_rule_would_differ(model, long_videos):
             out = model.model(input_ids=token[:, None], position_ids=torch.cat([text, p]), cache=cache, use_cache=True)
             token = out.logits[:, -1].argmax(-1)
     assert int(pos.max()) > int(pos[0, 0, -1]) + 20 and old[0] == good[0] and old != good
+
+
+def test_a_model_loaded_with_eager_attention_decodes_with_sdpa_and_is_restored(model, long_videos, tmp_path):
+    """The engine's 4-D mask needs sdpa (flash_attention_2 cannot take it): the kernel is switched for the
+    engine's forwards only, recorded, and the model keeps its own kernel for generate."""
+    import torch
+    from transformers import AutoModelForImageTextToText
+
+    eager = Loaded.__new__(Loaded)
+    eager.__dict__.update(model.__dict__)
+    eager.model = AutoModelForImageTextToText.from_pretrained(model.model.name_or_path, dtype=torch.float32,
+                                                              attn_implementation="eager").eval()
+    reqs = requests(eager, long_videos[:1], 3, max_frames=4)
+    want = [eager.reference(r) for r in reqs]
+    have, engine = engine_answers(eager, reqs, 3)
+    assert have == want
+    assert engine.describe()["decode_attention"].startswith("sdpa (the model's eager")
+    assert eager.model.config.get_text_config()._attn_implementation == "eager"

@@ -48,8 +48,8 @@ from typing import Any, Iterable
 
 from k9bench.inference.backend import GenerationOutput, GenerationRequest
 from k9bench.inference.pipeline import PerThread
-from k9bench.inference.shared_decode import (DECODE_ATTENTION, DEFAULT_EOS_CHECK_EVERY, DecodeRow, PrefixCacheError,
-                                             PrefixState, SharedDecoder, model_input_device)
+from k9bench.inference.shared_decode import (DECODE_ATTENTION, DEFAULT_EOS_CHECK_EVERY, DEFAULT_PREFILL_ELEMENTS, DecodeRow,
+                                             PrefixCacheError, PrefixState, SharedDecoder, model_input_device)
 from k9bench.inference.shared_decode import prefill as prefill_prefix
 
 log = logging.getLogger(__name__)
@@ -233,7 +233,7 @@ class SharedPrefixEngine:
 
     def __init__(self, model: Any, processor: Any, generation_config: Any, stop_ids: Iterable[int], *,
                  resize_in_processor: bool, keep_prefixes: int = 1, cache: str = "static",
-                 eos_check_every: int = DEFAULT_EOS_CHECK_EVERY):
+                 eos_check_every: int = DEFAULT_EOS_CHECK_EVERY, prefill_elements: int = DEFAULT_PREFILL_ELEMENTS):
         if cache not in CACHE_KINDS:
             raise ValueError(f"cache {cache!r}: one of {', '.join(CACHE_KINDS)}")
         reason = unsupported_reason(model, generation_config)
@@ -253,7 +253,9 @@ class SharedPrefixEngine:
         self.cache_kind = cache
         """``static``: one cache per batch, preallocated for the prompts and ``max_new_tokens``, each video's
         prefix in it once, written in place (no copy of the whole cache per step)."""
-        self.decoder = SharedDecoder(model, generation_config, self.stop_ids, eos_check_every=eos_check_every)
+        self.decoder = SharedDecoder(model, generation_config, self.stop_ids, eos_check_every=eos_check_every,
+                                     prefill_elements=prefill_elements)
+        """The device side (:mod:`k9bench.inference.shared_decode`): layout, cache, decoding loop."""
         self.stats = EngineStats()
         self._states: dict[str, PrefixState] = {}
         self._lock = threading.Lock()
