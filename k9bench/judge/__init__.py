@@ -6,14 +6,12 @@ replies with a ``CoT:`` line and a dictionary of five scores; the last ``{...}``
 reference reads it (:mod:`k9bench.judge.parse`). Only ``model`` and ``messages`` are sent unless
 ``--temperature``/``--max_tokens`` are given.
 
-==========================  ==========================================================================
-:mod:`~k9bench.judge.settings`  the settings dataclasses, ``build_parser``, ``config_from_argv``, the prompt check
-:mod:`~k9bench.judge.parse`     a reply -> five scores (``--strict_scores``: today's refusal of 0, 11, ``true``)
-:mod:`~k9bench.judge.tasks`     an evaluations file -> one task per answered record
-:mod:`~k9bench.judge.score`     one task -> one request -> an entry or a skipped entry; the summary
-:mod:`~k9bench.judge.run`       the resumable run: earlier files, the checkpointed loop, the final files
-:mod:`~k9bench.judge.stage`     :class:`JudgeStage`, the :class:`k9bench.stage.Stage` the script and launcher run
-==========================  ==========================================================================
+- :mod:`k9bench.judge.settings`: the settings dataclasses, ``build_parser``, ``config_from_argv``, the prompt check;
+- :mod:`k9bench.judge.parse`: a reply -> five scores (``--strict_scores``: the earlier refusal of 0, 11, ``true``);
+- :mod:`k9bench.judge.tasks`: an evaluations file -> one task per answered record;
+- :mod:`k9bench.judge.score`: one task -> one request -> an entry or a skipped entry; the summary;
+- :mod:`k9bench.judge.run`: the resumable run: earlier files, the checkpointed loop, the final files;
+- :mod:`k9bench.judge.stage`: :class:`JudgeStage`, the :class:`k9bench.stage.Stage` the script and the launcher run.
 
 Use::
 
