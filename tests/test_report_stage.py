@@ -73,3 +73,15 @@ def test_parser_takes_the_report_flags_only(tmp_path, inputs):
     assert exc.value.code == 2
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--input_file", "x.json", "--threshold", "0.3"])  # a scoring flag, not the report's
+
+
+def test_frame_sweep_command_lists_the_curve(tmp_path, capsys):
+    """``python -m k9bench.report --frame_sweep EVAL`` (the launcher's frame-budget inputs), one per line."""
+    from k9bench.report.__main__ import main
+
+    files = [make_eval(tmp_path / f"eval_m_mf{f}_n20.json", model="m", frames=f) for f in (4, 8)]
+    assert main(["--frame_sweep", str(files[1])]) == 0
+    assert capsys.readouterr().out.splitlines() == [str(files[1]), str(files[0])]
+    (tmp_path / "eval_bad_mf4_n1.json").write_text("{")
+    assert main(["--frame_sweep", str(tmp_path / "eval_bad_mf4_n1.json")]) == 2
+    assert capsys.readouterr().err.startswith("report: ")
