@@ -669,3 +669,49 @@ def test_a_judge_prompt_matching_the_reference_hash_is_recorded_as_confirmed(tmp
     assert run(tmp_path / "other", server, "--prompt_file", str(prompt)) == 0
     judge = load(tmp_path / "other" / "judge.json.meta.json")["judge"]
     assert judge["reference_prompt"] is False and judge["prompt_status"].startswith("unconfirmed")
+
+
+def reference_style_read(reply: str) -> dict | None:
+    """An independent reading of a reply as SPEC section 9 describes the reference (our own few lines,
+    not its code): the last {...} block, JSON or a Python literal, the five keys spelled exactly, each
+    through int(), extra keys kept; any failure skips the entry (None)."""
+    import ast
+    import re as _re
+
+    blocks = _re.findall(r"\{[^{}]*\}", reply.replace("```json", "").replace("```python", "").replace("```", ""))
+    if not blocks:
+        return None
+    try:
+        data = json.loads(blocks[-1])
+    except ValueError:
+        try:
+            data = ast.literal_eval(blocks[-1])
+        except (ValueError, SyntaxError):
+            return None
+    try:
+        scores = {k: int(data[k]) for k in ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")}
+    except (KeyError, ValueError, TypeError, OverflowError):
+        return None
+    return {**scores, **{k: v for k, v in data.items() if k not in scores}}
+
+
+def test_each_reply_kind_is_scored_or_skipped_as_a_reference_style_reader_does(tmp_path, server):
+    """Issue 24, what must show: our entries and skips agree, reply by reply, with the reference-style
+    reading above (the reply kinds of REFERENCE_REPLIES and MALFORMED, NaN and a word included)."""
+    replies = {**{i: t for i, t in REFERENCE_REPLIES.items()},
+               **{10 + i: t for i, t in MALFORMED.items()},
+               20: 'CoT: n\n{"Logic": NaN, "Factuality": 7, "Accuracy": 6, "Conciseness": 9, "Overall": 7}',
+               21: "CoT: w\n{'Logic': 'eight', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",
+               22: "CoT: s\n{'Logic': '7.5', 'Factuality': 7, 'Accuracy': 6, 'Conciseness': 9, 'Overall': 7}",
+               23: "CoT: f\n```json\n{\"Logic\": 12, \"Factuality\": 7, \"Accuracy\": 6, \"Conciseness\": 9, \"Overall\": 7}\n```"}
+    write_eval(tmp_path / "eval.json", make_records(24))
+    server.responder = per_idx({i: [Reply(t)] for i, t in replies.items()})
+    assert run(tmp_path, server) == 0
+    entries = {e["idx"]: e for e in load(tmp_path / "judge.json")}
+    skipped = {s["idx"] for s in load(tmp_path / "skipped.json")}
+    for i, reply in replies.items():
+        expected = reference_style_read(reply)
+        if expected is None:
+            assert i in skipped and i not in entries, (i, reply)
+        else:
+            assert entries[i]["scores"] == expected, (i, reply)
