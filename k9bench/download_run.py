@@ -35,6 +35,10 @@ WORK_DIRNAME = ".k9bench-download"
 MANIFEST_WRITE_INTERVAL_S = 5.0
 """During a run the manifest is refreshed at most this often (and after every downloaded video, and at the end)."""
 
+STOP_GRACE_S = 30.0
+"""On a stop (a signal, Ctrl-C), how long the videos in flight get to finish or abort (yt-dlp aborts at
+its next progress update; a remux or a local generation finishes) before the manifest is written."""
+
 
 @contextlib.contextmanager
 def folder_lock(folder: Path):
@@ -198,6 +202,14 @@ def _run_pool(
         ctx.stop.set()  # in-flight yt-dlp downloads abort at their next progress update
         for fut in futures:
             fut.cancel()
+        running = [f for f in futures if not f.cancelled() and not f.done()]
+        if running:  # finish or abandon the units in flight, so none keeps writing after the run
+            wait(running, timeout=STOP_GRACE_S)
+        for fut in futures:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                res = fut.result()
+                if res.scene_name not in done and not (res.status == "failed" and "interrupted" in (res.message or "")):
+                    done[res.scene_name] = res
         pool.shutdown(wait=False, cancel_futures=True)
         if progress is not None:
             progress.close()
