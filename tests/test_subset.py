@@ -101,6 +101,8 @@ def test_subset_flag_restricts_the_report(tmp_path, labs):
     # another run's file as the subset: the questions whose video it had
     assert run_report(report_args(tmp_path, "--input_file", str(a), "--subset", str(b))) == 0
     assert json.loads((tmp_path / "rep" / "report.json").read_text())["runs"][0]["overall"]["total"] == 16
+    (tmp_path / "bad.txt").write_text("1 two")
+    assert run_report(report_args(tmp_path, "--input_file", str(a), "--subset", str(tmp_path / "bad.txt"))) == 2
 
 
 def test_videos_that_differ_by_content_are_listed(tmp_path, labs):

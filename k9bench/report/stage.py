@@ -22,7 +22,7 @@ from k9bench.report.load import common_questions, disambiguate, judge_side_files
 from k9bench.report.markdown import judge_markdown, leaderboard_markdown, published_rows_for, report_markdown
 from k9bench.report.model import Report, ReportError
 from k9bench.settings import add_arguments, from_namespace, result_fingerprint, setting
-from k9bench.stage import EXIT_FAILED, EXIT_OK, Stage, StageError, run_stage
+from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, StageError, run_stage
 
 log = logging.getLogger("k9bench.report")
 
@@ -218,10 +218,15 @@ class ReportStage(Stage):
         return super().done()
 
     def run(self) -> int:
+        from k9bench.subset import SubsetError
+
         s = self.settings
         try:
             report = build_report(s.inputs, s.judge_files, published=s.published, labels=s.labels, notes=s.note, subset=s.subset)
             written = write_report(report, s.report_dir, s.output_file, labelled=bool(s.labels), stage_block=self.stage_block())
+        except SubsetError as exc:  # a bad --subset is a bad flag value, as in scoring
+            log.error("report: %s", exc)
+            return EXIT_USAGE
         except ArtifactError as exc:
             log.error("report: %s", exc)
             return EXIT_FAILED
@@ -235,6 +240,7 @@ class ReportStage(Stage):
 
 
 def run_report(settings: ReportSettings) -> int:
-    """Write the report; returns the exit code (1 with a message naming the file on bad input; 2, before
-    any input is read, when the report cannot be written where asked)."""
+    """Write the report; returns the exit code (1 with a message naming the file on a bad eval or judge
+    file; 2 for a bad ``--subset`` file, or, before any input is read, when the report cannot be written
+    where asked or another report is writing it)."""
     return run_stage(ReportStage(settings))
