@@ -57,9 +57,10 @@ class ArtifactError(StageError):
     exit_code = EXIT_USAGE
 
 
-class WriteFailed(ArtifactError):
+class WriteFailed(ArtifactError, OSError):
     """A file could not be written (a full disk, a read-only file system...); exit 1. The earlier file
-    and the checkpoint are left valid: the rerun resumes."""
+    and the checkpoint are left valid: the rerun resumes. Also an ``OSError`` carrying the original
+    ``errno``, so code that tolerates a failed write (a cache entry) still catches it as one."""
 
     exit_code = EXIT_FAILED
 
@@ -191,8 +192,11 @@ def write_error(path: str | os.PathLike, exc: OSError) -> WriteFailed:
     """One :class:`WriteFailed` line for an OSError while writing ``path`` (a full disk names the free space)."""
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         what = "no space left on device" if exc.errno == errno.ENOSPC else "disk quota exceeded"
-        return WriteFailed(f"{path}: cannot write: {what} ({free_space(path)}); free some space and rerun the same command")
-    return WriteFailed(f"{path}: cannot write: {exc.strerror or exc}")
+        failed = WriteFailed(f"{path}: cannot write: {what} ({free_space(path)}); free some space and rerun the same command")
+    else:
+        failed = WriteFailed(f"{path}: cannot write: {exc.strerror or exc}")
+    failed.errno = exc.errno
+    return failed
 
 
 def _read_umask() -> int:
@@ -228,6 +232,8 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         fh = None
         os.replace(tmp, path)
         tmp = None
+    except WriteFailed:
+        raise
     except OSError as exc:
         raise write_error(path, exc) from None
     finally:
@@ -293,6 +299,7 @@ class CheckpointLog:
     def load(self) -> dict[Any, dict]:
         """Records already checkpointed, by key (empty when there is no file)."""
         self.rejected = self.torn = 0
+        self.close()  # a repaired file is a new inode: appends must reopen it
         if not os.path.lexists(self.path):
             return {}
         data = read_bytes(self.path)

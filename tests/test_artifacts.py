@@ -360,3 +360,11 @@ def test_a_full_disk_during_the_final_write_keeps_the_earlier_file(tmp_path, mon
     monkeypatch.undo()
     assert json.loads(target.read_text()) == {"earlier": True}
     assert [p.name for p in tmp_path.iterdir()] == ["sim.json"]  # no temporary left
+
+
+def test_a_failed_write_is_still_an_oserror_for_code_that_tolerates_one(tmp_path, monkeypatch):
+    """The frame cache skips an entry it cannot write: WriteFailed keeps that working (and the errno)."""
+    monkeypatch.setattr(os, "fsync", enospc)
+    with pytest.raises(OSError) as info:
+        write_json_atomic(tmp_path / "cache.json", {"a": 1})
+    assert isinstance(info.value, WriteFailed) and info.value.errno == errno.ENOSPC and info.value.exit_code == 1
