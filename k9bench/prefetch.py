@@ -10,7 +10,8 @@
    job loads it (``datasets.load_dataset``), which leaves it in the datasets cache;
 4. the videos of the selected questions (``--video_dir``, ``--max_samples``; ``VIDEO_DIR``,
    ``MAX_SAMPLES``) with ``--cookies``/``--cookies_from_browser`` for YouTube's bot checks: the download
-   stage itself (:class:`k9bench.download.DownloadStage`), so the job's download step finds it done.
+   stage itself (:class:`k9bench.download.DownloadStage`), so the job's download step finds every video
+   present and verified (it fetches nothing).
 
 Each value defaults to the launcher's variable when it is set, so ``MODEL_NAME=... python -m
 k9bench.prefetch`` prepares what ``MODEL_NAME=... sbatch run_eval.sh`` reads. Local folders and the
@@ -162,7 +163,7 @@ def fetch_dataset(name: str, split: str) -> Outcome:
 
 
 def fetch_videos(s: PrefetchSettings) -> Outcome:
-    """The download stage for the selected questions (so the job's download step finds it done)."""
+    """The download stage for the selected questions (the job's download step then fetches nothing)."""
     from k9bench.download import DownloadStage, config_from_argv
     from k9bench.stage import run_stage
 
