@@ -363,12 +363,13 @@ def test_scoring_stages_are_done_by_content_and_fingerprint(tmp_path, raw_file, 
         return CalculateStage(config), EvaluateStage(config)
 
     calc, evaluate = stages()
-    assert calc.done() == f"{sim} is missing" and calc.outputs() == [sim] and evaluate.inputs() == [sim]
+    assert calc.done() == f"{sim} is missing" and calc.outputs() == [sim] and calc.inputs() == [raw_file]
+    assert evaluate.inputs() == [] and evaluate.done() == f"{ev} is missing"  # its input, the sim file, is not made yet
     assert evaluate_results.main(argv) == 0
     err = capsys.readouterr().err
     assert "calculate: " in err and "(100%)" in err  # progress lines, off a terminal
     calc, evaluate = stages()
-    assert calc.done() is None and evaluate.done() is None  # an unchanged rerun has nothing to do
+    assert evaluate.inputs() == [sim] and calc.done() is None and evaluate.done() is None  # an unchanged rerun: nothing to do
     calc, evaluate = stages("--dtype", "bfloat16", "--threshold", "0.4")
     assert calc.done().startswith("settings differ: dtype: 'auto' in the existing file, 'bfloat16' now")
     assert evaluate.done().startswith("settings differ: threshold: 0.5 in the existing file, 0.4 now")

@@ -140,8 +140,10 @@ class _ScoringStage(Stage):
         self.sim_out, self.eval_out = output_paths(config.files)
 
     def inputs(self) -> list[Path]:
+        """The input file and the ``--subset`` file, those that exist (a missing one is run()'s one-line error,
+        not a traceback while the launcher plans)."""
         subset = self.config.files.subset
-        return [self.source, *([Path(subset)] if subset else [])]
+        return [p for p in (self.source, *([Path(subset)] if subset else [])) if p.is_file()]
 
     def _fingerprint(self, *settings: Any, **more: Any) -> dict:
         return {"stage": self.name, **result_fingerprint(*settings), **more}
