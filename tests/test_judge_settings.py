@@ -206,3 +206,21 @@ def test_engine_runs_from_settings_objects_alone(tmp_path, server):
     result = run_judge(config, taskset=build_tasks(config.run.evaluations), paths=paths,
                        make_client=lambda: ChatClient(api_key="k", base_url=server.base_url, retry=config.requests.retry_policy()))
     assert [e["idx"] for e in result.entries] == [0, 1, 2] and paths.output.exists()
+
+
+@pytest.mark.parametrize("extra, fragment", [
+    (["--output", "."], "--output .: not a file name"),
+    (["--output", "j.json", "--skipped", "j.json.meta.json"], "--skipped j.json.meta.json is also the meta sidecar of --output"),
+    (["--base_url", "localhost:8000/v1"], "--base_url 'localhost:8000/v1' is not an http:// or https:// URL"),
+    (["--prompt_file", "/nonexistent/p.txt"], "--prompt_file /nonexistent/p.txt"),
+])
+def test_config_from_argv_refuses_what_the_launcher_preflight_must_see(extra, fragment, tmp_path):
+    """Everything that can be checked without reading the evaluations file is refused by config_from_argv
+    (the launcher checks JUDGE_ARGS through it before any stage runs), as one StageError line, exit 2."""
+    from k9bench.judge import config_from_argv
+    from k9bench.stage import StageError
+
+    with pytest.raises(StageError) as info:
+        config_from_argv(["--evaluations", str(tmp_path / "e.json"), *extra])
+    assert fragment in str(info.value) and "\n" not in str(info.value) and info.value.exit_code == 2
+    assert not list(tmp_path.iterdir())

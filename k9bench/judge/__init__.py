@@ -23,7 +23,7 @@ Use::
 from __future__ import annotations
 
 from k9bench.judge.parse import AXES, SCORE_RANGE, TABLE3_AXES, Judgement, JudgeParseError, parse_judgement
-from k9bench.judge.run import PriorState, RunPaths, RunResult, load_prior, resolve_paths, run_judge, sidecar_path, unreachable_after
+from k9bench.judge.run import PriorState, RunResult, load_prior, run_judge, unreachable_after
 from k9bench.judge.score import MAX_REPLY_CHARS, Outcome, axis_means, format_summary, judge_task, summarize
 from k9bench.judge.settings import (
     DEFAULT_JUDGE_MODEL,
@@ -34,11 +34,14 @@ from k9bench.judge.settings import (
     JudgeRunSettings,
     JudgeSettings,
     RequestSettings,
+    RunPaths,
     build_parser,
     check_prompt_template,
     config_from_argv,
     judge_fingerprint,
     render_prompt,
+    resolve_paths,
+    sidecar_path,
     temperature_value,
 )
 from k9bench.judge.stage import EndpointUnreachable, JudgeStage

@@ -17,11 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from k9bench import layout
 from k9bench.artifacts import ArtifactError, CheckpointLog, JudgeEntry, SkippedEntry, now_iso, read_json, write_json_atomic
 from k9bench.judge.parse import AXES, JudgeParseError, stored_score
-from k9bench.judge.score import Outcome, format_summary, judge_task, summarize
-from k9bench.judge.settings import MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, JudgeRunSettings, judge_fingerprint
+from k9bench.judge.score import Outcome, judge_task, summarize
+from k9bench.judge.settings import MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, RunPaths, judge_fingerprint
 from k9bench.judge.tasks import TaskSet
 from k9bench.redact import redact
 from k9bench.settings import fingerprint_differences
@@ -29,57 +28,7 @@ from k9bench.stage import deferred
 
 log = logging.getLogger("k9bench.judge")
 
-__all__ = ["PriorState", "RunPaths", "RunResult", "format_summary", "load_prior", "missing_answer_entry", "resolve_paths",
-           "run_judge", "sidecar_path", "unreachable_after"]
-
-
-# ---------------------------------------------------------------------------
-# Where a run reads and writes
-
-
-def sidecar_path(output: str | Path, suffix: str) -> Path:
-    """``<output>.<suffix>`` (e.g. ``meta.json``, ``summary.json``)."""
-    output = Path(output)
-    return output.with_name(f"{output.name}.{suffix}")
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    """Where a judge run reads and writes."""
-
-    output: Path
-    """The judge JSON list."""
-    skipped: Path
-    """The skipped list."""
-
-    @property
-    def checkpoint(self) -> Path:
-        return layout.checkpoint_path(self.output)
-
-    @property
-    def meta(self) -> Path:
-        return sidecar_path(self.output, "meta.json")
-
-    @property
-    def summary(self) -> Path:
-        return sidecar_path(self.output, "summary.json")
-
-
-def resolve_paths(run: JudgeRunSettings) -> RunPaths:
-    """The output and skipped paths (defaults from :mod:`k9bench.layout`); :class:`JudgeInputError`
-    when ``--output`` is not a file name or ``--skipped`` is one of the output's own files. (Whether
-    they can be written is :func:`k9bench.stage.check_output`'s, called by ``run_stage``.)"""
-    evaluations = Path(str(run.evaluations))
-    output = Path(run.output) if run.output is not None else layout.next_stage_path(evaluations, "judge")
-    if output.name in ("", ".", ".."):
-        raise JudgeInputError(f"--output {run.output or repr(run.output)}: not a file name; give a file such as judge.json")
-    skipped = Path(run.skipped) if run.skipped is not None else layout.skipped_path(output)
-    paths = RunPaths(output=output, skipped=skipped)
-    taken = {paths.output.resolve(): "--output", paths.checkpoint.resolve(): "the checkpoint of --output",
-             paths.meta.resolve(): "the meta sidecar of --output", paths.summary.resolve(): "the summary sidecar of --output"}
-    if paths.skipped.resolve() in taken:
-        raise JudgeInputError(f"--skipped {paths.skipped} is also {taken[paths.skipped.resolve()]}; give another name")
-    return paths
+__all__ = ["PriorState", "RunResult", "load_prior", "missing_answer_entry", "read_meta", "run_judge", "unreachable_after"]
 
 
 # ---------------------------------------------------------------------------

@@ -15,8 +15,10 @@ import argparse
 import hashlib
 import string
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from k9bench import layout
 from k9bench.dataset import DEFAULT_SPLIT
 from k9bench.redact import redact
 from k9bench.settings import result_fingerprint, setting, to_dict
@@ -179,6 +181,55 @@ def judge_fingerprint(settings: JudgeSettings) -> dict:
     return {**result_fingerprint(settings), "prompt_sha256": settings.prompt_sha256}
 
 
+# ---------------------------------------------------------------------------
+# Where a run reads and writes (checked by config_from_argv, so the launcher's preflight sees it)
+
+
+def sidecar_path(output: str | Path, suffix: str) -> Path:
+    """``<output>.<suffix>`` (e.g. ``meta.json``, ``summary.json``)."""
+    output = Path(output)
+    return output.with_name(f"{output.name}.{suffix}")
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a judge run reads and writes."""
+
+    output: Path
+    """The judge JSON list."""
+    skipped: Path
+    """The skipped list."""
+
+    @property
+    def checkpoint(self) -> Path:
+        return layout.checkpoint_path(self.output)
+
+    @property
+    def meta(self) -> Path:
+        return sidecar_path(self.output, "meta.json")
+
+    @property
+    def summary(self) -> Path:
+        return sidecar_path(self.output, "summary.json")
+
+
+def resolve_paths(run: JudgeRunSettings) -> RunPaths:
+    """The output and skipped paths (defaults from :mod:`k9bench.layout`); :class:`JudgeInputError`
+    when ``--output`` is not a file name or ``--skipped`` is one of the output's own files. (Whether
+    they can be written is :func:`k9bench.stage.check_output`'s, called by ``run_stage``.)"""
+    evaluations = Path(str(run.evaluations))
+    output = Path(run.output) if run.output is not None else layout.next_stage_path(evaluations, "judge")
+    if output.name in ("", ".", ".."):
+        raise JudgeInputError(f"--output {run.output or repr(run.output)}: not a file name; give a file such as judge.json")
+    skipped = Path(run.skipped) if run.skipped is not None else layout.skipped_path(output)
+    paths = RunPaths(output=output, skipped=skipped)
+    taken = {paths.output.resolve(): "--output", paths.checkpoint.resolve(): "the checkpoint of --output",
+             paths.meta.resolve(): "the meta sidecar of --output", paths.summary.resolve(): "the summary sidecar of --output"}
+    if paths.skipped.resolve() in taken:
+        raise JudgeInputError(f"--skipped {paths.skipped} is also {taken[paths.skipped.resolve()]}; give another name")
+    return paths
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The flags of ``subjective_evals.py``, generated from the settings fields."""
     from k9bench.cli import ArgumentParser, add_logging_args
@@ -271,6 +322,7 @@ def config_from_namespace(args: argparse.Namespace, argv: list[str] | None = Non
     register_url_secrets(requests.base_url)  # a key inside http://user:KEY@host is masked everywhere
     check_base_url(requests.base_url)  # BadBaseUrl (exit 2, one line) for a URL without a scheme, at once
     run = from_namespace(JudgeRunSettings, args)
+    resolve_paths(run)  # --output not a file name, --skipped one of the output's own files: refused now
     template, source = load_template(args.prompt_file)
     judge = from_namespace(JudgeSettings, args, template=template, prompt_source=source)
     return JudgeConfig(judge=judge, requests=requests, run=run, argv=tuple(argv or ()), verbose=args.verbose, quiet=args.quiet)
@@ -278,6 +330,7 @@ def config_from_namespace(args: argparse.Namespace, argv: list[str] | None = Non
 
 __all__ = [
     "BUILTIN_PROMPT", "DEFAULT_JUDGE_MODEL", "MISSING_MODEL_ANSWER", "PLACEHOLDERS", "JudgeConfig", "JudgeInputError",
-    "JudgeRunSettings", "JudgeSettings", "RequestSettings", "build_parser", "check_prompt_template", "config_from_argv",
-    "config_from_namespace", "judge_fingerprint", "load_template", "render_prompt", "temperature_value",
+    "JudgeRunSettings", "JudgeSettings", "RequestSettings", "RunPaths", "build_parser", "check_prompt_template", "config_from_argv",
+    "config_from_namespace", "judge_fingerprint", "load_template", "render_prompt", "resolve_paths",
+    "sidecar_path", "temperature_value",
 ]

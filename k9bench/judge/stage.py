@@ -17,9 +17,9 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from k9bench.judge.run import RunPaths, read_meta, resolve_paths, run_judge
+from k9bench.judge.run import read_meta, run_judge
 from k9bench.judge.score import format_summary
-from k9bench.judge.settings import BUILTIN_PROMPT, JudgeConfig, JudgeInputError, judge_fingerprint
+from k9bench.judge.settings import BUILTIN_PROMPT, JudgeConfig, JudgeInputError, RunPaths, judge_fingerprint, resolve_paths
 from k9bench.settings import fingerprint_differences, to_dict
 from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, file_digest
 
