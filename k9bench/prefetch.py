@@ -138,6 +138,9 @@ def fetch_model(name: str, what: str) -> Outcome:
         return Outcome(what, False, f"{name}: no such folder, and not a Hub id")
     from huggingface_hub import snapshot_download
 
+    from k9bench.progress import quiet_library_progress_bars
+
+    quiet_library_progress_bars()  # no Hub download bar in a batch log
     try:
         path = snapshot_download(repo_id=name)
     except Exception as exc:  # gated, missing, offline...: said in one line, the other steps go on
