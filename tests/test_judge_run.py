@@ -622,7 +622,9 @@ def test_dataset_questions_without_an_answer_are_skipped_as_missing_model_answer
     summary = load(tmp_path / "judge.json.summary.json")
     assert summary["missing_model_answer_idx"] == missing and summary["counts"]["scored"] == len(answered)
     assert load(tmp_path / "judge.json.meta.json")["dataset_check"]["missing_model_answer"] == missing
-    assert f"{len(missing)} question(s) of demo have no record" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert f"{len(missing)} question(s) of demo have no record" in err
+    assert f"judge: {len(answered)} scored, 0 skipped, {len(missing)} without an answer in the file (missing_model_answer)" in err.splitlines()[-1]
     # a rerun sends nothing and keeps the list
     server.clear()
     assert run(tmp_path, server, "--dataset_name", "demo") == 0

@@ -19,7 +19,7 @@ from typing import Any
 
 from k9bench.judge.run import read_meta, run_judge
 from k9bench.judge.score import format_summary
-from k9bench.judge.settings import BUILTIN_PROMPT, JudgeConfig, JudgeInputError, RunPaths, judge_fingerprint, resolve_paths
+from k9bench.judge.settings import BUILTIN_PROMPT, MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, RunPaths, judge_fingerprint, resolve_paths
 from k9bench.settings import fingerprint_differences, to_dict
 from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, file_digest
 
@@ -152,8 +152,9 @@ class JudgeStage(Stage):
         if missing:
             log.warning("%d question(s) have no answer in %s (listed in %s as missing_model_answer)", missing, evaluations, self.paths.skipped)
         n = len(result.retryable_skipped)
-        last = (f"judge: {len(result.entries)} scored, {n} skipped -> {self.paths.output}, {self.paths.skipped}"
-                + (" (rerun the same command to retry the skipped ones)" if n else ""))
+        last = (f"judge: {len(result.entries)} scored, {n} skipped"
+                + (f", {missing} without an answer in the file ({MISSING_MODEL_ANSWER})" if missing else "")
+                + f" -> {self.paths.output}, {self.paths.skipped}" + (" (rerun the same command to retry the skipped ones)" if n else ""))
         if n and cfg.run.fail_on_skipped:
             log.error("%s; exit %d (--fail_on_skipped)", last, EXIT_FAILED)
             return EXIT_FAILED
