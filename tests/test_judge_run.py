@@ -316,6 +316,7 @@ def test_kill_mid_run_then_rerun_loses_nothing_and_scores_nothing_twice(tmp_path
         assert proc.returncode == -signal.SIGKILL
         first_requests = [idx_of(r) for r in server.chat_requests()]
     assert not (b / "judge.json").exists()  # never finalised
+    assert (b / "judge.json.lock").exists()  # the killed run's lock is left behind: the rerun takes it over
     done_before = [json.loads(line)["idx"] for line in ckpt.read_text().splitlines()]
     assert len(done_before) == 5 and len(first_requests) > 5
 
@@ -325,7 +326,7 @@ def test_kill_mid_run_then_rerun_loses_nothing_and_scores_nothing_twice(tmp_path
     assert not set(second_requests) & set(done_before)  # nothing scored twice
     assert sorted(second_requests + done_before) == answered  # nothing lost, each exactly once
     assert without_timestamps(load(b / "judge.json")) == without_timestamps(reference)
-    assert load(b / "skipped.json") == [] and not ckpt.exists()
+    assert load(b / "skipped.json") == [] and not ckpt.exists() and not (b / "judge.json.lock").exists()
     summary_a = load(tmp_path / "a" / "judge.json.summary.json")
     summary_b = load(b / "judge.json.summary.json")
     assert summary_b["axes"] == summary_a["axes"] and summary_b["per_category"] == summary_a["per_category"]
