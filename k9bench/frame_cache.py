@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from k9bench.artifacts import atomic_file
+from k9bench.artifact_io import WriteFailed, atomic_file
 from k9bench.audio import Audio, AudioError, read_audio
 from k9bench.frame_sampling import (
     DEFAULT_DECODER,
@@ -463,7 +463,7 @@ class FrameCache:
                 with atomic_file(entry, "wb") as fh:
                     np.savez(fh, samples=audio.samples, meta=meta_arr)
                 self._count("disk_writes")
-            except OSError as exc:
+            except (OSError, WriteFailed) as exc:
                 self._count("disk_write_errors")
                 log.warning("cannot write soundtrack cache entry %s for %s (%s); continuing without it", entry, path, exc)
         return audio
@@ -503,7 +503,7 @@ class FrameCache:
         if entry is not None:
             try:
                 self._write_entry(entry, self.entry_key(fid), frames)
-            except OSError as exc:
+            except (OSError, WriteFailed) as exc:  # WriteFailed: atomic_file's one line for a full disk
                 # the frames are good; only the reuse by later runs is lost, so say so and go on
                 self._count("disk_write_errors")
                 log.warning("cannot write frame cache entry %s for %s (%s); continuing without it", entry, path, exc)

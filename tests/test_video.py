@@ -359,13 +359,13 @@ def test_disk_cache_round_trip(monkeypatch, clips, tmp_path):
 
 def test_disk_entries_get_the_umask_mode_not_0600(clips, tmp_path):
     """A cache shared by a group's runs: entries are created like plain files (0666 minus umask), not private."""
-    from k9bench.artifacts import _current_umask
-
+    umask = os.umask(0)
+    os.umask(umask)
     disk = tmp_path / "frames"
     cache = FrameCache(disk_dir=disk)
     cache.get(clips["short"])
     mode = cache.entry_path(clips["short"]).stat().st_mode & 0o777
-    assert mode == 0o666 & ~_current_umask()
+    assert mode == 0o666 & ~umask
 
 
 def test_stale_temporary_entries_of_killed_runs_are_removed(tmp_path):
@@ -454,7 +454,7 @@ def test_unwritable_disk_cache_is_logged_not_fatal(monkeypatch, clips, tmp_path,
     with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
         f = cache.get(clips["short"])
     assert f.num_frames == 4
-    assert cache.stats.disk_write_errors == 1 and "No space left" in caplog.text
+    assert cache.stats.disk_write_errors == 1 and "no space left" in caplog.text.lower()
     assert list(disk.iterdir()) == []  # the temporary file was removed
 
 
