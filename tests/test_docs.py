@@ -42,7 +42,8 @@ FOREIGN_FLAGS = {
     "--max-model-len": "vllm", "--max-num-seqs": "vllm", "--media-io-kwargs": "vllm",
     "--allowed-local-media-path": "vllm", "--served-model-name": "vllm", "--api-key": "vllm",
     "--tensor-parallel-size": "vllm", "--pipeline-parallel-size": "vllm", "--mm-encoder-tp-mode": "vllm",
-    "--disable-radix-cache": "sglang", "--repo-type": "hf", "--local-dir": "hf",
+    "--disable-radix-cache": "sglang", "--repo-type": "hf", "--local-dir": "hf", "--enable-expert-parallel": "vllm",
+    "--trust-request-mm-kwargs": "vllm", "--enforce-eager": "vllm",
 }
 
 FLAG = re.compile(r"(?<![\w-])--[A-Za-z][A-Za-z0-9_-]*")
@@ -235,8 +236,8 @@ def named_flags(page: Path):
 def _problems(page: Path) -> list[str]:
     problems = []
     for no, owner, flag in named_flags(page):
-        if flag in FOREIGN_FLAGS or owner in FOREIGN_PROGRAMS or owner in {"pytest", "sglang.launch_server",
-                                                                             "http.server", "venv"}:
+        ours = owner is None or owner in (*ROOT_SCRIPTS, *MODULES) or owner.startswith("bench_")
+        if flag in FOREIGN_FLAGS or not ours:  # another program's flag (sbatch, vllm, python -m vllm.entrypoints...)
             continue
         if owner is None:
             if flag not in all_flags():
