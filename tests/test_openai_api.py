@@ -277,3 +277,64 @@ def test_scrub_masks_the_key_userinfo_and_registered_secrets():
     text = f"key {SECRET} at http://u:p4ss-word-1@host/v1"
     assert scrub(text, SECRET) == "key *** at http://***@host/v1"
     assert scrub(5, SECRET) == 5  # not text: returned as given, never a crash
+
+
+# ---------------------------------------------------------------------------
+# check_base_url, probe_endpoint (used by the judge and the OpenAI backend)
+
+
+@pytest.mark.parametrize("url", ["localhost:8000/v1", "127.0.0.1:8000", "ftp://host/v1", "http://", "http://host:port/v1", "//host/v1"])
+def test_a_url_without_http_scheme_and_host_is_one_line_exit_2(url):
+    from k9bench.openai_api import BadBaseUrl, check_base_url
+
+    with pytest.raises(BadBaseUrl) as info:
+        check_base_url(url, flag="--judge_base_url")
+    text = str(info.value)
+    assert "\n" not in text and text.startswith(f"--judge_base_url {url!r}") and info.value.exit_code == 2
+
+
+def test_a_good_url_is_kept():
+    from k9bench.openai_api import check_base_url
+
+    assert check_base_url("http://localhost:8000/v1/") == "http://localhost:8000/v1"
+    assert check_base_url(" https://api.example.com/v1 ") == "https://api.example.com/v1"
+    assert check_base_url(None) is None
+
+
+def test_probe_answers_with_the_status_of_a_server_that_is_up():
+    from k9bench.openai_api import probe_endpoint
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    with FakeOpenAIServer() as server:
+        assert probe_endpoint(server.base_url) == 200
+
+
+def test_probe_of_a_closed_port_fails_at_once():
+    import socket
+    import time
+
+    from k9bench.openai_api import EndpointUnreachable, probe_endpoint
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again when the block ends
+    start = time.monotonic()
+    with pytest.raises(EndpointUnreachable) as info:
+        probe_endpoint(f"http://127.0.0.1:{port}/v1")
+    assert time.monotonic() - start < 5
+    assert f"nothing answers at http://127.0.0.1:{port}/v1/models" in str(info.value) and "is the server up" in str(info.value)
+
+
+def test_probe_of_a_server_that_never_answers_gives_up_after_its_timeout():
+    import socket
+    import time
+
+    from k9bench.openai_api import EndpointUnreachable, probe_endpoint
+
+    with socket.socket() as sock:  # listens, accepts into the backlog, never replies
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(1)
+        start = time.monotonic()
+        with pytest.raises(EndpointUnreachable, match="within 1 s"):
+            probe_endpoint(f"http://127.0.0.1:{sock.getsockname()[1]}/v1", timeout=1.0)
+        assert time.monotonic() - start < 4

@@ -122,6 +122,8 @@ class OpenAIBackend:
         """``inference.backend.server`` (live: fingerprints are added as responses come)."""
         self.transport_chosen = "as asked (--video_transport)"
         self._patch_size: int | None = None
+        self._video_pixel_budget: int | None = None  # the served processor's T x H x W budget (video transport)
+        self._budget_warned: set[str] = set()
         self.media = None  # the MediaBuilder, once the transport is known (load)
         self._slots = threading.BoundedSemaphore(max(1, settings.concurrency))  # HTTP calls in flight, over all batches
         self._carry: dict[int, tuple[str, Any, GenerationOutput | ApiCallError]] = {}
@@ -167,6 +169,7 @@ class OpenAIBackend:
             "video_transport": s.video_transport,
             "video_transport_chosen": self.transport_chosen,
             "frame_patch_size": self._patch_size,
+            "server_video_pixel_budget": self._video_pixel_budget,
             "frame_size": s.frame_size,
             "jpeg_quality": s.jpeg_quality if s.video_transport == "frames" else None,
             "image_detail": s.image_detail,
@@ -197,7 +200,7 @@ class OpenAIBackend:
         """Resolve ``--video_transport auto``; with ``video``, find the served checkpoint's patch size."""
         import dataclasses
 
-        from k9bench.inference.server_info import checkpoint_patch_size
+        from k9bench.inference.server_info import checkpoint_video_processor
 
         s = self.settings
         if s.video_transport == "auto":
@@ -208,7 +211,9 @@ class OpenAIBackend:
             log.info("--video_transport %s", self.transport_chosen)
             self.settings = s = dataclasses.replace(s, video_transport=chosen)
         if s.video_transport == "video":
-            patch, source = checkpoint_patch_size(self.server["root"])
+            video_processor, source = checkpoint_video_processor(self.server["root"])
+            patch = video_processor["patch_size"] if video_processor else None
+            self._video_pixel_budget = video_processor["max_pixels"] if video_processor else None
             if patch is None:
                 self._warn(f"--video_transport video: {source}; frames are sampled for patch size 14 (qwen-vl-utils' default), "
                            "and the server's processor may resize them again")
@@ -363,9 +368,18 @@ class OpenAIBackend:
         from k9bench.inference.video_transport import MediaError
 
         try:
-            return self.media.parts_for(request)
+            parts, fields, body = self.media.parts_for(request)
         except MediaError as exc:
             raise ApiCallError(str(exc), kind="client_error") from None
+        budget, frames = self._video_pixel_budget, request.frames
+        if fields.get("video_transport") == "video" and budget and frames.num_frames * frames.height * frames.width > budget:
+            fields["server_resizes"] = True  # the model sees smaller frames than the transformers backend would
+            if request.video_path not in self._budget_warned:
+                self._budget_warned.add(request.video_path)
+                log.warning("%s: %d frames of %dx%d exceed the served processor's %d-pixel video budget: the server shrinks them "
+                            "(lower --max_pixels or --max_frames to keep them as sampled)", request.video_path, frames.num_frames,
+                            frames.width, frames.height, budget)
+        return parts, fields, body
 
     # ------------------------------------------------------------------ generation
 

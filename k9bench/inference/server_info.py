@@ -101,12 +101,15 @@ def read_version(base_url: str, api_key: str | None, timeout: float = 5.0) -> di
     return body if status == 200 and isinstance(body, dict) else None
 
 
-def checkpoint_patch_size(root: str | None) -> tuple[int | None, str]:
-    """The vision patch size of the served checkpoint ``root`` (a local folder, or a Hub id in the local
-    Hugging Face cache), read from its video/image processor config; ``(None, why)`` when it cannot be read."""
+def checkpoint_video_processor(root: str | None) -> tuple[dict | None, str]:
+    """The served checkpoint's video processor settings (``root``: a local folder, or a Hub id in the
+    local Hugging Face cache): ``({"patch_size": int, "max_pixels": int | None}, source file)``, or
+    ``(None, why)`` when no processor config with a patch size can be read. ``max_pixels`` is the
+    video processor's ``size.longest_edge``: for Qwen3-VL a budget over all frames together (T x H x W),
+    beyond which the server's processor shrinks the frames."""
     if not root:
         return None, "the server names no checkpoint"
-    names = ("video_preprocessor_config.json", "preprocessor_config.json")
+    names = ("video_preprocessor_config.json", "preprocessor_config.json", "processor_config.json")
     folder = Path(root)
     files: list[Path] = []
     if folder.is_dir():
@@ -126,10 +129,13 @@ def checkpoint_patch_size(root: str | None) -> tuple[int | None, str]:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             continue
-        patch = data.get("patch_size")
-        if isinstance(patch, int) and patch > 0:
-            return patch, str(path)
+        for section in (data.get("video_processor"), data.get("image_processor"), data):  # processor_config.json nests them
+            patch = section.get("patch_size") if isinstance(section, dict) else None
+            if isinstance(patch, int) and patch > 0:
+                size = section.get("size") if isinstance(section.get("size"), dict) else {}
+                longest = size.get("longest_edge") if section is not data.get("image_processor") else None
+                return {"patch_size": patch, "max_pixels": longest if isinstance(longest, int) else None}, str(path)
     return None, f"no processor config with a patch_size for {root} (not a local folder, not in the Hugging Face cache)"
 
 
-__all__ = ["ENGINES", "SERVER_KEYS", "checkpoint_patch_size", "empty_server_block", "note_fingerprint", "read_version", "server_block"]
+__all__ = ["ENGINES", "SERVER_KEYS", "checkpoint_video_processor", "empty_server_block", "note_fingerprint", "read_version", "server_block"]

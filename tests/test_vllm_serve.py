@@ -1,0 +1,136 @@
+"""k9bench.serve.serve_vllm against a stand-in server (tests/fake_vllm_server.py): it waits for
+/v1/models, yields the URL, stops the whole process group however the block ends, and a server
+that dies or never answers is a clear error carrying the end of its log. The real vLLM server is
+tests/test_vllm.py's."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from k9bench.openai_api import get_json
+from k9bench.serve import ServerStartError, server_command, serve_vllm
+
+FAKE = Path(__file__).resolve().parent / "fake_vllm_server.py"
+
+
+@pytest.fixture
+def fake_python(tmp_path) -> str:
+    """An executable that, called as ``X -m vllm.entrypoints.openai.api_server ARGS``, runs the stand-in with ARGS."""
+    script = tmp_path / "python"
+    script.write_text(f'#!/bin/sh\nshift 2\nexec "{sys.executable}" "{FAKE}" "$@"\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return str(script)
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie has exited
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def pids_of(path: Path) -> list[int]:
+    for _ in range(100):
+        if path.is_file() and path.read_text().strip():
+            return [int(p) for p in path.read_text().split()]
+        time.sleep(0.05)
+    raise AssertionError(f"{path} not written")
+
+
+def gone(pids: list[int], within: float = 10.0) -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        if not any(alive(p) for p in pids):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def test_command_line():
+    cmd = server_command("org/model", python="/v/bin/python", host="127.0.0.1", port=8001, args=["--max-model-len", "4096"],
+                         tensor_parallel=4)
+    assert cmd == ["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "org/model", "--host", "127.0.0.1",
+                   "--port", "8001", "--enable-prefix-caching", "--media-io-kwargs", '{"video": {"num_frames": -1}}',
+                   "--tensor-parallel-size", "4", "--max-model-len", "4096"]
+    mine = server_command("m", python="p", host="h", port=1, args=["--media-io-kwargs", "{}", "--no-enable-prefix-caching"],
+                          tensor_parallel=1)
+    assert "--enable-prefix-caching" not in mine and mine.count("--media-io-kwargs") == 1
+    with pytest.raises(ValueError, match="--port is set by serve_vllm"):
+        server_command("m", python="p", host="h", port=1, args=["--port", "9"], tensor_parallel=1)
+    with pytest.raises(ValueError, match="tensor-parallel size once"):
+        server_command("m", python="p", host="h", port=1, args=["--tensor-parallel-size", "2"], tensor_parallel=2)
+
+
+def test_serves_then_stops_the_group(fake_python, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_DELAY", "1.5")
+    monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
+    log = tmp_path / "logs" / "server.log"
+    with serve_vllm("tiny/model", python=fake_python, args="--max-model-len 4096", log_path=log, timeout=30) as url:
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        status, body = get_json(f"{url}/models")  # answering already: the wait is over
+        assert status == 200 and body["data"][0]["id"] == "tiny/model"
+        pids = pids_of(tmp_path / "pids")
+    assert gone(pids)
+    assert "serving tiny/model" in log.read_text()
+
+
+def test_stopped_when_the_block_raises(fake_python, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
+    with pytest.raises(KeyboardInterrupt):
+        with serve_vllm("m", python=fake_python, log_path=tmp_path / "s.log", timeout=30):
+            pids = pids_of(tmp_path / "pids")
+            raise KeyboardInterrupt
+    assert gone(pids)
+
+
+def test_a_server_that_ignores_sigterm_is_killed(fake_python, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_MODE", "stubborn")
+    monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
+    with serve_vllm("m", python=fake_python, log_path=tmp_path / "s.log", timeout=30, stop_timeout=1.0):
+        pids = pids_of(tmp_path / "pids")
+        assert len(pids) == 2
+    assert gone(pids)
+
+
+def test_a_server_that_dies_is_a_clear_error_with_its_log(fake_python, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_MODE", "die")
+    log = tmp_path / "s.log"
+    start = time.monotonic()
+    with pytest.raises(ServerStartError) as info:
+        with serve_vllm("m", python=fake_python, log_path=log, timeout=60):
+            raise AssertionError("the block must not run")
+    assert time.monotonic() - start < 30  # noticed when it exits, not at the timeout
+    text = str(info.value)
+    assert "exited with code 3" in text and str(log) in text
+    assert "Unsupported CPU attention configuration" in text and "loading line 39" in text
+    assert "loading line 0\n" not in text  # only the last lines
+    assert info.value.exit_code == 1
+
+
+def test_a_server_that_never_answers_times_out_and_is_stopped(fake_python, tmp_path, monkeypatch):
+    monkeypatch.setenv("FAKE_VLLM_MODE", "hang")
+    monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
+    with pytest.raises(ServerStartError) as info:
+        with serve_vllm("m", python=fake_python, log_path=tmp_path / "s.log", timeout=3, stop_timeout=2.0):
+            raise AssertionError("the block must not run")
+    assert "did not answer" in str(info.value) and "within 3 s" in str(info.value)
+    assert "fake vLLM hang serving m" in str(info.value)
+    assert gone(pids_of(tmp_path / "pids"))
+
+
+def test_a_port_already_answering_is_refused(fake_python, tmp_path):
+    with serve_vllm("m", python=fake_python, log_path=tmp_path / "a.log", timeout=30) as url:
+        port = int(url.rsplit(":", 1)[1].split("/")[0])
+        with pytest.raises(ServerStartError, match="already answers"):
+            with serve_vllm("m", python=fake_python, port=port, log_path=tmp_path / "b.log", timeout=30):
+                raise AssertionError("the block must not run")
