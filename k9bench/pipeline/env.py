@@ -81,6 +81,12 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return check
 
 
+def _serve(text: str) -> str:
+    if text != "vllm":
+        raise argparse.ArgumentTypeError(f"expected vllm (or unset), got {text!r}")
+    return text
+
+
 @dataclass(frozen=True)
 class Variable:
     """One environment variable and, where a script's flag receives it, that flag (whose default applies)."""
@@ -124,7 +130,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("REPORT", check=_choice("0", "1"), default="1", help="0: no report stage"),
     Variable("PUBLISHED", check=_choice("none", "matching", "all"), default="matching", help="paper numbers in the report"),
     Variable("K9_FINALIZE", check=_choice("0", "1"), default="0", help="1: merge the NUM_SHARDS shards and score (the merge job)"),
-    Variable("SERVE", check=_choice("", "vllm"), default="", help="vllm: start `vllm serve MODEL_NAME` for the inference stage"),
+    Variable("SERVE", check=_serve, default="", help="vllm: start `vllm serve MODEL_NAME` for the inference stage"),
     Variable("SERVE_URL", check=_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
     Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm: GPUs per model copy (default: GPUS, else 1)"),
     Variable("GPUS", check=positive_int, default="", help="GPUs the job needs (checked against the job's allocation)"),
