@@ -20,7 +20,7 @@ decoding all runs must give the same responses. Exits 1 if today's ratio to batc
 Why 1.5 and not issue 13's 2: the tiny model's vision tower and prefill cost almost nothing, so sharing a
 video's prefix saves little here (1.8-1.95x measured on a quiet 2-core machine). The 2x requirement is
 measured where prefill has a realistic share of the work: ``bench/bench_gpu.py`` at reduced size on CPU
-(2.77x dynamic cache, 2.91x static, 50/50 identical answers) and at full size on a GPU.
+(2.77x dynamic cache, 2.91x static, 50/50 identical answers, measured with the engine before issue 22) and at full size on a GPU.
 
 Usage::
 
