@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.inference import runner
 from k9bench.inference import stage as inference_stage
 from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK, EXIT_USAGE
 from tests.fake_openai_server import FakeOpenAIServer, Reply, fake_openai  # noqa: F401

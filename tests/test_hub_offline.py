@@ -136,6 +136,36 @@ def test_an_existing_local_folder_passes(tmp_path):
     hub.check_model_source(str(tmp_path), what="model", setting="--model_name_or_path")
 
 
+def test_a_relative_path_under_an_existing_folder_is_a_local_path(tmp_path, monkeypatch):
+    """``demo_out/tiny-qwen3v`` with demo_out/ here is a mistyped local path, not a Hub id (issue 25)."""
+    monkeypatch.chdir(tmp_path)
+    assert not hub.looks_like_local_path("demo_out/tiny-qwen3v") and hub.is_hub_id("demo_out/tiny-qwen3v")
+    (tmp_path / "demo_out").mkdir()
+    assert hub.looks_like_local_path("demo_out/tiny-qwen3v") and not hub.is_hub_id("demo_out/tiny-qwen3v")
+    with pytest.raises(hub.HubUnavailable) as info:
+        hub.check_model_source("demo_out/tiny-qwen3v", what="model", setting="--model_name_or_path")
+    assert_one_clear_line(str(info.value), "model 'demo_out/tiny-qwen3v': no such folder")
+    assert "hf download" not in str(info.value)
+    for name in ("./m", "/m", "~/m", "a/b/c", "x/", "not a name"):
+        assert hub.looks_like_local_path(name), name
+    assert not hub.looks_like_local_path("Qwen/Qwen3-VL-4B-Instruct")
+
+
+def test_the_model_config_is_read_from_a_folder_or_the_cache_without_loading(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "config.json").write_text('{"model_type": "qwen3_vl"}')
+    assert hub.read_model_config(str(folder)) == {"model_type": "qwen3_vl"}
+    snapshot = tmp_path / "hf_home" / "hub" / "models--owner--cached" / "snapshots" / "abc123"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "qwen2_5_vl"}')
+    assert hub.read_model_config("owner/cached") == {"model_type": "qwen2_5_vl"}
+    assert hub.read_model_config("owner/not-here") is None
+    (folder / "config.json").write_text("not json")
+    assert hub.read_model_config(str(folder)) is None
+
+
 # ---------------------------------------------------------------------------
 # Naming the setting of the interface in use
 

@@ -12,7 +12,6 @@ import pytest
 
 import eval_video_llm
 from k9bench.artifacts import checkpoint_path
-from k9bench.inference import runner
 from k9bench.inference import stage as inference_stage
 from k9bench.inference.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from k9bench.inference.settings import (
