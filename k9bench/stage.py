@@ -110,7 +110,8 @@ def _probe(folder: Path, flag: str, path: Any) -> None:
     try:
         fd, probe = tempfile.mkstemp(prefix=".k9bench-write-probe-", dir=folder)
     except OSError as exc:
-        raise OutputError(f"{flag} {path}: the folder {folder} is not writable ({exc.strerror or exc})") from None
+        raise OutputError(f"{flag} {path}: the folder {folder} is not writable: no file can be created there "
+                          f"({exc.strerror or exc})") from None
     os.close(fd)
     os.unlink(probe)
 
