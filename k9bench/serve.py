@@ -23,7 +23,10 @@ What it does:
   is MODEL unless ``args`` holds ``--served-model-name``;
 - on leaving the block (normally, on an exception, on the stage's ``Interrupted`` from SIGTERM or
   SIGUSR1 during a requeue): SIGTERM to the whole group, ``stop_timeout`` seconds' grace, then
-  SIGKILL to the group, and waits until no process of the group is left.
+  SIGKILL to the group, and waits until no process of the group is left. A server that died during
+  the block (killed, out of memory) is logged as an error with the end of its log; the caller's
+  requests fail on their own (``--backend openai`` stops after its connection retries, finished
+  questions kept).
 
 ``port`` None picks a free one. A port that already answers is refused (another server would be
 mistaken for ours). ``env`` adds variables (e.g. ``VLLM_CPU_KVCACHE_SPACE=1``; on a loopback-only
@@ -217,6 +220,9 @@ def serve_vllm(
         log.info("the vLLM server answers at %s after %.0f s (pid %d)", base_url, took, process.pid)
         yield base_url
     finally:
+        died = process.poll()
+        if died is not None:  # it went away during the block: say so, with its log, before the caller's own error
+            log.error("the vLLM server exited with code %s while in use; last lines of %s:\n%s", died, log_file, log_tail(log_file))
         stop_group(process, grace=stop_timeout)
         log.info("the vLLM server (pid %d) is stopped", process.pid)
 

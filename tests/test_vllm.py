@@ -39,7 +39,7 @@ SERVE_ARGS = [
 ]
 """The arguments docs/vllm.md's CPU command adds to ``--model PATH --host 127.0.0.1 --port P --enable-prefix-caching``."""
 
-SERVE_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+SERVE_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 """Its environment (loopback-only message queue, 1 GiB of KV cache)."""
 
 FRAME_PIXELS = ["--min_pixels", "16384", "--max_pixels", "65536"]
