@@ -226,7 +226,7 @@ class Launch:
             if others:
                 say(f"step report: with {others} run(s) of the same model and questions at other MAX_FRAMES (frame-budget plot)")
         with self.download_lock(step):
-            stage = make_stage(step)
+            stage = self.stage_of(step, make_stage)
             why = self.reason(step, stage)
             if why is None:
                 say(f"step {step.name}: done already, skipping ({', '.join(map(str, step.outputs))}: same settings and inputs)")
@@ -244,6 +244,18 @@ class Launch:
             code = self.execute(step, stage)
         gc.collect()
         return self.after(step, stage, code)
+
+    def stage_of(self, step: Step, make_stage):
+        """The step's Stage object; a refusal by its settings is the step's failure (one line, its exit code)."""
+        from k9bench.stage import StageError
+
+        try:
+            return make_stage(step)
+        except StageError as exc:
+            raise StepFailed(exc.exit_code, f"step {step.name} failed (exit {exc.exit_code}): {exc}") from None
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else 2
+            raise StepFailed(code, f"step {step.name} failed (exit {code})") from None
 
     @contextlib.contextmanager
     def download_lock(self, step: Step) -> Iterator[None]:
