@@ -94,6 +94,8 @@ CASES = [
     ("a video folder holding none of the videos", ["--video_dir", "DIR"], EXIT_USAGE, ["--video_dir", "holds none of the 3 video(s)"]),
     ("data_parallel with num_shards", ["--data_parallel", "2", "--num_shards", "2"], EXIT_USAGE, ["--data_parallel 2", "--num_shards 2"]),
     ("data_parallel 0", ["--data_parallel", "0"], EXIT_USAGE, ["--data_parallel", "0"]),
+    ("no video there, with workers: refused before any worker starts", ["--data_parallel", "2", "--video_dir", "DIR"], EXIT_USAGE,
+     ["--video_dir", "holds none of the 3 video(s)"]),
 ]
 
 

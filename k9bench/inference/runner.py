@@ -298,9 +298,9 @@ class Runner:
         self.stats.batch_size = self.choice.to_dict()
         t0 = time.perf_counter()
         self.progress = ProgressLog("inference", total, unit="questions")
-        pending = self._refuse_too_long(pending)
         planned = self.choice.batch_size > 1 and callable(getattr(self.backend, "prepare_batch", None))
         try:
+            pending = self._refuse_too_long(pending)
             if planned:
                 self._run_planned(pending, frame_cache)
             else:

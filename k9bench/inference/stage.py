@@ -184,11 +184,14 @@ class InferenceStage(Stage):
         return stage_fingerprint(self.config, short_model_name(self.config.model.model_name_or_path), prompt_sha)
 
     def run(self) -> int:
-        if self.config.data.data_parallel > 1:
+        work = _Run(self)
+        if not work.prepare():  # every selected question has a record in the finished file
+            return work.nothing_to_do()
+        if self.config.data.data_parallel > 1:  # the checks above ran once, before any worker starts
             from k9bench.inference.data_parallel import run_data_parallel
 
             return run_data_parallel(self)
-        return _Run(self).run()
+        return work.answer_and_write()
 
 
 class _Run:
@@ -200,13 +203,15 @@ class _Run:
         self.started = now_iso()
         self.download_summary: dict | None = None
 
-    def run(self) -> int:
+    def prepare(self) -> bool:
+        """Every check that needs no model, in order; False when there is nothing to do (the finished file holds
+        a record for every selected question), else True. Raises :class:`StageError`."""
         from k9bench.dataset import DatasetError, load_questions, select_range
         from k9bench.layout import short_model_name
         from k9bench.prompts import sha256
 
         config, data, frames = self.config, self.config.data, self.config.frames
-        output = self.stage.outputs()[0]
+        self.output = output = self.stage.outputs()[0]
         # not the dataset file or the prompt file (named by the settings, not stage inputs: see InferenceStage.inputs)
         check_output(output, flag="--output_file", inputs=[data.dataset_name, config.prompt.system_prompt_file])
         if frames.frame_cache_dir and not frames.text_only:
@@ -254,9 +259,7 @@ class _Run:
             check_model_config(config)
         except UsageError as exc:
             raise StageError(str(exc)) from None
-        if not pending and output.exists() and not self.resumable.checkpoint.exists():
-            return self._nothing_to_do(output)
-        return self._answer_and_write(output)
+        return bool(pending) or not output.exists() or self.resumable.checkpoint.exists()
 
     # -- resume ----------------------------------------------------------
 
@@ -286,7 +289,8 @@ class _Run:
     def _pending(self) -> list:
         return [g for g in self.groups if any(q.idx not in self.done for q in g.questions)]
 
-    def _nothing_to_do(self, output: Path) -> int:
+    def nothing_to_do(self) -> int:
+        output = self.output
         log.info("%s already holds a record for every selected question; nothing to do", output)
         if self.stage.done() is not None:  # written before the stage block, or by flags that do not change a record
             from k9bench.artifact_io import read_json, write_json_atomic
@@ -299,8 +303,9 @@ class _Run:
 
     # -- the model -------------------------------------------------------
 
-    def _answer_and_write(self, output: Path) -> int:
-        config, frames = self.config, self.config.frames
+    def answer_and_write(self) -> int:
+        """Load the backend, answer what is left, write the raw file; the exit code."""
+        config, frames, output = self.config, self.config.frames, self.output
         pending = self._pending()
         backend = frame_cache = None
         describe: dict | None = None
