@@ -29,14 +29,12 @@ settings early and the full one checks the rest later.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Container, Iterable
 
 from k9bench.artifact_io import ArtifactError, CheckpointLog, checkpoint_path, write_json_atomic
 from k9bench.settings import fingerprint_differences
-from k9bench.stage import OutputError, check_output
 
 log = logging.getLogger(__name__)
 
@@ -44,26 +42,6 @@ log = logging.getLogger(__name__)
 class ResumeRefused(ArtifactError):
     """Earlier files of this stage cannot be reused (unreadable, or made with other settings); the
     message names the file, the entry and what differs (exit 2)."""
-
-
-OutputLocationError = OutputError
-"""Deprecated alias of :class:`k9bench.stage.OutputError`, until the inference runner and the judge
-use :func:`k9bench.stage.check_output` directly (then it goes)."""
-
-
-def check_output_location(path: str | os.PathLike, *, inputs: Iterable[str | os.PathLike] = (), flag: str = "--output_file") -> Path:
-    """Deprecated: :func:`k9bench.stage.check_output` (this only forwards to it; it goes once no caller is left)."""
-    return check_output(path, flag=flag, inputs=inputs)
-
-
-def check_output_folder(path: str | os.PathLike, *, flag: str) -> Path:
-    """Deprecated: :func:`k9bench.stage.check_output` with ``folder=True`` (forwards; goes once no caller is left)."""
-    return check_output(path, flag=flag, folder=True)
-
-
-def fingerprint_mismatch(entry: dict, expected: dict) -> list[str]:
-    """Deprecated: :func:`k9bench.settings.fingerprint_differences` with ``partial=True`` (forwards to it)."""
-    return fingerprint_differences(entry, expected, partial=True)
 
 
 @dataclass

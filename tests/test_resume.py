@@ -4,16 +4,14 @@ fingerprint refusal); a damaged checkpoint resumes with every valid record (issu
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from k9bench.artifacts import ArtifactError
 
-from k9bench.resume import ResumableStage, ResumeRefused, check_output_location
+from k9bench.resume import ResumableStage, ResumeRefused
 from k9bench.settings import fingerprint_differences
-from k9bench.stage import OutputError
 
 
 def read_list(path: Path) -> list[dict]:
@@ -83,11 +81,3 @@ def test_fingerprint_refusal_names_entry_and_setting(tmp_path):
     # fingerprint_of fills in what an entry may omit
     with pytest.raises(ResumeRefused):
         stage.check({1: {"mode": None}}, {"mode": "b"}, fingerprint_of=lambda e: {"mode": e["mode"] or "a"})
-
-
-def test_the_old_output_check_is_the_stage_one(tmp_path):
-    """Deprecated forwarder (goes once the inference runner and the judge call k9bench.stage.check_output)."""
-    afile = tmp_path / "plain"
-    afile.write_text("x")
-    with pytest.raises(OutputError, match="is a file, not a folder"):
-        check_output_location(afile / "raw.json")
