@@ -310,3 +310,39 @@ def test_planner_pipeline_and_engine_together_as_the_runner_would(qwen3, demo_qu
     assert (engine.stats.prefills, engine.stats.prefix_reuses) == (3, 2)
     reference = requests_for(qwen3, demo_questions, demo_video_dir, max_frames=4)
     assert [answers[r.key] for r in reference] == [qwen3.reference(r) for r in reference]
+
+
+def test_grouped_sdpa_equals_transformers_sdpa():
+    """The engine's kernel packs each key/value head's query heads instead of repeating the keys and values."""
+    from types import SimpleNamespace
+
+    import torch
+    from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+    from k9bench.inference.shared_decode import grouped_sdpa
+
+    gen = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(shape, generator=gen) for shape in ((2, 8, 5, 16), (2, 2, 11, 16), (2, 2, 11, 16)))
+    mask = torch.rand((2, 1, 5, 11), generator=gen) > 0.5
+    mask[..., :5] |= torch.eye(5, dtype=torch.bool)  # every query sees at least itself
+    module = SimpleNamespace(num_key_value_groups=4, is_causal=False, training=False)
+    want, _ = sdpa_attention_forward(module, q, k, v, mask, scaling=0.25)
+    have, _ = grouped_sdpa(module, q, k, v, mask, scaling=0.25)
+    assert have.shape == want.shape == (2, 5, 8, 16) and torch.allclose(have, want, atol=1e-6)
+
+
+def test_the_engine_decodes_through_its_grouped_kernel(qwen3, demo_questions, demo_video_dir, monkeypatch):
+    from k9bench.inference import shared_decode
+
+    calls = []
+    real = shared_decode.grouped_sdpa
+
+    def counting(*args, **kwargs):
+        calls.append(args[1].shape[2])  # query tokens in flight
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(shared_decode, "grouped_sdpa", counting)
+    requests = requests_for(qwen3, demo_questions[:4], demo_video_dir, max_frames=2)
+    qwen3.engine().generate(requests, [qwen3.render(r.messages) for r in requests])
+    assert calls and max(calls) > 1  # the suffixes (several slots at once) and the steps (4 slots) went through it
+    assert qwen3.model.config.get_text_config()._attn_implementation == "sdpa"  # restored

@@ -283,8 +283,8 @@ class SharedPrefixEngine:
             "cache": self.cache_kind,
             "keep_prefixes": self.keep_prefixes,
             "eos_check_every": self.decoder.eos_check_every,
-            "decode_attention": DECODE_ATTENTION if kernel == DECODE_ATTENTION else
-                                f"{DECODE_ATTENTION} (the model's {kernel} cannot take the engine's 4-D mask)",
+            "decode_attention": f"{DECODE_ATTENTION}: torch sdpa, grouped query heads packed, the engine's 4-D mask "
+                                f"(the model's own {kernel} for the video prefill and for generate)",
             "position_rule": "generated tokens continue from the last prompt token's position + 1 (transformers 5's generate)",
         }
 

@@ -27,9 +27,12 @@ every row has stopped is asked of the device only every ``eos_check_every`` step
 ``k`` steps instead of per step); the surplus steps only append pads, and each row's tokens are cut
 after its first stop token, so the tokens are the same as checking every step.
 
-The attention kernel of these forwards is sdpa (the mask is an arbitrary 4-D one, which
-flash_attention_2 cannot take): a model loaded with another kernel is switched to sdpa for the
-engine's forwards and back (recorded by the engine's ``describe``).
+The attention kernel of these forwards is torch's scaled_dot_product_attention with the grouped
+query heads packed onto their key/value head (:func:`grouped_sdpa`, registered with transformers as
+:data:`DECODE_ATTENTION`): transformers' own sdpa would ``repeat_kv`` (copy every key and value once per
+query head of its group) whenever a mask is given and more than one query token is in flight, which is
+every step here. The mask is an arbitrary 4-D one, which flash_attention_2 cannot take: the language
+model is switched to this kernel for the engine's forwards only, and back (recorded by ``describe``).
 """
 
 from __future__ import annotations
@@ -48,8 +51,8 @@ DEFAULT_PREFILL_ELEMENTS = 1 << 26
 """Budget of attention scores (groups x heads x query tokens x key columns) per suffix-prefill forward:
 the questions' suffixes are prefilled in chunks of slots under it (sdpa's math kernel materialises them)."""
 
-DECODE_ATTENTION = "sdpa"
-"""The kernel of the engine's forwards (an arbitrary 4-D mask)."""
+DECODE_ATTENTION = "k9bench_grouped_sdpa"
+"""The kernel of the engine's forwards (:func:`grouped_sdpa`, an arbitrary 4-D mask)."""
 
 _PREFIX, _NOBODY = -1, -2
 """Owner codes of a cache column besides a slot number: the group's prefix (seen by all its slots), padding."""
@@ -120,10 +123,40 @@ def model_input_device(model: Any) -> "torch.device":
     return torch.device("cpu")
 
 
+def grouped_sdpa(module: Any, query: "torch.Tensor", key: "torch.Tensor", value: "torch.Tensor", attention_mask: Any,
+                 dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> tuple["torch.Tensor", None]:
+    """Attention as transformers' sdpa computes it, with each key/value head's query heads stacked along the
+    query axis (``(B, H_kv, groups x Q, D)`` against the cache's ``(B, H_kv, K, D)``): no per-step copy of
+    the keys and values. Returns ``(B, Q, H, D)`` as transformers' attention functions do."""
+    import torch
+
+    batch, heads, q_len, dim = query.shape
+    kv_heads = key.shape[1]
+    groups = heads // kv_heads
+    if groups > 1:
+        query = query.reshape(batch, kv_heads, groups * q_len, dim)
+        if attention_mask is not None:
+            mask = attention_mask[:, :, :, :key.shape[-2]]
+            attention_mask = mask[:, :, None].expand(mask.shape[0], mask.shape[1], groups, q_len, mask.shape[-1]).reshape(
+                mask.shape[0], mask.shape[1], groups * q_len, mask.shape[-1])
+    elif attention_mask is not None:
+        attention_mask = attention_mask[:, :, :, :key.shape[-2]]
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=scaling)
+    return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
+
+
+def _register_kernel() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(DECODE_ATTENTION, grouped_sdpa)
+
+
 @contextlib.contextmanager
 def attention_kernel(model: Any, kernel: str = DECODE_ATTENTION) -> Iterator[str]:
     """Run the language model's attention with ``kernel`` inside the block (restored after); yields the
     kernel it had."""
+    if kernel == DECODE_ATTENTION:
+        _register_kernel()
     config = model.config.get_text_config()
     before = config._attn_implementation
     if before == kernel:
@@ -341,4 +374,4 @@ class SharedDecoder:
 
 
 __all__ = ["DECODE_ATTENTION", "DEFAULT_EOS_CHECK_EVERY", "DecodeResult", "DecodeRow", "PrefixCacheError", "PrefixState",
-           "SharedDecoder", "attention_kernel", "model_input_device", "prefill"]
+           "SharedDecoder", "attention_kernel", "grouped_sdpa", "model_input_device", "prefill"]
