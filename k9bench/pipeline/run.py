@@ -55,15 +55,16 @@ def repo_dir(env: dict) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if args and args[0] in ("-h", "--help"):
+    from k9bench.pipeline import build_parser
+
+    args, stray = build_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    if args.help:
         from k9bench.pipeline.env import defaults_table
 
         print(USAGE)
         print(defaults_table())
         return 0
-    dry_run = "--dry_run" in args
-    stray = [a for a in args if a != "--dry_run"]
+    dry_run = args.dry_run
     if stray:
         return die(2, f"run_eval.sh takes no arguments but --dry_run (got '{' '.join(stray)}'); settings are environment "
                       "variables, e.g. MAX_SAMPLES=-1 bash run_eval.sh (see --help)")
