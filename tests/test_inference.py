@@ -143,6 +143,28 @@ def test_resume_after_sigkill(reference_run, tiny, demo_video_dir, tmp_path, rep
     assert not part.exists()
 
 
+def test_a_run_piped_to_a_file_logs_progress_lines_and_no_bars(tiny, demo_video_dir, tmp_path, repo_root):
+    """Issue 25: the job log of a SLURM run (stderr to a file) gets periodic progress lines with done/total and
+    ETA, and no progress bar of ours or of a library (transformers' weight loading)."""
+    import re
+
+    out = tmp_path / "raw.json"
+    log_file = tmp_path / "job.log"
+    args = [a for a in base_args(tiny, demo_video_dir, out, "--batch_size", "1") if a != "-q"]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OMP_NUM_THREADS="1", K9BENCH_PROGRESS_INTERVAL="1000")
+    env.pop("K9BENCH_NO_PROGRESS", None)
+    with log_file.open("w") as fh:
+        proc = subprocess.run([sys.executable, str(repo_root / "eval_video_llm.py"), *args], cwd=tmp_path, env=env,
+                              stdout=fh, stderr=subprocess.STDOUT, timeout=300)
+    text = log_file.read_text()
+    assert proc.returncode == EXIT_OK, text[-2000:]
+    lines = [line for line in text.splitlines() if "k9bench.progress" in line]
+    form = re.compile(r"inference: \d+/12 \(\d+%\), [0-9.]+ questions/s, (ETA|took) [0-9]+ (s|min), 0 failed$")
+    assert len(lines) == 10 and all(form.search(line) for line in lines), lines  # one per tenth of 12 questions
+    assert "ETA" in lines[0] and "12/12 (100%)" in lines[-1]
+    assert "it/s" not in text and "s/it" not in text and "\r" not in text and "Loading" not in text
+
+
 def test_missing_and_corrupt_videos_fail_alone(tiny, demo_video_dir, tmp_path):
     video_dir = tmp_path / "videos"
     video_dir.mkdir()
