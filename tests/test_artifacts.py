@@ -368,3 +368,45 @@ def test_a_failed_write_is_still_an_oserror_for_code_that_tolerates_one(tmp_path
     with pytest.raises(OSError) as info:
         write_json_atomic(tmp_path / "cache.json", {"a": 1})
     assert isinstance(info.value, WriteFailed) and info.value.errno == errno.ENOSPC and info.value.exit_code == 1
+
+
+@pytest.fixture
+def tiny_disk(tmp_path):
+    """A 64 KiB tmpfs (root only; skipped where mounting is not allowed)."""
+    mount = tmp_path / "disk"
+    mount.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and permission to mount a tmpfs")
+    try:
+        yield mount
+    finally:
+        subprocess.run(["umount", str(mount)], capture_output=True)
+
+
+def test_a_really_full_disk_keeps_the_checkpoint_valid_and_the_rerun_resumes(tiny_disk):
+    path = tiny_disk / "raw.json.partial.jsonl"
+    log = CheckpointLog(path)
+    appended = 0
+    with pytest.raises(WriteFailed) as info:
+        for i in range(1000):
+            log.append({"idx": i, "payload": "x" * 3000})
+            appended += 1
+    message = str(info.value)
+    assert message.startswith(f"{path}: cannot write: no space left on device (") and f"free in {tiny_disk}" in message
+    assert "\n" not in message and 5 <= appended < 1000
+    again = CheckpointLog(path)
+    assert sorted(again.load()) == list(range(appended)) and again.torn == 0  # every whole record, no torn line
+    with pytest.raises(WriteFailed, match="no space left on device"):  # the final write fails the same way
+        write_json_atomic(tiny_disk / "raw.json", {"records": ["y" * 3000] * 40})
+    assert sorted(p.name for p in tiny_disk.iterdir()) == [path.name]  # no temporary left
+    with open(path, "r+b") as fh:  # space is freed (here: the first records dropped), the rerun appends again
+        lines = fh.read().splitlines(keepends=True)
+        fh.seek(0)
+        fh.truncate()
+        fh.write(b"".join(lines[-3:]))
+    resumed = CheckpointLog(path)
+    assert len(resumed.load()) == 3
+    resumed.append({"idx": 5000, "payload": "z"})
+    resumed.close()
+    assert 5000 in CheckpointLog(path).load()
