@@ -20,6 +20,9 @@ Usage::
             if ready.error is not None: ...record failures...
             else: outputs = engine.run(ready.value)
     stats = ahead.stats.to_dict()
+
+:class:`BatchesInFlight` is the other direction of the same idea, for a backend whose ``generate`` mostly
+waits (an HTTP server): up to ``in_flight`` batches generating at once on their own threads.
 """
 
 from __future__ import annotations
@@ -141,7 +144,6 @@ class AheadPipeline(Generic[T, U]):
         self.close()
 
 
-__all__ = ["AheadPipeline", "DEFAULT_DEPTH", "DEFAULT_WORKERS", "PipelineStats", "Prepared"]
 
 
 class PerThread:
@@ -164,3 +166,74 @@ class PerThread:
             with self._lock:
                 obj = self._local.obj = copy.deepcopy(self._original())
         return obj
+
+
+class BatchesInFlight:
+    """Keeps up to ``in_flight`` batches generating at once, for backends whose ``generate`` mostly
+    waits (an HTTP server: see ``max_batches_in_flight``).
+
+    Batches are started in the loop's order (video by video, so the questions of a video are
+    sent next to each other), each on its own daemon thread (an interrupted run does not wait
+    for them); records are emitted as batches finish. A video's frames are released when its
+    last batch is done. An error raised by a batch (not a failed question, which is a record)
+    stops the run from the main thread.
+    """
+
+    def __init__(self, run_batch: Callable[..., None], prefetch: Any, in_flight: int):
+        """``run_batch(group, questions, frames, audio)`` answers one batch and emits its records (the loop's
+        :meth:`k9bench.inference.runner.Runner._run_batch`); ``prefetch`` releases a video's frames (or None)."""
+        import queue
+
+        self.run_batch = run_batch
+        self.prefetch = prefetch
+        self.slots = threading.BoundedSemaphore(in_flight)
+        self.finished: "queue.Queue[tuple[Any, BaseException | None]]" = queue.Queue()
+        self.remaining: dict[str, int] = {}
+
+    def _work(self, group: Any, batch: list, frames: Any, audio: Any = None) -> None:
+        error: BaseException | None = None
+        try:
+            self.run_batch(group, batch, frames, audio)
+        except BaseException as exc:  # handed to the main thread
+            error = exc
+        finally:
+            self.slots.release()
+            self.finished.put((group, error))
+
+    def _collect(self, block: bool) -> None:
+        import queue
+
+        while self.remaining:
+            try:
+                group, error = self.finished.get(timeout=0.1) if block else self.finished.get_nowait()
+            except queue.Empty:
+                if block:
+                    continue
+                return
+            if error is not None:
+                raise error
+            key = str(group.path)
+            self.remaining[key] -= 1
+            if self.remaining[key] == 0:
+                del self.remaining[key]
+                if self.prefetch is not None:
+                    self.prefetch.release(group.path)
+            block = False  # one finished batch is enough; take the others that are ready
+
+    def submit(self, group: Any, batches, frames: Any, audio: Any = None) -> None:
+        """Start every batch of one video (waiting for free slots; signals stay deliverable)."""
+        batches = list(batches)
+        self.remaining[str(group.path)] = self.remaining.get(str(group.path), 0) + len(batches)
+        for batch in batches:
+            while not self.slots.acquire(timeout=0.1):
+                self._collect(block=False)
+            threading.Thread(target=self._work, args=(group, batch, frames, audio), name="k9bench-batch", daemon=True).start()
+            self._collect(block=False)
+
+    def finish(self) -> None:
+        """Wait for every started batch."""
+        while self.remaining:
+            self._collect(block=True)
+
+
+__all__ = ["AheadPipeline", "BatchesInFlight", "DEFAULT_DEPTH", "DEFAULT_WORKERS", "PipelineStats", "Prepared"]

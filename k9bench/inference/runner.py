@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 from k9bench.artifacts import QuestionRecord
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
+from k9bench.inference.pipeline import BatchesInFlight
 from k9bench.inference.planning import EXIT_BACKEND, PLACEMENTS, UsageError, VideoGroup, build_messages, chunks, question_too_long
 from k9bench.inference.records import RunContext, RunStats, make_record
 from k9bench.inference.records import error_text as _error_text
@@ -145,7 +146,7 @@ class Runner:
         try:
             outputs = self.backend.generate(requests)
         finally:
-            with self._emit_lock:  # batches may run on worker threads (see _BatchPipeline)
+            with self._emit_lock:  # batches may run on worker threads (see BatchesInFlight)
                 self.stats.generate_seconds += time.perf_counter() - t0
         if len(outputs) != len(requests):
             raise RuntimeError(f"backend returned {len(outputs)} outputs for {len(requests)} requests")
@@ -177,7 +178,7 @@ class Runner:
             first_error = _error_text(exc)
         # out of memory: free what we can and retry once at half the frames
         self.backend.recover_from_out_of_memory()
-        with self._emit_lock:  # batches may run on worker threads (see _BatchPipeline)
+        with self._emit_lock:  # batches may run on worker threads (see BatchesInFlight)
             self.stats.oom_retries += 1
         if frames is None:
             log.warning("idx %s: out of memory in text-only mode; not retried", question.idx)
@@ -229,7 +230,7 @@ class Runner:
             self._emit(make_record(q, self.ctx, output=out, frames=frames, audio=audio))
 
     def _emit(self, record: QuestionRecord) -> None:
-        with self._emit_lock:  # batches may finish on worker threads (see _BatchPipeline)
+        with self._emit_lock:  # batches may finish on worker threads (see BatchesInFlight)
             if self._stopped:
                 return  # the run was interrupted: the checkpoint is closed, this answer is dropped
             self._emit_locked(record)
@@ -343,7 +344,7 @@ class Runner:
         depth = max(0, self.config.frames.prefetch_videos)
         rate = self._audio_rate()
         in_flight = int(getattr(self.backend, "max_batches_in_flight", lambda: 1)() or 1)
-        pipeline = _BatchPipeline(self, prefetch, in_flight) if in_flight > 1 else None
+        pipeline = BatchesInFlight(self._run_batch, prefetch, in_flight) if in_flight > 1 else None
         size = self.choice.batch_size
         try:
             for i, (group, questions) in enumerate(pending):
@@ -509,72 +510,6 @@ class _ReadyBatch:
     requests: list = field(default_factory=list)
     prepared: Any = None
     prepare_error: BaseException | None = None
-
-
-class _BatchPipeline:
-    """Keeps up to ``in_flight`` batches generating at once, for backends whose ``generate`` mostly
-    waits (an HTTP server: see ``max_batches_in_flight``).
-
-    Batches are started in the loop's order (video by video, so the questions of a video are
-    sent next to each other), each on its own daemon thread (an interrupted run does not wait
-    for them); records are emitted as batches finish. A video's frames are released when its
-    last batch is done. An error raised by a batch (not a failed question, which is a record)
-    stops the run from the main thread.
-    """
-
-    def __init__(self, runner: "Runner", prefetch: "FramePrefetcher | None", in_flight: int):
-        import queue
-
-        self.runner = runner
-        self.prefetch = prefetch
-        self.slots = threading.BoundedSemaphore(in_flight)
-        self.finished: "queue.Queue[tuple[VideoGroup, BaseException | None]]" = queue.Queue()
-        self.remaining: dict[str, int] = {}
-
-    def _work(self, group: VideoGroup, batch: list, frames: "Frames | None", audio: Any = None) -> None:
-        error: BaseException | None = None
-        try:
-            self.runner._run_batch(group, batch, frames, audio)
-        except BaseException as exc:  # handed to the main thread
-            error = exc
-        finally:
-            self.slots.release()
-            self.finished.put((group, error))
-
-    def _collect(self, block: bool) -> None:
-        import queue
-
-        while self.remaining:
-            try:
-                group, error = self.finished.get(timeout=0.1) if block else self.finished.get_nowait()
-            except queue.Empty:
-                if block:
-                    continue
-                return
-            if error is not None:
-                raise error
-            key = str(group.path)
-            self.remaining[key] -= 1
-            if self.remaining[key] == 0:
-                del self.remaining[key]
-                if self.prefetch is not None:
-                    self.prefetch.release(group.path)
-            block = False  # one finished batch is enough; take the others that are ready
-
-    def submit(self, group: VideoGroup, batches, frames: "Frames | None", audio: Any = None) -> None:
-        """Start every batch of one video (waiting for free slots; signals stay deliverable)."""
-        batches = list(batches)
-        self.remaining[str(group.path)] = self.remaining.get(str(group.path), 0) + len(batches)
-        for batch in batches:
-            while not self.slots.acquire(timeout=0.1):
-                self._collect(block=False)
-            threading.Thread(target=self._work, args=(group, batch, frames, audio), name="k9bench-batch", daemon=True).start()
-            self._collect(block=False)
-
-    def finish(self) -> None:
-        """Wait for every started batch."""
-        while self.remaining:
-            self._collect(block=True)
 
 
 __all__ = [
