@@ -250,3 +250,43 @@ def test_reply_content_that_is_not_text_is_a_failed_record(fake_openai, tmp_path
     assert len(failed) == 1 and "not text" in failed[0]["error"] and "int" in failed[0]["error"]
     assert "has no attribute" not in failed[0]["error"]
     assert [r["answer"] for r in recs if not r.get("error")] == ["Sits."]
+
+
+def test_a_full_disk_during_a_checkpoint_append_is_one_line_and_the_rerun_resumes(demo_video_dir, tmp_path, monkeypatch, capfd):
+    """Issue 23: ENOSPC on the 4th checkpoint line: one line naming the file and the free space, exit 1, the 3
+    finished records valid on disk; the rerun answers only the other 9."""
+    import errno
+
+    from k9bench.artifacts import checkpoint_path
+
+    out = tmp_path / "raw.json"
+    part = checkpoint_path(out)
+    real_write = os.write
+    lines_written = []
+
+    def write(fd, data):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            target = ""
+        if target == str(part):
+            if len(lines_written) == 3:
+                raise OSError(errno.ENOSPC, "No space left on device")
+            lines_written.append(bytes(data))
+        return real_write(fd, data)
+
+    backend = FakeBackend()
+    monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
+    monkeypatch.setattr(os, "write", write)
+    capfd.readouterr()
+    assert eval_video_llm.main(base(demo_video_dir, out, "--batch_size", "1")) == 1
+    monkeypatch.setattr(os, "write", real_write)
+    err = capfd.readouterr().err
+    lines = error_lines(err)
+    assert len(lines) == 1 and str(part) in lines[0] and "no space left" in lines[0] and "free" in lines[0], err
+    assert "Traceback" not in err and not out.exists()
+    assert [json.loads(line)["idx"] for line in part.read_text().splitlines()] == [0, 1, 2]
+    backend = FakeBackend()
+    monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
+    assert eval_video_llm.main(base(demo_video_dir, out, "--batch_size", "1")) == EXIT_OK
+    assert backend.answered == 9 and sorted(r["idx"] for r in json.loads(out.read_text())["individual_results"]) == list(range(12))
