@@ -153,10 +153,11 @@ def _json_normal(value: Any) -> Any:
     return json.loads(json.dumps(value, default=str))
 
 
-def _walk_differences(old: Any, new: Any, path: str, out: list[str]) -> None:
+def _walk_differences(old: Any, new: Any, path: str, out: list[str], partial: bool = False) -> None:
     if isinstance(old, dict) and isinstance(new, dict):
-        for key in sorted(set(old) | set(new), key=str):
-            _walk_differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key), out)
+        keys = list(new) if partial else sorted(set(old) | set(new), key=str)
+        for key in keys:
+            _walk_differences(old.get(key), new.get(key), f"{path}.{key}" if path else str(key), out, partial)
     elif old != new:
         out.append(f"{path}: {old!r} in the existing file, {new!r} now")
 
@@ -168,8 +169,8 @@ def fingerprint_differences(prior: dict[str, Any], current: dict[str, Any], *, p
 
     A top-level key missing on one side counts only when the other side has a value other than None
     (an older file may lack a newer setting). With ``partial`` only the keys of ``current`` are
-    compared and a top-level key that ``prior`` lacks is not compared at all: a check made with what
-    is known before a model loads compares part of the settings, a later one the rest."""
+    compared, at every depth, and a top-level key that ``prior`` lacks is not compared at all: a check
+    made with what is known before a model loads compares part of the settings, a later one the rest."""
     old, new = _json_normal(prior or {}), _json_normal(current or {})
     keys = list(new) if partial else sorted(set(old) | set(new), key=str)
     diffs: list[str] = []
@@ -178,13 +179,7 @@ def fingerprint_differences(prior: dict[str, Any], current: dict[str, Any], *, p
             continue
         if key not in new and old.get(key) is None:
             continue
-        if partial and isinstance(new.get(key), dict) and isinstance(old.get(key), dict):
-            sub_old = old[key]
-            sub_new = new[key]
-            for sub in sub_new:
-                _walk_differences(sub_old.get(sub), sub_new[sub], f"{key}.{sub}", diffs)
-            continue
-        _walk_differences(old.get(key), new.get(key), str(key), diffs)
+        _walk_differences(old.get(key), new.get(key), str(key), diffs, partial)
     return diffs
 
 

@@ -174,3 +174,15 @@ def test_deferred_holds_the_signal_until_the_block_ends():
             finished.append("never")
     assert finished == ["write"]
     assert stopped.value.name == "SIGTERM" and stop.received == signal.SIGTERM
+
+
+def test_partial_fingerprint_compares_only_the_keys_known_now_at_every_depth():
+    from k9bench.settings import fingerprint_differences
+
+    prior = {"a": {"b": {"c": 1, "old_only": 2}}, "gone": 3}
+    assert fingerprint_differences(prior, {"a": {"b": {"c": 1}}}, partial=True) == []
+    assert fingerprint_differences(prior, {"a": {"b": {"c": 2}}, "new": 1}, partial=True) == [
+        "a.b.c: 1 in the existing file, 2 now"]
+    assert fingerprint_differences(prior, {"a": {"b": {"c": 1}}}) == [
+        "a.b.old_only: 2 in the existing file, None now", "gone: 3 in the existing file, None now"]
+    assert fingerprint_differences({"t": (1, 2)}, {"t": [1, 2]}) == []  # as JSON gives it back
