@@ -65,7 +65,7 @@ def test_two_workers_run_at_once_and_merge_to_the_single_process_records(tiny, d
     assert comparable_records(merged) == comparable_records(single)
     assert data["total_count"] == 12 and data["failed_count"] == 0
     assert data["data_parallel"]["workers"] == 2 and data["data_parallel"]["exit_codes"] == [0, 0]
-    assert data["data_parallel"]["devices"] == ["0", "1"]
+    assert data["data_parallel"]["devices"] == ["0", "1"] and data["provenance"]["args"]["data_parallel"] == 2
     assert data["stage"]["name"] == "inference" and "num_shards" not in data["stage"]["fingerprint"]["data"]
     assert data["videos"] == json.loads(single.read_text())["videos"]
     # the two workers ran at the same time: each one's span (stage start to final write) overlaps the other's

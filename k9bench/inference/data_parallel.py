@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from k9bench.artifact_io import checkpoint_path, write_json_atomic
+from k9bench.artifacts import provenance
 from k9bench.layout import shard_path
 from k9bench.stage import EXIT_FAILED, EXIT_OK, Interrupted, StageError, deferred
 
@@ -122,6 +123,7 @@ def run_data_parallel(stage: "InferenceStage") -> int:
     except MergeError as exc:
         raise StageError(f"--data_parallel {workers}: the shard files cannot be merged: {exc}", EXIT_FAILED) from None
     meta = result.artifact.meta
+    meta["provenance"] = provenance("eval_video_llm.py", stage.argv, config.flat())
     meta["data_parallel"] = {"workers": workers, "devices": devices, "shard_files": [str(s) for s in shards], "exit_codes": codes}
     meta["stage"] = stage.stage_block()
     with deferred():
