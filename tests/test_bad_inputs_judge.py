@@ -145,7 +145,7 @@ BAD = [
     # issue 23: a format spec that would build a 100 GB string is refused before any request
     ("template with a huge format spec", _prompt("{question} {correct_answer} {model_output:>99999999999}"),
      ["prompt.txt", "{model_output} carry a format spec"]),
-    ("empty prompt file", _prompt(""), ["prompt.txt", "lacks the placeholder(s)"]),
+    ("empty prompt file", _prompt(""), ["--prompt_file", "prompt.txt", "the file is empty"]),
     # issue 23 / 25: a --base_url without a scheme is exit 2 at once (it was retried for minutes)
     ("base_url without a scheme", _args("--base_url", "localhost:8000/v1"), ["--base_url", "localhost:8000/v1", "http://"]),
 ]

@@ -417,7 +417,7 @@ def test_bad_inputs_exit_2_with_a_clear_message(tmp_path, server, capsys):
     assert "--output" in (err := capsys.readouterr().err) and "a_folder is a folder" in err
     write_eval(tmp_path / "empty.json", [])
     assert run(tmp_path, server, evaluations=tmp_path / "empty.json") == 2
-    assert "empty.json: no records in 'individual_results'; nothing to judge" in capsys.readouterr().err
+    assert "--evaluations " + str(tmp_path / "empty.json") + ": no records in 'individual_results'" in capsys.readouterr().err
     assert server.chat_requests() == []
     assert not (tmp_path / "judge.json").exists()
 
@@ -718,3 +718,24 @@ def test_each_reply_kind_is_scored_or_skipped_as_a_reference_style_reader_does(t
             assert i in skipped and i not in entries, (i, reply)
         else:
             assert entries[i]["scores"] == expected, (i, reply)
+
+
+def test_checkpoint_lines_set_aside_are_counted_in_the_summary_and_meta(tmp_path, server):
+    """A checkpoint with a line that is no record and a final line torn by a kill: the run resumes, and
+    the summary and meta sidecar say how many lines were set aside (and where) instead of only a log line."""
+    write_eval(tmp_path / "eval.json", make_records(3))
+    ckpt = tmp_path / "judge.json.partial.jsonl"
+    ckpt.write_bytes(b"this is not a record\n" + b'{"idx": 2, "status": "sco')  # a bad line, then a torn tail
+    assert run(tmp_path, server) == 0
+    summary, meta = load(tmp_path / "judge.json.summary.json"), load(tmp_path / "judge.json.meta.json")
+    for block in (summary, meta["run"]):
+        assert block["checkpoint_rejected_lines"] == 1 and block["checkpoint_torn_lines"] == 1
+        assert block["checkpoint_rejected_file"] == str(ckpt) + ".rejected"
+    assert summary["counts"]["scored"] == 3 and not ckpt.exists()
+    assert "this is not a record" in (tmp_path / "judge.json.partial.jsonl.rejected").read_text()
+    # a clean rerun reports none
+    (tmp_path / "judge.json").unlink()
+    assert run(tmp_path, server) == 0
+    summary = load(tmp_path / "judge.json.summary.json")
+    assert summary["checkpoint_rejected_lines"] == 0 and summary["checkpoint_torn_lines"] == 0
+    assert "checkpoint_rejected_file" not in summary

@@ -224,3 +224,22 @@ def test_config_from_argv_refuses_what_the_launcher_preflight_must_see(extra, fr
         config_from_argv(["--evaluations", str(tmp_path / "e.json"), *extra])
     assert fragment in str(info.value) and "\n" not in str(info.value) and info.value.exit_code == 2
     assert not list(tmp_path.iterdir())
+
+
+def test_prompt_file_is_read_verbatim_through_the_one_reader(tmp_path):
+    """--prompt_file goes through k9bench.artifacts.read_text: a non-UTF-8 file is one line naming the flag,
+    the file and the byte; an empty file is refused as empty; CRLF line ends are kept (verbatim)."""
+    from k9bench.judge.settings import JudgeInputError, load_template
+
+    bad = tmp_path / "latin1.txt"
+    bad.write_bytes("{question} {correct_answer} {model_output} caf\xe9".encode("latin-1"))
+    with pytest.raises(JudgeInputError) as exc:
+        load_template(str(bad))
+    assert str(exc.value) == f"--prompt_file {bad}: not UTF-8 text (byte 0xe9 at offset 46)"
+    empty = tmp_path / "empty.txt"
+    empty.write_bytes(b"")
+    with pytest.raises(JudgeInputError, match="empty.txt: the file is empty"):
+        load_template(str(empty))
+    crlf = tmp_path / "crlf.txt"
+    crlf.write_bytes(b"Q: {question}\r\nRight: {correct_answer}\r\nGiven: {model_output}\r\n")
+    assert load_template(str(crlf)) == ("Q: {question}\r\nRight: {correct_answer}\r\nGiven: {model_output}\r\n", str(crlf))

@@ -43,6 +43,12 @@ class PriorState:
     """idx -> entry dict (from the output file and the checkpoint)."""
     skipped: dict = field(default_factory=dict)
     """idx -> skipped dict (from the skipped file and the checkpoint)."""
+    checkpoint_rejected: int = 0
+    """Complete checkpoint lines that were not records (:attr:`CheckpointLog.rejected`), moved aside."""
+    checkpoint_torn: int = 0
+    """1 when the checkpoint's final line was torn by a kill and dropped (:attr:`CheckpointLog.torn`)."""
+    rejected_path: str | None = None
+    """Where the rejected lines went (set when there were any)."""
 
 
 class _Mismatch(Exception):
@@ -152,7 +158,8 @@ def _prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict, input_sha256:
         records.update(ckpt.load())
     except ArtifactError as exc:
         raise JudgeInputError(f"{exc} (the checkpoint of an earlier run; move it away to start over)") from None
-    state = PriorState()
+    state = PriorState(checkpoint_rejected=ckpt.rejected, checkpoint_torn=ckpt.torn,
+                       rejected_path=str(ckpt.rejected_path) if ckpt.rejected else None)
     for idx in sorted(records, key=str):
         rec = records[idx]
         where = rec.get("source") or str(paths.checkpoint)
@@ -365,7 +372,11 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
         "records": taskset.total_records,
         "missing_model_answer": len(taskset.missing),
         "unreachable": unreachable,
+        "checkpoint_rejected_lines": prior.checkpoint_rejected,
+        "checkpoint_torn_lines": prior.checkpoint_torn,
     }
+    if prior.rejected_path:
+        run_info["checkpoint_rejected_file"] = prior.rejected_path
     summary = summarize(final_entries, final_skipped, taskset.failed, usage_this_run=tally.usage.to_dict(), extra=run_info)
     if unreachable:  # the checkpoint holds everything; the final files are the rerun's
         return RunResult(final_entries, final_skipped, summary, tally.scored + tally.skipped, unreachable=unreachable)

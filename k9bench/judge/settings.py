@@ -287,20 +287,20 @@ def render_prompt(template: str, *, question: str, correct_answer: str, model_ou
 
 
 def load_template(prompt_file: str | None) -> tuple[str, str]:
-    """``(template, source)`` of the judge prompt, checked (:func:`check_prompt_template`);
-    one :class:`JudgeInputError` line naming ``--prompt_file`` otherwise."""
-    from k9bench.prompts import load_prompt
+    """``(template, source)`` of the judge prompt, checked (:func:`check_prompt_template`). A
+    ``--prompt_file`` is read verbatim through :func:`k9bench.artifacts.read_text` (the one reader):
+    missing, a folder, not UTF-8 or empty is one :class:`JudgeInputError` line naming the flag and file."""
+    if prompt_file:
+        from k9bench.artifacts import ArtifactError, read_text
 
-    try:
-        template, source = load_prompt("judge_prompt", prompt_file)
-    except StageError as exc:  # the shared reader's one line (k9bench.artifacts), where prompts read through it
-        raise JudgeInputError(f"--prompt_file {exc}") from None
-    except FileNotFoundError as exc:
-        raise JudgeInputError(f"--prompt_file {prompt_file}: {exc}") from None
-    except UnicodeDecodeError as exc:
-        raise JudgeInputError(f"--prompt_file {prompt_file}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    except OSError as exc:  # a folder, a loop
-        raise JudgeInputError(f"--prompt_file {prompt_file}: cannot read: {exc.strerror or exc}") from None
+        try:
+            template, source = read_text(prompt_file), str(prompt_file)
+        except ArtifactError as exc:
+            raise JudgeInputError(f"--prompt_file {exc}") from None
+    else:
+        from k9bench.prompts import load_prompt
+
+        template, source = load_prompt("judge_prompt", None)
     check_prompt_template(template, source)
     return template, source
 

@@ -131,19 +131,14 @@ class TaskSet:
 
 
 def read_evaluations(path: str | Path) -> Any:
-    """The records artifact of ``path``; every fault of the file (missing, a folder, a loop, empty, not
-    UTF-8, binary, nested too deeply, not JSON, no records list) is one :class:`JudgeInputError` line
-    naming the file and the flag."""
+    """The records artifact of ``path`` through the one reader (:func:`k9bench.artifacts.load_records_artifact`,
+    ``allow_empty=False``): every fault of the file (missing, a folder, a loop, empty, not UTF-8, binary,
+    nested too deeply, not JSON, no records list, no records) is one :class:`JudgeInputError` line naming
+    the file and the flag."""
     try:
-        return load_records_artifact(path)
+        return load_records_artifact(path, allow_empty=False)
     except ArtifactError as exc:
         raise JudgeInputError(f"--evaluations {exc}") from None
-    except UnicodeDecodeError as exc:  # until every reader decodes through k9bench.artifacts' one reader
-        raise JudgeInputError(f"--evaluations {path}: not UTF-8 text (byte at offset {exc.start})") from None
-    except RecursionError:
-        raise JudgeInputError(f"--evaluations {path}: JSON nested too deeply to read") from None
-    except (OSError, ValueError) as exc:
-        raise JudgeInputError(f"--evaluations {path}: cannot read: {exc}") from None
 
 
 def build_tasks(path: str | Path) -> TaskSet:
@@ -152,8 +147,6 @@ def build_tasks(path: str | Path) -> TaskSet:
     Every problem (bad ground truth, missing option text, duplicate idx) is collected and raised
     together in a :class:`JudgeInputError` naming the file and each idx."""
     artifact = read_evaluations(path)
-    if not artifact.records:
-        raise JudgeInputError(f"{path}: no records in 'individual_results'; nothing to judge")
     tasks: list[JudgeTask] = []
     failed: list[dict] = []
     problems: list[str] = []
