@@ -161,3 +161,24 @@ def test_redo_changed_sets_the_earlier_file_aside_and_redoes_it(use_backend, dem
     assert len(aside) == 1 and aside[0].read_bytes() == first
     assert json.loads(out.read_text())["inference"]["max_new_tokens"] == 5
     assert InferenceStage(config_from_argv(changed), changed).done() is None
+
+
+def test_a_smaller_selection_of_a_finished_file_leaves_the_file_and_its_block_alone(use_backend, demo_video_dir, tmp_path):
+    from k9bench.inference.stage import InferenceStage, config_from_argv
+
+    use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "4")) == EXIT_OK
+    before = out.read_bytes()
+    smaller = args_for(demo_video_dir, out, "--max_samples", "2")
+    assert eval_video_llm.main(smaller) == EXIT_OK and out.read_bytes() == before  # nothing to do, nothing rewritten
+    assert "max_samples" in InferenceStage(config_from_argv(smaller), smaller).done()  # the block still says 4
+    # a file written before the stage block existed gets it on a rerun that has nothing else to do
+    data = json.loads(before)
+    del data["stage"]
+    out.write_text(json.dumps(data))
+    again = args_for(demo_video_dir, out, "--max_samples", "4")
+    assert InferenceStage(config_from_argv(again), again).done().endswith("records no stage settings (written by another tool or an older version)")
+    assert eval_video_llm.main(again) == EXIT_OK
+    assert InferenceStage(config_from_argv(again), again).done() is None
+    assert json.loads(out.read_text())["individual_results"] == data["individual_results"]

@@ -233,7 +233,7 @@ class _Run:
             self.groups = shard_groups(group_by_video(selection, data.video_dir), data.num_shards, data.shard_id)
         except UsageError as exc:
             raise StageError(str(exc)) from None
-        selected = {q.idx: q for g in self.groups for q in g.questions}
+        self.selected = selected = {q.idx: q for g in self.groups for q in g.questions}
         if data.num_shards > 1:
             log.info("shard %d of %d: %d video(s), %d question(s)", data.shard_id, data.num_shards, len(self.groups), len(selected))
         if len(selected) < sum(len(g.questions) for g in self.groups):
@@ -292,10 +292,16 @@ class _Run:
     def nothing_to_do(self) -> int:
         output = self.output
         log.info("%s already holds a record for every selected question; nothing to do", output)
-        if self.stage.done() is not None:  # written before the stage block, or by flags that do not change a record
+        why = self.stage.done()
+        if why is not None:  # written before the stage block, or by flags that change no record
             from k9bench.artifact_io import read_json, write_json_atomic
 
             data = read_json(output)
+            held = {r.get("idx") for r in data.get("individual_results") or [] if isinstance(r, dict)}
+            if held != set(self.selected):  # the file holds other questions too: its block stays true to it
+                log.info("%s holds %d question(s) beyond this selection; left as it is (%s)", output,
+                         len(held - set(self.selected)), why)
+                return _all_failed_exit(list(self.done.values()), output)
             data["stage"] = self.stage.stage_block()
             with deferred():
                 write_json_atomic(output, data)
