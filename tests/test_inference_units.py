@@ -130,6 +130,10 @@ def test_oom_retried_once_at_half_frames(use_backend, demo_video_dir, tmp_path):
     assert backend.recovered >= len(retried) == 8
     assert backend.recovered_inside_except == 0
     assert json.loads(out.read_text())["run_stats"]["oom_retries"] == 8
+    # the per-video records give the frames sampled at the run's settings, not the retry's half
+    videos = {v["scene_name"]: v for v in json.loads(out.read_text())["videos"]}
+    for r in retried:
+        assert videos[r["scene_name"]]["frames_sampled"] == r["oom_retry"]["original_num_frames"]
 
 
 def test_oom_twice_is_a_failed_record(use_backend, demo_video_dir, tmp_path):

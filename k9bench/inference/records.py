@@ -176,8 +176,10 @@ def video_records(records: list[QuestionRecord]) -> list[dict]:
         info = r.extra.get("video_file")
         if not isinstance(info, dict) or r.scene_name in out:
             continue
+        retry = r.extra.get("oom_retry") if isinstance(r.extra.get("oom_retry"), dict) else {}
+        sampled = retry.get("original_num_frames") or r.extra.get("num_frames")  # not the half of an out-of-memory retry
         out[r.scene_name] = {"scene_name": r.scene_name, "video": r.video, "bytes": info.get("bytes"), "sha256": info.get("sha256"),
-                             "duration": r.extra.get("video_duration"), "frames_sampled": r.extra.get("num_frames")}
+                             "duration": r.extra.get("video_duration"), "frames_sampled": sampled}
     return list(out.values())
 
 
