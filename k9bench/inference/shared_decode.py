@@ -127,20 +127,23 @@ def grouped_sdpa(module: Any, query: "torch.Tensor", key: "torch.Tensor", value:
                  dropout: float = 0.0, scaling: float | None = None, **kwargs: Any) -> tuple["torch.Tensor", None]:
     """Attention as transformers' sdpa computes it, with each key/value head's query heads stacked along the
     query axis (``(B, H_kv, groups x Q, D)`` against the cache's ``(B, H_kv, K, D)``): no per-step copy of
-    the keys and values. Returns ``(B, Q, H, D)`` as transformers' attention functions do."""
+    the keys and values. A mask narrower than the cache limits the keys to its columns (the preallocated cache's
+    unwritten columns cost nothing). Returns ``(B, Q, H, D)`` as transformers' attention functions do."""
     import torch
 
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     groups = heads // kv_heads
+    if attention_mask is not None:
+        # a mask narrower than the cache: the columns after it are not written yet (views, no copy)
+        width = min(attention_mask.shape[-1], key.shape[-2])
+        key, value, attention_mask = key[:, :, :width], value[:, :, :width], attention_mask[..., :width]
     if groups > 1:
         query = query.reshape(batch, kv_heads, groups * q_len, dim)
         if attention_mask is not None:
-            mask = attention_mask[:, :, :, :key.shape[-2]]
+            mask = attention_mask
             attention_mask = mask[:, :, None].expand(mask.shape[0], mask.shape[1], groups, q_len, mask.shape[-1]).reshape(
                 mask.shape[0], mask.shape[1], groups * q_len, mask.shape[-1])
-    elif attention_mask is not None:
-        attention_mask = attention_mask[:, :, :, :key.shape[-2]]
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=attention_mask, dropout_p=0.0, scale=scaling)
     return out.reshape(batch, heads, q_len, dim).transpose(1, 2).contiguous(), None
 
@@ -262,11 +265,13 @@ class SharedDecoder:
         row_slot = torch.tensor(slot, dtype=torch.long, device=device)
         columns = torch.arange(width, device=device)
 
-        def mask(query_cols: "torch.Tensor", query_slot: "torch.Tensor") -> "torch.Tensor":
-            """(G, 1, Q, width): the prefix, the own slot's columns up to the query's, and the query itself."""
-            own = owner[:, None, :] == query_slot[:, :, None]
-            seen = (owner[:, None, :] == _PREFIX) | (own & (columns[None, None, :] <= query_cols[None, :, None]))
-            return (seen | (columns[None, None, :] == query_cols[None, :, None]))[:, None]
+        def mask(query_cols: "torch.Tensor", query_slot: "torch.Tensor", extent: int) -> "torch.Tensor":
+            """(G, 1, Q, extent): the prefix, the own slot's columns up to the query's, and the query itself.
+            ``extent`` is one past the last column written so far: the kernel attends to those columns only."""
+            cols, own_cols = columns[None, None, :extent], owner[:, None, :extent]
+            own = own_cols == query_slot[:, :, None]
+            seen = (own_cols == _PREFIX) | (own & (cols <= query_cols[None, :, None]))
+            return (seen | (cols == query_cols[None, :, None]))[:, None]
 
         cache = self._cache(groups, n_groups, p_max, width)
         processors = self._logits_processors(p_max + s_max)
@@ -298,8 +303,9 @@ class SharedDecoder:
                 step_ids[row_group, row_slot] = token
                 cols = base + step * slots + torch.arange(slots, device=device)
                 pos = torch.stack([step_text + step, step_rope + step, step_rope + step, step_rope + step])
-                out = self.model(input_ids=step_ids, attention_mask=mask(cols, slot_ids), position_ids=pos, cache=cache,
-                                 use_cache=True, logits_to_keep=0)
+                step_mask = mask(cols, slot_ids, base + (step + 1) * slots)
+                out = self.model(input_ids=step_ids, attention_mask=step_mask, position_ids=pos, cache=cache, use_cache=True,
+                                 logits_to_keep=0)
                 scores = out.logits[row_group.to(out.logits.device), row_slot.to(out.logits.device)].to(device)
         produced = tokens[:, :steps].cpu().tolist()
         stop_set = set(self.stop_ids)
@@ -328,7 +334,7 @@ class SharedDecoder:
             query_slot = (torch.arange(lo, hi, device=device) // s_max)[None, :].expand(n_groups, -1)
             pos = torch.stack([text[:, lo:hi], rope[:, lo:hi], rope[:, lo:hi], rope[:, lo:hi]])
             keep = torch.arange(stop - first, device=device) * s_max + s_max - 1
-            out = self.model(input_ids=ids[:, lo:hi], attention_mask=mask(cols, query_slot), position_ids=pos, cache=cache,
+            out = self.model(input_ids=ids[:, lo:hi], attention_mask=mask(cols, query_slot, p_max + hi), position_ids=pos, cache=cache,
                              use_cache=True, logits_to_keep=keep)
             last.append(out.logits.to(device))
         logits = torch.cat(last, dim=1)  # (G, slots, vocab)
@@ -359,7 +365,8 @@ class SharedDecoder:
                                                 encoder_input_ids=None, prefix_allowed_tokens_fn=None, logits_processor=None,
                                                 device=model_input_device(self.model), model_kwargs={})
 
-    def _sequence(self, groups: list[PrefixState | None], rows: list[DecodeRow], prompt_width: int, new: int, device: Any) -> "torch.Tensor":
+    def _sequence(self, groups: list[PrefixState | None], rows: list[DecodeRow], prompt_width: int, new: int,
+                  device: Any) -> "torch.Tensor":
         """(B, prompt_width + new) token ids for the logits processors: each row's prompt (prefix and suffix)
         right-aligned after pad ids, as a left-padded batch of ``generate`` holds it; generated tokens are
         written after it in place."""
