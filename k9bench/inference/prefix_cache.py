@@ -16,14 +16,17 @@ seeded: ``torch.manual_seed`` before :meth:`SharedPrefixEngine.run`). Rows that 
 continue with the pad token, as ``generate`` does, until every row has stopped or ``max_new_tokens``
 is reached.
 
-Text-only requests (no frames) have no shared prefix here: their prompts are left-padded whole,
-so the same loop is plain batched generation.
+Text-only requests (no frames) have no shared prefix here: each is a group of its own with its prompt
+left-padded whole, so the same loop is plain batched generation.
 
 Only what can be shown equal to ``model.generate`` runs here: Qwen3-VL and Qwen2.5-VL models, no
 beam search, contrastive search, guidance, minimum lengths or stop strings (see
 :func:`unsupported_reason`); anything else stays on ``generate``. Parity (token-identical greedy
 answers to batch size 1 on CPU in float32, the tiny model, the demo set; with a repetition penalty
-and n-gram ban too; sampling with top-k 1) is shown in ``tests/test_prefix_cache.py``. Sampled
+and n-gram ban too; sampling with top-k 1) is shown in ``tests/test_prefix_cache.py``; issue 22's cases
+(a 300 s video with a two-word question, rows stopping at very different steps, batch sizes 1/7/24, for
+Qwen2.5-VL and Qwen3-VL) in ``tests/test_fast_path_parity.py``; a model split across the CPU and disk in
+``tests/test_device_map.py``. Sampled
 answers are draws from the same distribution as ``generate``'s, not the same draws (as with
 ``generate``'s own batching); in bfloat16 on a GPU, as for ``generate``'s batching, near-tied
 logits may resolve differently.
@@ -33,7 +36,7 @@ Integration (HF backend)::
     engine, why = SharedPrefixEngine.create_or_explain(model, processor, generation_config, stop_ids,
                                                        resize_in_processor=...)
     prepared = engine.prepare(requests, prompts)      # CPU only; may run on a worker thread
-    outputs = engine.run(prepared)                     # on the model's device; GenerationOutput per request, in order
+    outputs = engine.run(prepared)                     # on the model's devices; GenerationOutput per request, in order
 """
 
 from __future__ import annotations
