@@ -1,6 +1,6 @@
 """One accelerator policy for every model this project loads (the video LLM and the embedding model).
 
-Four questions, one answer each:
+Five questions, one answer each:
 
 - **device**: :func:`resolve_device` turns ``auto`` into ``cuda`` (a GPU is visible) or ``cpu``,
   and checks an explicit request up front: ``cuda`` / ``cuda:N`` without that GPU, or a device
@@ -20,6 +20,15 @@ Four questions, one answer each:
 - **out of memory**: :func:`is_out_of_memory` recognises torch's out-of-memory errors (CUDA's
   class, and the RuntimeError text other backends raise); :func:`free_accelerator_memory` releases
   what can be released before a retry.
+- **a model across devices**: :func:`parse_device_map` / :func:`parse_max_memory` read the HF
+  backend's ``--device_map`` (accelerate's ``auto``/``balanced``/``balanced_low_0``/``sequential``, or a
+  JSON map of module -> device) and ``--max_memory``; :func:`resolve_placement` checks the GPUs they name
+  before any weights are read; :func:`placement_summary` says where a loaded model went (modules and
+  layers per device) for the artifact.
+
+Dtype names: every floating dtype torch names is accepted (:data:`DTYPE_NAMES`, as the reference's
+``getattr(torch, name)``), the aliases ``half``/``float``/``double`` resolved to their canonical names
+(:func:`canonical_dtype`); what was asked stays in :attr:`DtypeChoice.requested`.
 
 Reconciled from the two copies that existed before (``k9bench/inference/hf.py`` and
 ``k9bench/scoring.py``):
