@@ -41,7 +41,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable
 
-from k9bench.artifacts import ArtifactError, RecordsArtifact, load_records_artifact, read_json, write_json_atomic
+from k9bench.artifact_io import parse_json
+from k9bench.artifacts import (ArtifactError, RecordsArtifact, load_records_artifact, read_text, records_artifact_from,
+                               write_json_atomic)
 
 log = logging.getLogger(__name__)
 
@@ -108,9 +110,10 @@ def _int_idx(values: Iterable[Any], where: str) -> frozenset:
 def read_subset(path: str | Path) -> Subset:
     """A subset from a subset file, a list of idx, or a run's raw/sim/eval file (see the module doc)."""
     path = Path(path)
-    if not path.is_file():
-        raise SubsetError(f"--subset {path}: no such file")
-    text = path.read_text(encoding="utf-8", errors="replace")
+    try:  # the one reader: missing, a folder, not UTF-8 (never silently altered) or empty is one line
+        text = read_text(path)
+    except ArtifactError as exc:
+        raise SubsetError(f"--subset {exc}") from None
     stripped = text.strip()
     if stripped and stripped[0] not in "[{":
         tokens = [t for t in re.split(r"[\s,]+", stripped) if t]
@@ -119,7 +122,10 @@ def read_subset(path: str | Path) -> Subset:
             raise SubsetError(f"--subset {path}: {bad!r} is not a question idx (give idx separated by spaces or commas, a JSON list, "
                               "a subset file or a run's file)")
         return Subset(frozenset(int(t) for t in tokens), f"{len(set(tokens))} idx listed in {path.name}", str(path))
-    data = read_json(path)
+    try:
+        data = parse_json(text, path)
+    except ArtifactError as exc:
+        raise SubsetError(f"--subset {exc}") from None
     if isinstance(data, list):
         idx = _int_idx(data, f"--subset {path}")
         return Subset(idx, f"{len(idx)} idx listed in {path.name}", str(path))
@@ -133,7 +139,7 @@ def read_subset(path: str | Path) -> Subset:
             raise SubsetError(f"--subset {path}: its sha256 {recorded!r} does not match its questions (the file was edited); write it again")
         return Subset(idx, str(data.get("description") or f"subset {recorded[:12]}"), str(path))
     try:
-        artifact = load_records_artifact(path)
+        artifact = records_artifact_from(data, path)
     except ArtifactError as exc:
         raise SubsetError(f"--subset {path}: neither a subset file, a list of idx nor a run's file ({exc})") from None
     idx = questions_with_video(artifact)

@@ -25,6 +25,7 @@ from k9bench.report import (
     write_report,
 )
 from k9bench.settings import from_namespace
+from k9bench.report.markdown import judge_markdown
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -82,6 +83,27 @@ def make_judge(path: Path, scores: tuple = (7, 6, 5, 8, 6), n: int = 4, bad: int
         entries.append({"idx": 100 + i, "scores": {"Logic": 3}})
     write_json_atomic(path, entries)
     return path
+
+
+def test_judge_table_averages_out_of_range_scores_as_given_and_ignores_extra_keys(tmp_path):
+    """The judge keeps an out-of-range integer score as given (flagged in ``scores_out_of_range``) and extra keys
+    in ``scores``, as the reference does: the table averages the former in and shows only the five axes."""
+    axes = ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")
+    rows = [((12, 6, 5, 8, 6), {"Helpfulness": 99, "note": "text"}), ((0, 6, 5, 8, -2), {})]
+    entries = [{"idx": i, "video_url": "u", "scene_name": "s", "question_category": CATEGORIES[0], "question": "q",
+                "correct_answer": "a", "model_output": "o", "cot": "c", "scores": {**dict(zip(axes, values)), **extra},
+                "judge_model": "gpt-4o", "timestamp": "t", "scores_out_of_range": {"Logic": values[0]}}
+               for i, (values, extra) in enumerate(rows)]
+    path = write_json_atomic(tmp_path / "judge_m_mf32_n20.json", entries)
+    judge = load_judge(path)
+    assert judge.scored == 2 and judge.ignored == 0
+    assert judge.scores == {"Logical": 60.0, "Factual": 60.0, "Concise": 80.0, "Accuracy": 50.0, "Overall": 20.0}
+    table = judge_markdown([judge])
+    head, _, row = table.splitlines()
+    assert [c.strip() for c in head.split("|")[1:-1]] == ["Rank", "Model", "Source", "Logical", "Factual", "Concise", "Accuracy",
+                                                          "Overall", "Scored"]
+    assert [c.strip() for c in row.split("|")[4:10]] == ["60.00", "60.00", "80.00", "50.00", "20.00", "2"]
+    assert "Helpfulness" not in table and "99" not in table
 
 
 def report_args(tmp_path: Path, *argv: str) -> ReportSettings:

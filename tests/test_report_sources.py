@@ -79,6 +79,29 @@ def test_writers_confirmation_is_read(tmp_path, monkeypatch):
     assert not load_run(write_eval(tmp_path / "eval_b.json", inference=block)).settings.prompts_confirmed
 
 
+def test_judge_prompt_confirmed_as_the_judge_records_it(tmp_path, monkeypatch):
+    """The judge checks its template with published.is_reference_prompt (the reference hash covers the template
+    filled with its placeholders' names, so the raw sha256 never equals it) and records reference_prompt /
+    prompt_status in the meta sidecar: the report reads that, not the raw hash (a stand-in template here)."""
+    import hashlib
+
+    from k9bench.judge.settings import JudgeSettings
+
+    stand_in = "Judge.\nQ: {question}\nRight: {correct_answer}\nGiven: {model_output}\nReply {{'Logic': X}}\n"  # literal braces
+    filled = stand_in.format(question="{question}", correct_answer="{correct_answer}", model_output="{model_output}")
+    monkeypatch.setattr(published, "REFERENCE_JUDGE_PROMPT_SHA256", hashlib.sha256(filled.encode()).hexdigest(), raising=False)
+    judge = make_judge(tmp_path / "judge_m_mf32_n20.json", n=2)
+    meta = Path(f"{judge}.meta.json")
+    for template, confirmed in ((stand_in, True), (stand_in.replace("Judge.", "Judge!"), False)):
+        record = JudgeSettings(template=template, prompt_source="ref_judge.txt").record()
+        assert record["prompt_sha256"] != published.REFERENCE_JUDGE_PROMPT_SHA256  # the raw hash never matches
+        meta.write_text(json.dumps({"judge": {"model": "gpt-4o", **record}}))
+        assert load_judge(judge).prompt["reference"] is confirmed
+        md = Path(write_report(build_report([str(write_eval(tmp_path / "eval_m_mf32_n20.json"))], [str(judge)]),
+                               tmp_path / "rep")["markdown"]).read_text()
+        assert ("prompt: reference prompts (confirmed): ref_judge.txt" in md) is confirmed
+
+
 def test_an_eval_file_scored_on_a_subset_says_so(tmp_path):
     path = write_eval(tmp_path / "eval_x.json")
     data = json.loads(path.read_text())

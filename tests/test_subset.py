@@ -142,6 +142,21 @@ def test_subset_inputs(tmp_path, labs):
         load_subset(tmp_path / "absent.json")
 
 
+def test_a_subset_list_that_is_not_utf8_is_refused_not_altered(tmp_path):
+    """read_subset reads through k9bench.artifacts.read_text: a non-UTF-8 byte is one line naming the flag,
+    the file and the byte (it was replaced by U+FFFD and reported as a bad idx); an empty file is refused."""
+    (tmp_path / "list.txt").write_bytes(b"1 2 3\n\xe9\n")
+    with pytest.raises(SubsetError) as exc:
+        read_subset(tmp_path / "list.txt")
+    assert str(exc.value) == f"--subset {tmp_path / 'list.txt'}: not UTF-8 text (byte 0xe9 at offset 6)"
+    (tmp_path / "empty.txt").write_bytes(b"")
+    with pytest.raises(SubsetError, match=r"^--subset .*empty.txt: the file is empty$"):
+        read_subset(tmp_path / "empty.txt")
+    (tmp_path / "bad.json").write_bytes(b"[1, 2")
+    with pytest.raises(SubsetError, match=r"^--subset .*bad.json: invalid JSON"):
+        read_subset(tmp_path / "bad.json")
+
+
 def test_subset_cli_refuses_bad_inputs_in_one_line(tmp_path, labs, capsys):
     a, _ = labs
     assert main(["--runs", str(tmp_path / "absent.json"), "--output", str(tmp_path / "s.json")]) == 2

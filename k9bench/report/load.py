@@ -14,7 +14,7 @@ Only the keys our writers and the reference write are read:
   ``is_correct``, ``error``/``error_class``, and ours ``video_duration``, ``audio_used``;
 - a judge file (a list of entries with ``scores``), its ``<judge>_skipped.json`` and its
   ``<judge>.meta.json`` sidecar (``input.{evaluations,sha256}``,
-  ``judge.{model,prompt_source,prompt_sha256,reference_prompts}``).
+  ``judge.{model,prompt_source,prompt_sha256,reference_prompt,prompt_status}``).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import Any, Iterable
 from k9bench import CATEGORIES
 from k9bench.artifacts import ArtifactError, QuestionRecord, is_finite_number, load_records_artifact, read_json
 from k9bench.layout import next_stage_path, parse_artifact_name, short_model_name, skipped_path
-from k9bench.published import AXIS_KEYS, JUDGE_AXES, PAPER_SETUP
+from k9bench.published import AXIS_KEYS, CONFIRMED_PROMPTS, JUDGE_AXES, PAPER_SETUP
 from k9bench.report.model import (
     AUDIO_MARK,
     DURATION_BINS,
@@ -194,7 +194,7 @@ def run_name(model: str, audio: bool | None) -> str:
 
 def _load_eval(path: str | Path):
     try:
-        art = load_records_artifact(path)
+        art = load_records_artifact(path, allow_empty=False)  # an eval file of no records has nothing to report
     except ArtifactError as exc:
         raise ReportError(str(exc)) from None
     if art.stage != "eval":
@@ -390,8 +390,12 @@ def load_judge(path: str | Path) -> JudgeSummary:
     summary.judge_model = judge.get("model")
     if judge.get("prompt_sha256") or judge.get("prompt_source"):
         digest = judge.get("prompt_sha256")
+        # the judge checked its template (k9bench.published.is_reference_prompt: the reference hash covers the template
+        # filled with its placeholders' names, so the raw sha256 never matches) and records the result as
+        # reference_prompt / prompt_status; reference_prompts is an older spelling
+        recorded = CONFIRMED_PROMPTS if judge.get("reference_prompt") is True else judge.get("prompt_status", judge.get("reference_prompts"))
         summary.prompt = {"source": judge.get("prompt_source"), "sha256": digest,
-                          "reference": prompt_is_reference("judge_prompt", digest, judge.get("reference_prompts"))}
+                          "reference": prompt_is_reference("judge_prompt", digest, recorded)}
     return summary
 
 
