@@ -115,12 +115,11 @@ def copy_run(ref: Path, tmp: Path) -> None:
 
 def test_unchanged_rerun_runs_no_stage_and_a_new_threshold_only_the_verdicts(demo_run, tiny_model_dir, tmp_path, monkeypatch, capsys):
     ref, _, _ = demo_run
-    copy_run(ref, tmp_path)  # without the stage records, as an older launcher left its files...
+    copy_run(ref, tmp_path)  # the artifacts only (each carries its stage block), elsewhere
     demo_env(monkeypatch, tmp_path, tiny_model_dir, REPORT="0")
     assert main([]) == 0
     first = capsys.readouterr().out
-    assert "inference" not in ran_stages(first), first  # ...the raw file is adopted (same model, dataset, split)
-    assert "has no stage record (an older launcher or a hand run made it)" in first
+    assert "inference" not in ran_stages(first), first  # the raw file's own stage block matches these settings
     eval_bytes = (tmp_path / "out" / f"eval_{TAG}.json").read_bytes()
     assert main([]) == 0
     again = capsys.readouterr().out
@@ -131,6 +130,11 @@ def test_unchanged_rerun_runs_no_stage_and_a_new_threshold_only_the_verdicts(dem
     changed = capsys.readouterr().out
     assert ran_stages(changed) == ["evaluate"], changed
     assert json.loads((tmp_path / "out" / f"eval_{TAG}.json").read_text())["threshold"] == 0.25
+    demo_env(monkeypatch, tmp_path, tiny_model_dir, REPORT="0", THRESHOLD="0.25", INFER_ARGS="--device cpu --max_new_tokens 8 --greedy")
+    assert main([]) == 0
+    changed = capsys.readouterr().out
+    assert ran_stages(changed) == ["inference", "calculate", "evaluate"], changed  # not the download before it
+    assert "settings differ" in next(ln for ln in changed.splitlines() if "step inference: runs: " in ln)
 
 
 def test_usr1_during_inference_stops_with_the_checkpoint_and_the_rerun_resumes(demo_run, tiny_model_dir, tmp_path, monkeypatch, capsys):

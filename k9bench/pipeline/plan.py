@@ -78,7 +78,7 @@ def inference_argv(s: LaunchSettings, output: Path, shard: int | None, num_shard
 def _inference_step(s: LaunchSettings, output: Path, name: str, shard: int | None, num_shards: int) -> Step:
     stem = output.name[:-5] if output.name.endswith(".json") else output.name
     return Step(name=name, script="eval_video_llm", argv=inference_argv(s, output, shard, num_shards), outputs=[output],
-                replace_stale=True, companions=[checkpoint_path(output), output.with_name(stem + ".meta.json")])
+                replace_stale=True, served=bool(s.values["SERVE"]), companions=[checkpoint_path(output), output.with_name(stem + ".meta.json")])
 
 
 def build_steps(s: LaunchSettings, layout: RunLayout, mode: ShardMode) -> list[Step]:

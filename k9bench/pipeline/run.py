@@ -366,7 +366,10 @@ class Launch:
         from k9bench.pipeline.stages import make_stage
 
         self.print_config()
-        stages = {step.name: make_stage(step) for step in self.steps}
+        try:
+            stages = {step.name: self.stage_of(step, make_stage) for step in self.steps}
+        except StepFailed as exc:
+            return die(exc.exit_code, str(exc))
         say("plan (--dry_run: nothing runs):")
         for line in describe_plan(self.steps, stages, plan_reasons(self.steps, stages)):
             say(line)

@@ -99,6 +99,8 @@ class Step:
     fingerprint_ignore: frozenset[str] = frozenset()
     run_argv: Callable[[list[str]], list[str]] | None = None
     """Rewrites argv just before it runs (the URL of a server started for it)."""
+    served: bool = False
+    """Runs through a server the launcher starts (SERVE=vllm): a ScriptStage, whose argv gets the URL at run time."""
 
 
 class ScriptStage(Stage):
@@ -162,23 +164,58 @@ class ScriptStage(Stage):
         return run_main(self.step.script, argv)
 
 
-PACKAGE_STAGES: dict[str, tuple[str, str, str]] = {
-    "download": ("k9bench.download", "DownloadStage", "download_videos"),
+def _download(step: Step) -> Stage:
+    from k9bench.download import DownloadStage, config_from_argv
+
+    return DownloadStage(config_from_argv(list(step.argv)))
+
+
+def _inference(step: Step) -> Stage:
+    from k9bench.inference.stage import InferenceStage, config_from_argv
+
+    # records made with other settings are set aside and redone (the launcher's rerun), never mixed
+    return InferenceStage(config_from_argv(list(step.argv)), list(step.argv), redo_changed=True)
+
+
+def _merge(step: Step) -> Stage:
+    from k9bench.merge import MergeStage
+
+    return MergeStage(list(step.inputs), step.outputs[0], expect_shards=len(step.inputs), argv=list(step.argv))
+
+
+def _scoring(step: Step) -> Stage:
+    from k9bench.scoring import CalculateStage, EvaluateStage, config_from_argv
+
+    cls = CalculateStage if step.name == "calculate" else EvaluateStage
+    return cls(config_from_argv(list(step.argv)))
+
+
+def _judge(step: Step) -> Stage:
+    from k9bench.judge import JudgeStage, config_from_argv
+
+    return JudgeStage(config_from_argv(list(step.argv)))
+
+
+def _report(step: Step) -> Stage:
+    from k9bench.report import ReportStage, config_from_argv
+
+    return ReportStage(config_from_argv(list(step.argv)))
+
+
+PACKAGE_STAGES: dict[str, Callable[[Step], Stage]] = {
+    "download": _download, "inference": _inference, "merge": _merge, "calculate": _scoring, "evaluate": _scoring,
+    "judge": _judge, "report": _report,
 }
-"""Steps run as their package's Stage class (built from ``config_from_argv(argv)``): the class writes and
-reads its own stage block. A step not listed runs as a :class:`ScriptStage`."""
+"""Steps run as their package's Stage class (built from the step's argv by the package's own
+``config_from_argv``): the class writes and reads its own stage block. A step not listed (or run with
+``run_argv``, e.g. through a server started for it) runs as a :class:`ScriptStage`."""
 
 
 def make_stage(step: Step) -> Stage:
     """The Stage object that runs ``step``."""
-    wired = PACKAGE_STAGES.get(step.name)
-    if wired is not None:
-        import importlib
-
-        module = importlib.import_module(wired[0])
-        cls = getattr(module, wired[1], None)
-        if cls is not None and hasattr(module, "config_from_argv"):
-            return cls(module.config_from_argv(list(step.argv)))
+    factory = PACKAGE_STAGES.get("inference" if step.name.startswith("inference") else step.name)
+    if factory is not None and step.run_argv is None and not step.served:
+        return factory(step)
     return ScriptStage(step)
 
 
