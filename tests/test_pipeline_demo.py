@@ -184,3 +184,36 @@ def test_demo_with_audio_end_to_end(tmp_path, monkeypatch, capsys):
     md = (out / f"report_{tag}" / "report.md").read_text()
     assert "| tiny-qwen2_5omni (A+V) | this run | 4 |" in md
     assert not (out / "videos").exists() and (out / "videos_av").is_dir()
+
+
+def test_serve_vllm_runs_the_demo_through_the_server_it_starts_and_stops(tiny_model_dir, tmp_path, monkeypatch, capsys):
+    """SERVE=vllm wiring with the fake OpenAI-compatible server standing in for vLLM (the real server is
+    tests marked vllm): k9bench.serve's context manager is entered around inference only, the questions go
+    there through --backend openai with the video transport, and the server is stopped afterwards."""
+    import contextlib
+
+    import k9bench.serve
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    events: list[str] = []
+    servers: list[FakeOpenAIServer] = []
+
+    @contextlib.contextmanager
+    def fake_serve_vllm(model, *, args=(), tensor_parallel=1, log_path=None, **_):
+        events.append(f"start {model} tp={tensor_parallel} args={list(args)} log={log_path}")
+        with FakeOpenAIServer(lambda request: "A. the answer", engine="vllm") as server:
+            servers.append(server)
+            yield server.base_url
+        events.append("stop")
+
+    monkeypatch.setattr(k9bench.serve, "serve_vllm", fake_serve_vllm)
+    demo_env(monkeypatch, tmp_path, tiny_model_dir, SERVE="vllm", SERVE_ARGS="--max-model-len 4096", REPORT="0")
+    assert main([]) == 0, capsys.readouterr().out[-4000:]
+    log = capsys.readouterr().out
+    assert events[0].startswith(f"start {tiny_model_dir} tp=1 args=['--max-model-len', '4096']") and events[-1] == "stop"
+    assert "--backend openai" in log and "--video_transport video" in log
+    requests = servers[0].chat_requests()
+    assert len(requests) == 12  # every demo question went to the server
+    assert ran_stages(log) == ["download", "inference", "calculate", "evaluate"]
+    raw = json.loads((tmp_path / "out" / f"raw_{TAG}.json").read_text())
+    assert raw["total_count"] == 12 and not any(r.get("error") for r in raw["individual_results"])
