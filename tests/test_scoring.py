@@ -1,6 +1,7 @@
 """The fine rule, record checks, evaluation statistics and bootstrap intervals (no model needed)."""
 
 import math
+import re
 
 import pytest
 
@@ -170,7 +171,8 @@ def test_evaluate_statistics_all_valid_and_sensitivity():
     assert stats["overall"]["all"]["total"] == 6 and stats["overall"]["valid"]["total"] == 5
     assert stats["overall"]["valid"]["accuracy"] == pytest.approx(2 / 5)
     valid = stats["categories"]["action sequence"]["valid"]
-    assert valid == {"accuracy": pytest.approx(0.5), "correct": 1, "total": 2, "ci95": valid["ci95"]}
+    assert valid == {"accuracy": pytest.approx(0.5), "correct": 1, "total": 2, "videos": 1, "ci95": valid["ci95"]}
+    assert stats["categories"]["action sequence"]["all"]["videos"] == 2 and stats["overall"]["all"]["videos"] == 3
     assert stats["failed_samples"] == {"count": 1, "reasons": {"oom": 1}}
     assert stats["empty_answers"] == 1 and stats["answer_flags"] == {FLAG_EMPTY: {"count": 1, "correct": 0}}
     sens = stats["threshold_sensitivity"]
@@ -240,6 +242,24 @@ def test_format_table_shows_every_figure():
     assert "failed samples: 1 (oom 1); empty or blank answers: 1 (decided by their similarities, 0 correct)" in text
     assert "argmax 50.0%" in text
     assert "95% CI: percentile bootstrap over 3 videos, 100 resamples, seed 0" in text
+
+
+def test_format_table_shows_na_for_an_interval_over_fewer_than_ten_videos():
+    """As the report does (k9bench.stats.interval_shown): an interval over fewer than 10 videos is printed
+    as [n/a] with a note, never as a number such as [0.0, 0.0]; one over 10 or more videos is printed."""
+    thin = format_table(evaluate(small_eval_set(), threshold=0.5, resamples=100, seed=0).meta)
+    rows = [ln for ln in thin.splitlines() if ln.startswith(("posture analysis", "action sequence", "overall"))]
+    assert len(rows) == 3 and all(ln.count("[n/a]") == 2 for ln in rows), thin
+    assert "[0.0, 0.0]" not in thin and "an interval over fewer than 10 videos is not shown" in thin
+    # 12 videos of posture analysis (one question each, half right), 2 of action sequence (both wrong)
+    records = [rec(i, "A" if i % 2 else "B", sims_=sims(0.9, 0.1, 0.1, 0.1, 0.1), scene=f"v{i:02d}aaaaaaaa") for i in range(12)]
+    records += [rec(20 + i, "B", sims_=sims(0.9, 0.1, 0.1, 0.1, 0.1), scene=f"w{i:02d}aaaaaaaa", cat="action sequence") for i in range(2)]
+    text = format_table(evaluate(RecordsArtifact(records=records, meta={"similarity_model": "m"}), threshold=0.5, resamples=200,
+                                 seed=0).meta)
+    lines = {ln.split("  ")[0]: ln for ln in text.splitlines() if ln.startswith(("posture analysis", "action sequence", "overall"))}
+    assert "[n/a]" not in lines["posture analysis"] and "[n/a]" not in lines["overall"]
+    assert re.search(r"\[\s*\d+\.\d, \s*\d+\.\d\]", lines["overall"])
+    assert lines["action sequence"].count("[n/a]") == 2 and "[0.0, 0.0]" not in lines["action sequence"]
 
 
 def test_bootstrap_reproducible_and_contains_point_estimate():

@@ -23,7 +23,7 @@ from k9bench.artifacts import QuestionRecord, RecordsArtifact, is_finite_number,
 from k9bench.scoring.calculate import EVAL_TOP_KEYS, RECORD_EVAL_EXTRAS, SIM_TOP_KEYS, split_provenance
 from k9bench.scoring.rule import EVAL_MODE, SKIP_FAILED, answer_flag, check_record, check_sims, fine_verdict, is_correct_fine, where_of
 from k9bench.scoring_settings import DEFAULT_THRESHOLD, SENSITIVITY_THRESHOLDS, EvalSettings, ScoringError
-from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
+from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, MIN_INTERVAL_VIDEOS, interval_shown
 
 log = logging.getLogger("k9bench.scoring")
 
@@ -150,8 +150,9 @@ def evaluate(
         valid = [o for o in sub if o.valid]
         valid_c = sum(o.correct for o in valid)
         return {
-            "all": {"accuracy": _accuracy(all_c, len(sub)), "correct": all_c, "total": len(sub)},
-            "valid": {"accuracy": _accuracy(valid_c, len(valid)), "correct": valid_c, "total": len(valid)},
+            "all": {"accuracy": _accuracy(all_c, len(sub)), "correct": all_c, "total": len(sub), "videos": len({o.unit for o in sub})},
+            "valid": {"accuracy": _accuracy(valid_c, len(valid)), "correct": valid_c, "total": len(valid),
+                      "videos": len({o.unit for o in valid})},
             "failed": len(sub) - len(valid),
         }
 
@@ -235,9 +236,18 @@ def _pct(value: float | None) -> str:
     return "   n/a" if value is None else f"{100.0 * value:5.1f}%"
 
 
-def _ci(block: dict) -> str:
+def _ci(block: dict, videos: int | None = None) -> str:
+    """The block's interval in percent; ``n/a`` when drawn over fewer than
+    :data:`k9bench.stats.MIN_INTERVAL_VIDEOS` videos (as the report shows it: such an interval says
+    nothing and often comes out as ``[0.0, 0.0]``). ``videos`` is the count when the block has none
+    (an eval file written before blocks recorded theirs)."""
     ci = block.get("ci95")
-    return "" if not ci else f"[{100.0 * ci[0]:4.1f}, {100.0 * ci[1]:4.1f}]"
+    if not ci:
+        return ""
+    units = block.get("videos", videos)
+    if not interval_shown(units if isinstance(units, int) and not isinstance(units, bool) else None):
+        return "[n/a]"
+    return f"[{100.0 * ci[0]:4.1f}, {100.0 * ci[1]:4.1f}]"
 
 
 def format_table(eval_meta: dict, title: str = "") -> str:
@@ -254,15 +264,15 @@ def format_table(eval_meta: dict, title: str = "") -> str:
     lines.append(head)
     lines.append("-" * len(head))
 
-    def row(name: str, b: dict) -> str:
+    def row(name: str, b: dict, videos: int | None = None) -> str:
         a, v = b["all"], b["valid"]
-        return (f"{name:<{name_w}}  {a['total']:>5}  {a['correct']:>7}  {_pct(a['accuracy']):>6}  {_ci(a):<14}  "
-                f"{v['total']:>5}  {_pct(v['accuracy']):>6}  {_ci(v):<14}")
+        return (f"{name:<{name_w}}  {a['total']:>5}  {a['correct']:>7}  {_pct(a['accuracy']):>6}  {_ci(a, videos):<14}  "
+                f"{v['total']:>5}  {_pct(v['accuracy']):>6}  {_ci(v, videos):<14}")
 
     for cat, b in stats["categories"].items():
         lines.append(row(cat, b))
     lines.append("-" * len(head))
-    lines.append(row("overall", stats["overall"]))
+    lines.append(row("overall", stats["overall"], boot.get("videos") if boot else None))
     failed = stats["failed_samples"]
     reasons = ", ".join(f"{k} {v}" for k, v in failed["reasons"].items())
     flagged = stats.get("answer_flags") or {}
@@ -273,6 +283,8 @@ def format_table(eval_meta: dict, title: str = "") -> str:
     if boot:
         videos = f"{boot['videos']} video{'' if boot['videos'] == 1 else 's'}"
         lines.append(f"95% CI: percentile bootstrap over {videos}, {boot['resamples']} resamples, seed {boot['seed']}")
+    if any("[n/a]" in line for line in lines):
+        lines.append(f"[n/a]: an interval over fewer than {MIN_INTERVAL_VIDEOS} videos is not shown (it says nothing)")
     sens = stats["threshold_sensitivity"]
     lines.append("threshold sensitivity (ALL): " + " | ".join(f"{k} {_pct(v['accuracy_all']).strip()}" for k, v in sens.items()))
     return "\n".join(lines)
