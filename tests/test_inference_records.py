@@ -182,3 +182,30 @@ def test_a_smaller_selection_of_a_finished_file_leaves_the_file_and_its_block_al
     assert eval_video_llm.main(again) == EXIT_OK
     assert InferenceStage(config_from_argv(again), again).done() is None
     assert json.loads(out.read_text())["individual_results"] == data["individual_results"]
+
+
+def test_redo_changed_redoes_a_file_made_from_another_dataset(use_backend, demo_video_dir, tmp_path):
+    """The records' own fingerprint does not name the dataset; the stage block does: the launcher's mode redoes a
+    file made from another dataset with the same idx values, instead of reusing its answers."""
+    from k9bench.demo import demo_rows
+    from k9bench.inference.stage import InferenceStage, config_from_argv
+    from k9bench.stage import run_stage
+
+    rows = demo_rows()
+    for row in rows:
+        row["question"] = "Another wording: " + row["question"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps(rows))
+    use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    argv = args_for(demo_video_dir, out, "--max_samples", "2")
+    assert eval_video_llm.main(argv) == EXIT_OK
+    changed = argv + ["--dataset_name", str(other)]
+    backend = use_backend(FakeBackend())
+    assert run_stage(InferenceStage(config_from_argv(changed), changed, redo_changed=True)) == EXIT_OK
+    assert backend.answered == 2
+    assert all(r["question"].startswith("Another wording") for r in json.loads(out.read_text())["individual_results"])
+    # a longer range of the same settings reuses the records it has
+    longer = changed[:-4] + ["--max_samples", "3", "--dataset_name", str(other)]
+    assert run_stage(InferenceStage(config_from_argv(longer), longer, redo_changed=True)) == EXIT_OK
+    assert backend.answered == 3

@@ -264,6 +264,8 @@ class _Run:
     # -- resume ----------------------------------------------------------
 
     def _load_done(self, selected: dict, want: dict) -> dict:
+        if self.stage.redo_changed and self._made_otherwise():
+            self._set_aside()
         try:
             done = self.resumable.load(selected=selected, retry_failed=not self.config.output.no_retry_failed)
             self.resumable.check(done, want, fingerprint_of=lambda r: shaped_like(record_fingerprint(r), want))
@@ -274,6 +276,20 @@ class _Run:
                                  "attn_implementation and run_settings), or use another --output_file") from None
         self._set_aside()
         return {}
+
+    def _made_otherwise(self) -> str | None:
+        """What differs between the finished file's stage block and this run, leaving out which positions are
+        selected (a longer or shorter range reuses the records); None when nothing or no block is there."""
+        from k9bench.settings import fingerprint_differences
+
+        block = self.stage.recorded() if self.resumable.final.exists() else None
+        if block is None:
+            return None
+        diffs = [d for d in fingerprint_differences(block.get("fingerprint") or {}, self.stage.fingerprint())
+                 if not d.startswith(("data.start_idx:", "data.end_idx:", "data.max_samples:"))]
+        if diffs:
+            log.info("%s was made with other settings: %s", self.resumable.final, "; ".join(diffs))
+        return "; ".join(diffs) or None
 
     def _set_aside(self) -> None:
         """``redo_changed``: move the earlier raw file and checkpoint aside (renamed, never deleted) and start over."""
