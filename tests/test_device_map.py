@@ -132,10 +132,21 @@ def test_auto_with_max_memory_offloads_and_answers_the_same(tiny, demo_video_dir
 
 
 @pytest.mark.slow
-def test_max_memory_without_device_map_is_refused_before_loading(tiny, demo_video_dir, tmp_path, capsys):
+@pytest.mark.parametrize("flags, message", [
+    (["--max_memory", "cpu=1GB"], "--max_memory needs --device_map"),
+    (["--device", "cpu", "--device_map", "auto"], "--device cpu and --device_map auto: give one of them"),
+])
+def test_placement_flags_that_cannot_mean_one_thing_are_refused_before_loading(flags, message, tiny, demo_video_dir, tmp_path,
+                                                                               capsys, monkeypatch):
+    from transformers import AutoModelForImageTextToText
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(AutoModelForImageTextToText, "from_pretrained", no_load)
     code = eval_video_llm.main(["--model_name_or_path", str(tiny), "--dataset_name", "demo", "--video_dir", str(demo_video_dir),
-                                "--max_memory", "cpu=1GB", "--output_file", str(tmp_path / "x.json"), "-q"])
-    assert code != EXIT_OK and "--max_memory needs --device_map" in capsys.readouterr().err
+                                *flags, "--output_file", str(tmp_path / "x.json"), "-q"])
+    assert code != EXIT_OK and message in capsys.readouterr().err and not (tmp_path / "x.json").exists()
 
 
 @pytest.mark.slow
