@@ -19,8 +19,9 @@ What it does:
 - waits until ``GET /v1/models`` answers 200 (polling once a second, at most ``timeout`` seconds);
   if the server exits first, or the time runs out, it raises :class:`ServerStartError` whose
   message ends with the last lines of the server log, after stopping what was started;
-- yields the base URL (``http://HOST:PORT/v1``), to pass as ``--base_url``; the served model name
-  is MODEL unless ``args`` holds ``--served-model-name``;
+- yields the base URL (``http://HOST:PORT/v1``, a :class:`ServedURL`: a ``str`` that also carries the
+  server's ``pid`` and ``log_path``), to pass as ``--base_url``; the served model name is MODEL unless
+  ``args`` holds ``--served-model-name``;
 - on leaving the block (normally, on an exception, on the stage's ``Interrupted`` from SIGTERM or
   SIGUSR1 during a requeue): SIGTERM to the whole group, ``stop_timeout`` seconds' grace, then
   SIGKILL to the group, and waits until no process of the group is left. A server that died during
@@ -67,6 +68,19 @@ DEFAULT_TIMEOUT = 1200.0
 
 LOG_TAIL_LINES = 30
 """Lines of the server log shown when it fails to start."""
+
+
+class ServedURL(str):
+    """The base URL :func:`serve_vllm` yields (a plain ``str`` to pass as ``--base_url``), carrying
+    ``pid`` (the server's process, also its process group) and ``log_path`` (its log)."""
+
+    pid: int
+    log_path: Path
+
+    def __new__(cls, url: str, pid: int, log_path: Path) -> "ServedURL":
+        self = super().__new__(cls, url)
+        self.pid, self.log_path = pid, log_path
+        return self
 
 
 class ServerStartError(StageError):
@@ -184,7 +198,7 @@ def serve_vllm(
     host: str = "127.0.0.1",
     env: Mapping[str, str] | None = None,
     stop_timeout: float = 30.0,
-) -> Iterator[str]:
+) -> Iterator[ServedURL]:
     """Serve ``model`` with vLLM inside the block; yields the base URL (see the module doc).
 
     ``python``: the vLLM environment's interpreter (default: ``$K9BENCH_VLLM_PYTHON``, else this one).
@@ -218,7 +232,7 @@ def serve_vllm(
     try:
         took = _wait_ready(process, f"{base_url}/models", log_file, timeout, api_key)
         log.info("the vLLM server answers at %s after %.0f s (pid %d)", base_url, took, process.pid)
-        yield base_url
+        yield ServedURL(base_url, process.pid, log_file)
     finally:
         died = process.poll()
         if died is not None:  # it went away during the block: say so, with its log, before the caller's own error

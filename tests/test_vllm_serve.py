@@ -76,7 +76,8 @@ def test_serves_then_stops_the_group(fake_python, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
     log = tmp_path / "logs" / "server.log"
     with serve_vllm("tiny/model", python=fake_python, args="--max-model-len 4096", log_path=log, timeout=30) as url:
-        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1") and isinstance(url, str)
+        assert url.log_path == log and url.pid > 0
         status, body = get_json(f"{url}/models")  # answering already: the wait is over
         assert status == 200 and body["data"][0]["id"] == "tiny/model"
         pids = pids_of(tmp_path / "pids")
@@ -148,3 +149,32 @@ def test_a_server_that_dies_during_the_block_is_logged_with_its_log(fake_python,
         assert gone([pid])
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 1 and "exited with code -9 while in use" in errors[0] and "fake vLLM ok serving m" in errors[0]
+
+
+def test_the_documented_cpu_command_is_the_one_the_vllm_tests_run():
+    """docs/vllm.md's CPU serve command = serve_vllm's command line with tests/test_vllm.py's arguments."""
+    import re
+    import shlex
+
+    from tests.test_vllm import SERVE_ARGS, SERVE_ENV
+
+    page = (Path(__file__).resolve().parents[1] / "docs" / "vllm.md").read_text()
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", page, re.S) if "unshare -n" in b)
+    unshare = shlex.split(block.replace("\\\n", " "))
+    assert unshare[:4] == ["unshare", "-n", "sh", "-c"]  # the loopback-only namespace, as .ci/run runs pytest
+    inner = re.sub(r"^ip link set lo up &&\s*", "", unshare[4])
+    words = shlex.split(inner)
+    env = dict(w.split("=", 1) for w in words[: words.index("vllm-venv/bin/python")])
+    assert env == SERVE_ENV
+    documented = words[words.index("vllm-venv/bin/python"):]
+    expected = server_command("/tmp/tiny64", python="vllm-venv/bin/python", host="127.0.0.1", port=8000, args=SERVE_ARGS,
+                              tensor_parallel=1)
+    assert documented == expected
+
+
+def test_command_line_entry_point_reports_a_failed_start(fake_python, tmp_path, monkeypatch, capsys):
+    from k9bench.serve import main
+
+    monkeypatch.setenv("FAKE_VLLM_MODE", "die")
+    assert main(["m", "--python", fake_python, "--port", "0", "--log_path", str(tmp_path / "s.log"), "--timeout", "30"]) == 1
+    assert "exited with code 3" in capsys.readouterr().err
