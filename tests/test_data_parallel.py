@@ -106,3 +106,25 @@ def test_a_failed_worker_fails_the_run_and_finished_records_survive(tiny, demo_v
     recs = json.loads(out.read_text())["individual_results"]
     assert sorted(r["idx"] for r in recs) == list(range(8)) and not any(r.get("error") for r in recs)
     assert not any(checkpoint_path(tmp_path / f"raw.shard{i}of2.json").exists() for i in range(2))
+
+
+def test_the_launchers_redo_sets_changed_shards_aside_before_the_workers_start(demo_video_dir, tmp_path, monkeypatch):
+    """Shard files made with other settings are moved aside (redo_changed, the launcher's mode) before any worker
+    starts: the workers run from the command line, which would refuse them."""
+    from k9bench.inference import stage as inference_stage
+    from k9bench.inference.data_parallel import set_aside_changed_shards
+    from k9bench.inference.stage import InferenceStage, config_from_argv
+    from tests.test_inference_units import FakeBackend, args_for
+
+    monkeypatch.setattr(inference_stage, "create_backend", lambda config: FakeBackend())
+    out = tmp_path / "raw.json"
+    for i in range(2):
+        assert eval_video_llm.main(args_for(demo_video_dir, out, "--num_shards", "2", "--shard_id", str(i))) == EXIT_OK
+    same = args_for(demo_video_dir, out, "--data_parallel", "2")
+    set_aside_changed_shards(InferenceStage(config_from_argv(same), same, redo_changed=True))
+    assert not [p for p in tmp_path.iterdir() if ".replaced-" in p.name]  # same settings: kept
+    changed = same + ["--max_new_tokens", "7"]
+    set_aside_changed_shards(InferenceStage(config_from_argv(changed), changed, redo_changed=True))
+    assert sorted(p.name.split(".replaced-")[0] for p in tmp_path.iterdir() if ".replaced-" in p.name) == \
+        ["raw.shard0of2.json", "raw.shard1of2.json"]
+    assert not (tmp_path / "raw.shard0of2.json").exists()

@@ -93,6 +93,30 @@ def _wait(processes: list[subprocess.Popen]) -> list[int]:
     return [p.returncode for p in processes]
 
 
+def shard_stages(stage: "InferenceStage") -> list["InferenceStage"]:
+    """The workers' stages (shard ``i`` of N each), as the parent sees them."""
+    import dataclasses
+
+    from k9bench.inference.stage import InferenceStage
+
+    config = stage.config
+    workers = config.data.data_parallel
+    output = str(stage.outputs()[0])
+    return [InferenceStage(dataclasses.replace(config, data=dataclasses.replace(config.data, num_shards=workers, shard_id=i, data_parallel=1),
+                                               output=dataclasses.replace(config.output, output_file=output)),
+                           stage.argv, redo_changed=stage.redo_changed) for i in range(workers)]
+
+
+def set_aside_changed_shards(stage: "InferenceStage") -> None:
+    """With ``redo_changed`` (the launcher): each shard file or checkpoint made with other settings is set aside
+    here, before the workers start (they run from the command line, which has no such mode)."""
+    from k9bench.inference.stage import _Run
+
+    if stage.redo_changed:
+        for shard in shard_stages(stage):
+            _Run(shard).prepare()
+
+
 def run_data_parallel(stage: "InferenceStage") -> int:
     """Run the stage's N shard workers at once, then merge their files into the stage's output."""
     from k9bench.inference.stage import _all_failed_exit
@@ -104,6 +128,7 @@ def run_data_parallel(stage: "InferenceStage") -> int:
         raise StageError(f"--data_parallel {workers}: the workers need the command line (InferenceStage(config, argv))")
     output = stage.outputs()[0]
     devices = visible_devices(workers)
+    set_aside_changed_shards(stage)
     shards = [shard_path(output, workers, i) for i in range(workers)]
     log.info("--data_parallel %d: starting %d worker processes (CUDA_VISIBLE_DEVICES %s), shard files %s", workers, workers,
              ", ".join(devices), ", ".join(str(s) for s in shards))
@@ -133,4 +158,4 @@ def run_data_parallel(stage: "InferenceStage") -> int:
     return _all_failed_exit([r.to_dict() for r in result.artifact.records], output)
 
 
-__all__ = ["WORKER_CODE", "run_data_parallel", "visible_devices", "worker_argv"]
+__all__ = ["WORKER_CODE", "run_data_parallel", "set_aside_changed_shards", "shard_stages", "visible_devices", "worker_argv"]
