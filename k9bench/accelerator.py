@@ -390,6 +390,15 @@ def parse_max_memory(text: str, *, flag: str = "--max_memory") -> dict[Any, str]
     return out
 
 
+def placement_flags_problem(device: str | None, device_map: str | None, max_memory: str | None) -> str | None:
+    """Why ``--device``/``--device_map``/``--max_memory`` together cannot mean one thing (one line), or None."""
+    if not device_map:
+        return "--max_memory needs --device_map (auto, balanced, balanced_low_0, sequential or a JSON map)" if max_memory else None
+    if device not in (None, "", "auto"):
+        return f"--device {device} and --device_map {device_map}: give one of them (--device_map places the model itself)"
+    return None
+
+
 def placement_gpus(device_map: str | dict, max_memory: dict | None) -> list[int]:
     """The GPU indices a device map (or the ``max_memory`` of a strategy) names."""
     values = list(device_map.values()) if isinstance(device_map, dict) else []

@@ -48,6 +48,7 @@ from k9bench.accelerator import (  # noqa: F401 (re-exported for callers of the 
     load_with_attention,
     parse_device_map,
     parse_max_memory,
+    placement_flags_problem,
     placement_summary,
     resolve_attention,
     resolve_device,
@@ -252,13 +253,11 @@ class HFBackend:
         """``(device_map, max_memory)`` from ``--device_map``/``--max_memory`` (None, None: the whole model on
         ``--device``); a combination that cannot mean one thing is refused before anything loads."""
         text, memory = self.requested["device_map"], self.requested["max_memory"]
+        problem = placement_flags_problem(self.requested["device"], text, memory)
+        if problem:
+            raise AcceleratorError(problem)
         if not text:
-            if memory:
-                raise AcceleratorError("--max_memory needs --device_map (auto, balanced, balanced_low_0, sequential or a JSON map)")
             return None, None
-        if self.requested["device"] not in (None, "", "auto"):
-            raise AcceleratorError(f"--device {self.requested['device']} and --device_map {text}: give one of them "
-                                   "(--device_map places the model itself)")
         return parse_device_map(text), (parse_max_memory(memory) if memory else None)
 
     def generation_settings(self) -> dict[str, Any]:
