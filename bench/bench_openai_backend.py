@@ -15,6 +15,10 @@ hide the request concurrency::
     python bench/bench_openai_backend.py
     python bench/bench_openai_backend.py --questions 200 --latency 0.5 --concurrency 32 --required 20
     python bench/bench_openai_backend.py --questions_per_video 1     # one question per video
+    python bench/bench_openai_backend.py --video_transport video     # each video once as an mp4 (a "vLLM" server)
+
+``--video_transport video`` makes the server say it is vLLM and sends each video's frames as one
+mp4 (encoded once per video, as the questions of a video share it); ``frames`` (default) as JPEG parts.
 """
 
 from __future__ import annotations
@@ -45,6 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_frames", type=int_at_least(2), default=default_of(FrameSettings, "max_frames"),
                    help="frames per video (sent as JPEG parts; default: eval_video_llm.py's)")
     p.add_argument("--max_pixels", type=positive_int, default=224 * 224, help="pixels per frame (the sampler's --max_pixels)")
+    p.add_argument("--video_transport", choices=("frames", "video"), default="frames",
+                   help="how the frames travel (video: one mp4 per video, to a server that says it is vLLM)")
     p.add_argument("--required", type=positive_float, default=10.0, help="minimum speed-up (baseline time / concurrent time)")
     return p
 
@@ -89,7 +95,7 @@ def timed_run(server, dataset: Path, video_dir: Path, out: Path, concurrency: in
         "--dataset_name", str(dataset), "--video_dir", str(video_dir), "--output_file", str(out),
         "--max_frames", str(args.max_frames), "--fps", "16", "--max_pixels", str(args.max_pixels),
         "--min_pixels", str(min(args.max_pixels, 128 * 28 * 28) // 2), "--frame_cache_dir", str(cache_dir),
-        "--concurrency", str(concurrency), "-q",
+        "--concurrency", str(concurrency), "--video_transport", args.video_transport, "-q",
     ]
     t0 = time.perf_counter()
     code = eval_video_llm.main(argv)
@@ -112,17 +118,19 @@ def main(argv: list[str] | None = None) -> int:
         folder = Path(tmp)
         cache_dir = folder / "frame_cache"
         dataset, video_dir = make_data(folder, args.questions, args.questions_per_video)
-        with FakeOpenAIServer(reply, model="bench-model") as warm:
+        engine = "vllm" if args.video_transport == "video" else None
+        with FakeOpenAIServer(reply, model="bench-model", engine=engine) as warm:
             timed_run(warm, dataset, video_dir, folder / "warmup.json", args.concurrency, args, cache_dir)
-        with FakeOpenAIServer(reply, latency=args.latency, model="bench-model") as server:
+        with FakeOpenAIServer(reply, latency=args.latency, model="bench-model", engine=engine) as server:
             base = timed_run(server, dataset, video_dir, folder / "c1.json", 1, args, cache_dir)
             sent_base = len(server.chat_requests())
             server.clear()
             fast = timed_run(server, dataset, video_dir, folder / "cN.json", args.concurrency, args, cache_dir)
             sent_fast = len(server.chat_requests())
     ratio = base / fast
+    sent_as = "as JPEG parts" if args.video_transport == "frames" else "as one mp4 per video"
     print(f"{args.questions} questions ({args.questions_per_video} per video, up to {args.max_frames} frames of "
-          f"<= {args.max_pixels} pixels each as JPEG parts), server latency {args.latency * 1000:.0f} ms")
+          f"<= {args.max_pixels} pixels each {sent_as}), server latency {args.latency * 1000:.0f} ms")
     print(f"--concurrency 1:  {base:7.2f} s  {args.questions / base:6.2f} questions/s  ({sent_base} requests)")
     print(f"--concurrency {args.concurrency}: {fast:7.2f} s  {args.questions / fast:6.2f} questions/s  ({sent_fast} requests)")
     print(f"speed-up: {ratio:.2f}x (required >= {args.required:g}x)")
