@@ -720,13 +720,15 @@ def test_each_reply_kind_is_scored_or_skipped_as_a_reference_style_reader_does(t
             assert entries[i]["scores"] == expected, (i, reply)
 
 
-def test_checkpoint_lines_set_aside_are_counted_in_the_summary_and_meta(tmp_path, server):
+def test_checkpoint_lines_set_aside_are_counted_in_the_summary_and_meta(tmp_path, server, capsys):
     """A checkpoint with a line that is no record and a final line torn by a kill: the run resumes, and
     the summary and meta sidecar say how many lines were set aside (and where) instead of only a log line."""
     write_eval(tmp_path / "eval.json", make_records(3))
     ckpt = tmp_path / "judge.json.partial.jsonl"
     ckpt.write_bytes(b"this is not a record\n" + b'{"idx": 2, "status": "sco')  # a bad line, then a torn tail
+    capsys.readouterr()
     assert run(tmp_path, server) == 0
+    assert f"checkpoint of the earlier run: 1 bad line(s) moved to {ckpt}.rejected, 1 torn final line dropped" in capsys.readouterr().out
     summary, meta = load(tmp_path / "judge.json.summary.json"), load(tmp_path / "judge.json.meta.json")
     for block in (summary, meta["run"]):
         assert block["checkpoint_rejected_lines"] == 1 and block["checkpoint_torn_lines"] == 1

@@ -106,6 +106,18 @@ def test_judge_table_averages_out_of_range_scores_as_given_and_ignores_extra_key
     assert "Helpfulness" not in table and "99" not in table
 
 
+def test_an_eval_file_without_records_is_refused_in_one_line(tmp_path):
+    """load_run reads with allow_empty=False: an eval file of no records (an earlier stage wrote nothing) is
+    a ReportError naming it, not a row of zeros."""
+    path = make_eval(tmp_path / "eval_m_mf32_n20.json")
+    data = json.loads(path.read_text())
+    data["individual_results"] = []
+    path.write_text(json.dumps(data))
+    with pytest.raises(ReportError) as exc:
+        load_run(path)
+    assert str(exc.value) == f"{path}: no records in 'individual_results' (an earlier stage wrote nothing)"
+
+
 def report_args(tmp_path: Path, *argv: str) -> ReportSettings:
     """Parse like evaluate_results.py would (its own flags plus add_report_args) and build the
     settings as its main() does."""

@@ -152,6 +152,10 @@ def format_summary(summary: dict) -> str:
     means = "  ".join(f"{col} {summary['axes'][col]['mean_1_10']:.2f}" for col, _ in TABLE3_AXES if summary["axes"][col]["mean_1_10"] is not None)
     if means:
         lines.append(f"mean on 1-10: {means}")
+    set_aside = summary.get("checkpoint_rejected_lines") or 0
+    if set_aside or summary.get("checkpoint_torn_lines"):
+        lines.append(f"checkpoint of the earlier run: {set_aside} bad line(s) moved to {summary.get('checkpoint_rejected_file') or '-'}, "
+                     f"{summary.get('checkpoint_torn_lines') or 0} torn final line dropped")
     u = summary["usage"]["this_run"]
     t = summary["usage"]["entries_and_skipped"]
     lines.append(
