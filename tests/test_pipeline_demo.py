@@ -217,3 +217,29 @@ def test_serve_vllm_runs_the_demo_through_the_server_it_starts_and_stops(tiny_mo
     assert ran_stages(log) == ["download", "inference", "calculate", "evaluate"]
     raw = json.loads((tmp_path / "out" / f"raw_{TAG}.json").read_text())
     assert raw["total_count"] == 12 and not any(r.get("error") for r in raw["individual_results"])
+
+
+def test_judge_with_skipped_entries_reports_then_fails_and_the_rerun_retries_them(demo_run, tiny_model_dir, tmp_path, monkeypatch,
+                                                                                  capsys):
+    from tests.fake_openai_server import FakeOpenAIServer
+
+    ref, _, _ = demo_run
+    copy_run(ref, tmp_path)
+    for stale in (tmp_path / "out").glob("judge_*"):
+        stale.unlink()
+    with FakeOpenAIServer(lambda request: "no scores here") as server:
+        demo_env(monkeypatch, tmp_path, tiny_model_dir, JUDGE_BASE_URL=server.base_url, JUDGE_ARGS="--max_retries 0")
+        assert main([]) == 1
+    log = capsys.readouterr().out
+    assert ran_stages(log)[-2:] == ["judge", "report"] and "inference" not in ran_stages(log), log
+    assert "step judge: some entries were skipped" in log and "ERROR: step judge incomplete" in log
+    assert json.loads((tmp_path / "out" / f"judge_{TAG}_skipped.json").read_text())
+    assert (tmp_path / "out" / f"report_{TAG}" / "report.md").exists()
+    with FakeOpenAIServer(lambda request: JUDGE_REPLY) as server:
+        demo_env(monkeypatch, tmp_path, tiny_model_dir, JUDGE_BASE_URL=server.base_url, JUDGE_ARGS="--max_retries 0")
+        assert main([]) == 0
+        retried = len(server.chat_requests())
+    log = capsys.readouterr().out
+    assert ran_stages(log) == ["judge", "report"], log
+    assert "some entries to retry" in log and retried >= 1
+    assert not json.loads((tmp_path / "out" / f"judge_{TAG}_skipped.json").read_text())

@@ -115,8 +115,9 @@ def build_steps(s: LaunchSettings, layout: RunLayout, mode: ShardMode) -> list[S
                       argv=["--mode", "evaluate", "--input_file", str(f["sim"]), "--output_file", str(f["eval"]),
                             "--threshold", v["THRESHOLD"]]))
     if s.judge_on:
+        # --fail_on_skipped: entries left skipped end the run with exit 1 (after the report), and the next run retries them
         judge = ["--evaluations", str(f["eval"]), "--output", str(f["judge"]), "--skipped", str(f["judge_skipped"]),
-                 "--judge_model", v["JUDGE_MODEL"]]
+                 "--judge_model", v["JUDGE_MODEL"], "--fail_on_skipped"]
         if v["JUDGE_BASE_URL"]:
             judge += ["--base_url", v["JUDGE_BASE_URL"]]
         stem = f["judge"].name[:-5]

@@ -193,8 +193,12 @@ class Launch:
     # ----------------------------------------------------------------- one stage
 
     def reason(self, step: Step, stage) -> str | None:
+        from k9bench.pipeline.stages import incomplete_marker
+
         upstream = next((d for d in step.depends if d in self.ran), None)
         own = stage.done()
+        if own is None and incomplete_marker(step).is_file():
+            own = f"its last run ended with exit {incomplete_marker(step).read_text().strip()}: some entries to retry"
         if own and isinstance(stage, ScriptStage) and stage.recorded() is None and step.name.startswith("inference") \
                 and all(p.exists() for p in step.outputs):
             own = self.adopt(step, stage)
@@ -291,6 +295,10 @@ class Launch:
         complete, incomplete = code in step.complete_codes, code in step.incomplete_codes
         if isinstance(stage, ScriptStage) and (complete or incomplete):
             stage.write_record(code, complete)
+        if complete or incomplete:
+            from k9bench.pipeline.stages import mark_incomplete
+
+            mark_incomplete(step, code if incomplete else None)
         if complete:
             say(f"step {step.name}: done")
             return None

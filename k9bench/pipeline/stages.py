@@ -219,6 +219,21 @@ def make_stage(step: Step) -> Stage:
     return ScriptStage(step)
 
 
+def incomplete_marker(step: Step) -> Path:
+    """Where the launcher notes that a stage ended "incomplete" (judge entries skipped...): its next run retries."""
+    return step.outputs[0].parent / RECORD_DIR / f"{step.outputs[0].name}.incomplete"
+
+
+def mark_incomplete(step: Step, code: int | None) -> None:
+    """Note (``code``) or clear (None) that the stage's last run left work to retry."""
+    marker = incomplete_marker(step)
+    if code is None:
+        marker.unlink(missing_ok=True)
+        return
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    marker.write_text(f"{code}\n")
+
+
 def supersede(paths: list[Path], out_dir: Path) -> list[tuple[Path, Path]]:
     """Move the existing ``paths`` aside into ``OUT_DIR/.k9bench/superseded/<time>/`` (never deleted)."""
     moved = []
