@@ -5,6 +5,7 @@ its finished records survive."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,37 @@ def test_the_launchers_redo_sets_changed_shards_aside_before_the_workers_start(d
     assert sorted(p.name.split(".replaced-")[0] for p in tmp_path.iterdir() if ".replaced-" in p.name) == \
         ["raw.shard0of2.json", "raw.shard1of2.json"]
     assert not (tmp_path / "raw.shard0of2.json").exists()
+
+
+def test_sigterm_reaches_the_workers_who_keep_their_checkpoints(tiny, demo_video_dir, tmp_path, repo_root):
+    """SLURM's SIGTERM to the parent is passed on: every worker saves its checkpoint, the run exits 75, and the
+    rerun of the same command finishes with every question once."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "raw.json"
+    argv = args(tiny, demo_video_dir, out, "--data_parallel", "2")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1", K9BENCH_NO_PROGRESS="1")
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    proc = subprocess.Popen([sys.executable, str(repo_root / "eval_video_llm.py"), *argv], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    parts = [checkpoint_path(tmp_path / f"raw.shard{i}of2.json") for i in range(2)]
+    deadline = time.monotonic() + 180
+    try:
+        while time.monotonic() < deadline and proc.poll() is None:
+            if any(p.exists() and p.read_bytes().count(b"\n") >= 1 for p in parts):
+                proc.send_signal(signal.SIGTERM)
+                break
+            time.sleep(0.01)
+        proc.wait(timeout=120)
+    finally:
+        stderr = proc.stderr.read().decode(errors="replace")
+        proc.stderr.close()
+    assert proc.returncode == 75, stderr[-3000:]
+    assert not out.exists() and "Traceback" not in stderr
+    kept = sum(p.read_bytes().count(b"\n") for p in parts if p.exists())
+    assert kept >= 1
+    assert eval_video_llm.main(argv) == EXIT_OK
+    assert sorted(r["idx"] for r in json.loads(out.read_text())["individual_results"]) == list(range(12))
