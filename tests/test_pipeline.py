@@ -292,3 +292,20 @@ def test_shard_runs_lock_only_their_shard(fake, launcher_env, capsys, tmp_path):
         code, out, ran = launch(fake, capsys)
     assert code == 0 and ran == ["download", "inference"], out
     assert "shard 1 of 2 done" in out and "K9_FINALIZE=1 NUM_SHARDS=2 bash run_eval.sh" in out
+
+
+def test_raw_file_without_a_record_is_kept_when_it_names_this_run_and_refused_otherwise(fake, launcher_env, capsys, tmp_path):
+    """(The stage adapter's rule, as the bash launcher had it.) A raw file an older launcher or a hand run left."""
+    out = tmp_path / "out"
+    out.mkdir()
+    raw = out / f"raw_{TAG}.json"
+    raw.write_text(json.dumps({"individual_results": [], "model_name_or_path": "/elsewhere/tiny-m",
+                               "inference": {"dataset": {"source": "demo", "split": "test"}}}))
+    code, out_text, ran = launch(fake, capsys)
+    assert code == 2 and ran == ["download"]
+    assert f"step inference: {raw} exists but was made with other settings (MODEL_NAME='/elsewhere/tiny-m' there" in out_text
+    raw.write_text(json.dumps({"individual_results": [], "model_name_or_path": os.environ["MODEL_NAME"],
+                               "inference": {"dataset": {"source": "demo", "split": "test"}, "frames": {"audio": False}}}))
+    code, out_text, ran = launch(fake, capsys)
+    assert code == 0 and "inference" not in ran, out_text
+    assert "has no stage record (an older launcher or a hand run made it)" in out_text
