@@ -82,6 +82,9 @@ class ServedURL(str):
         self.pid, self.log_path = pid, log_path
         return self
 
+    def __reduce__(self):  # copy, deepcopy and pickle keep the attributes
+        return (ServedURL, (str(self), self.pid, self.log_path))
+
 
 class ServerStartError(StageError):
     """The server exited, or did not answer in time; the message ends with the last lines of its log."""

@@ -78,6 +78,11 @@ def test_serves_then_stops_the_group(fake_python, tmp_path, monkeypatch):
     with serve_vllm("tiny/model", python=fake_python, args="--max-model-len 4096", log_path=log, timeout=30) as url:
         assert url.startswith("http://127.0.0.1:") and url.endswith("/v1") and isinstance(url, str)
         assert url.log_path == log and url.pid > 0
+        import copy
+        import pickle
+
+        for again in (copy.deepcopy(url), pickle.loads(pickle.dumps(url))):  # settings and argv get copied
+            assert again == url and again.pid == url.pid and again.log_path == log
         status, body = get_json(f"{url}/models")  # answering already: the wait is over
         assert status == 200 and body["data"][0]["id"] == "tiny/model"
         pids = pids_of(tmp_path / "pids")
