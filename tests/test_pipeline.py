@@ -309,3 +309,9 @@ def test_raw_file_without_a_record_is_kept_when_it_names_this_run_and_refused_ot
     code, out_text, ran = launch(fake, capsys)
     assert code == 0 and "inference" not in ran, out_text
     assert "has no stage record (an older launcher or a hand run made it)" in out_text
+
+
+def test_an_in_process_run_leaves_the_environment_as_it_was(fake, launcher_env, capsys, monkeypatch):
+    monkeypatch.delenv("K9BENCH_INTERFACE", raising=False)
+    assert launch(fake, capsys)[0] == 0
+    assert "K9BENCH_INTERFACE" not in os.environ

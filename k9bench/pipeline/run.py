@@ -74,17 +74,24 @@ def main(argv: list[str] | None = None) -> int:
         return die(2, f"cannot find the k9bench scripts in '{repo}'; submit from the repository root or set K9BENCH_DIR")
     if str(repo) not in sys.path:
         sys.path.insert(0, str(repo))
-    os.environ["K9BENCH_INTERFACE"] = "launcher"  # the stages' messages name these variables, not their flags
     from k9bench.cli import setup_logging
     from k9bench.redact import install_log_filter
 
     setup_logging(0)
     install_log_filter()
+    previous = os.environ.get("K9BENCH_INTERFACE")
+    os.environ["K9BENCH_INTERFACE"] = "launcher"  # the stages' messages name these variables, not their flags
     try:
-        launch = prepare(env, repo)
-    except LaunchError as exc:
-        return die(2, str(exc))
-    return Launch(*launch, env=env, repo=repo).start(dry_run=dry_run)
+        try:
+            launch = prepare(env, repo)
+        except LaunchError as exc:
+            return die(2, str(exc))
+        return Launch(*launch, env=env, repo=repo).start(dry_run=dry_run)
+    finally:  # called in process (tests, a notebook): leave the environment as it was
+        if previous is None:
+            os.environ.pop("K9BENCH_INTERFACE", None)
+        else:
+            os.environ["K9BENCH_INTERFACE"] = previous
 
 
 def prepare(env: dict, repo: Path) -> tuple:
