@@ -129,21 +129,18 @@ def check_base_url(url: str | None, *, flag: str = "--base_url") -> str | None:
     """``url`` without trailing slashes when it is ``http(s)://host[...]``; None stays None (the OpenAI API).
 
     Raises :class:`BadBaseUrl` (one line naming ``flag``) for anything else, before any request,
-    e.g. ``localhost:8000/v1`` (no scheme), which the HTTP client would otherwise retry for minutes."""
-    from urllib.parse import urlsplit
+    e.g. ``localhost:8000/v1`` (no scheme), which the HTTP client would otherwise retry for minutes.
+    The rule is :func:`k9bench.validators.http_url` (the flags' own type)."""
+    import argparse
+
+    from k9bench.validators import http_url
 
     if url is None:
         return None
-    text = str(url).strip()
     try:
-        parts = urlsplit(text)
-        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
-    except ValueError as exc:
-        raise BadBaseUrl(f"{flag} {url!r} is not a valid URL ({exc})") from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise BadBaseUrl(f"{flag} {url!r} is not an http:// or https:// URL with a host "
-                         f"(e.g. http://localhost:8000/v1 for a local vLLM server)")
-    return text.rstrip("/")
+        return http_url(url)
+    except argparse.ArgumentTypeError as exc:
+        raise BadBaseUrl(f"{flag}: {exc}") from None
 
 
 def _auth_headers(api_key: str | None) -> dict[str, str]:

@@ -23,6 +23,23 @@ def str2bool(value: str | bool) -> bool:
     raise argparse.ArgumentTypeError(f"expected True or False, got {value!r}")
 
 
+def http_url(text: str) -> str:
+    """An ``http://`` or ``https://`` URL with a host (an API base URL), trailing slashes dropped.
+
+    ``localhost:8000/v1`` (no scheme) is refused here, at once, rather than retried by an HTTP client."""
+    from urllib.parse import urlsplit
+
+    value = str(text).strip()
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r} ({exc})") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL with a host (e.g. http://localhost:8000/v1), got {text!r}")
+    return value.rstrip("/")
+
+
 def _int(text: str) -> int:
     try:
         return int(str(text).strip())

@@ -152,3 +152,11 @@ def test_checkpoint_video_processor_reads_the_served_config(checkpoint, tmp_path
     assert checkpoint_video_processor(str(tmp_path / "old"))[0] == {"patch_size": 14, "max_pixels": None}
     info, why = checkpoint_video_processor("nobody/not-cached-anywhere")
     assert info is None and "not in the Hugging Face cache" in why
+
+
+def test_a_base_url_without_scheme_is_a_usage_error_at_once(capsys):
+    code = eval_video_llm.main(["--backend", "openai", "--api_model", "m", "--base_url", "localhost:8000/v1"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].endswith("argument --base_url: expected an http:// or https:// URL with a host "
+                            "(e.g. http://localhost:8000/v1), got 'localhost:8000/v1'")
