@@ -27,7 +27,7 @@ from k9bench.audio import API_AUDIO_FORMATS
 from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.download import DownloadConfig
 from k9bench.settings import default_of, setting
-from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
+from k9bench.validators import http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
@@ -179,7 +179,7 @@ class OpenAISettings:
                                     "also names the run (model_name, default output file), like --model_name_or_path "
                                     "(default: --model_name_or_path)", cli=False)
     base_url: str | None = setting(None, "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
-                                   "(default: the OpenAI API). The key comes from OPENAI_API_KEY only")
+                                   "(default: the OpenAI API). The key comes from OPENAI_API_KEY only", type=http_url)
     concurrency: int = setting(8, "requests in flight at most (questions of one video are sent next to each other)", type=positive_int)
     max_retries: int = setting(5, "retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)",
                                type=non_negative_int)
