@@ -25,7 +25,7 @@ from typing import Any
 from k9bench.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
 from k9bench.audio import API_AUDIO_FORMATS
 from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
-from k9bench.download import DownloadConfig
+from k9bench.download_settings import DownloadConfig
 from k9bench.settings import default_of, setting
 from k9bench.validators import http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
@@ -111,6 +111,8 @@ def parse_frame_size(text: str) -> str:
     match = re.fullmatch(r"\s*(\d+)\s*[xX×*]\s*(\d+)\s*", str(text))
     if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
         raise argparse.ArgumentTypeError(f"--frame_size {text!r}: expected WIDTHxHEIGHT in pixels, e.g. 512x512")
+    if max(int(match.group(1)), int(match.group(2))) > MAX_FRAME_SIDE:
+        raise argparse.ArgumentTypeError(f"--frame_size {text!r}: each side at most {MAX_FRAME_SIDE} pixels")
     return f"{int(match.group(1))}x{int(match.group(2))}"
 
 
@@ -134,8 +136,6 @@ def parse_json_object(text: str) -> dict:
 
 
 # --------------------------------------------------------------------------- the sections
-    if max(int(match.group(1)), int(match.group(2))) > MAX_FRAME_SIDE:
-        raise argparse.ArgumentTypeError(f"--frame_size {text!r}: each side at most {MAX_FRAME_SIDE} pixels")
 
 
 @dataclass(frozen=True)
@@ -167,7 +167,6 @@ class HFSettings:
                                      type=device_map_value, metavar="auto|balanced|JSON")
     max_memory: str | None = setting(None, "with --device_map: memory per device, '{\"0\": \"40GiB\", \"cpu\": \"200GB\"}' or "
                                      "0=40GiB,cpu=2GiB", type=max_memory_value, metavar="DEV=SIZE,...")
-
 
 
 @dataclass(frozen=True)
@@ -297,6 +296,9 @@ class DataSettings:
     max_samples: int = setting(-1, "at most this many questions after the range (default: -1 = all)")
     num_shards: int = setting(1, "split the videos into this many shards, e.g. for a SLURM array (default: 1)", type=positive_int)
     shard_id: int = setting(0, "which shard this process runs (0-based; default: 0)", type=non_negative_int)
+    data_parallel: int = setting(1, f"run N worker processes at once, one per GPU (CUDA_VISIBLE_DEVICES=i; on a CPU N processes), "
+                                 f"each on one shard, then merge them into the output file; at most {MAX_DATA_PARALLEL} (default: 1)",
+                                 type=int_in_range(1, MAX_DATA_PARALLEL), metavar="N")
 
 
 @dataclass(frozen=True)
@@ -331,9 +333,6 @@ class RunConfig:
     """The transformers backend's flags."""
     openai: OpenAISettings = dataclasses.field(default_factory=OpenAISettings)
     """The OpenAI-compatible backend's flags."""
-    data_parallel: int = setting(1, f"run N worker processes at once, one per GPU (CUDA_VISIBLE_DEVICES=i; on a CPU N processes), "
-                                 f"each on one shard, then merge them into the output file; at most {MAX_DATA_PARALLEL} (default: 1)",
-                                 type=int_in_range(1, MAX_DATA_PARALLEL), metavar="N")
     prompt: PromptSettings = dataclasses.field(default_factory=PromptSettings)
     """System prompt and its placement."""
     generation: GenerationSettings = dataclasses.field(default_factory=GenerationSettings)
