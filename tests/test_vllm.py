@@ -9,7 +9,7 @@ under ``CI=true`` that is a failure instead.
 What it shows: the demo set answered through each transport, every question, the records carrying
 the server block; through the ``video`` transport the model gets exactly as many video tokens as
 the transformers backend gives it on the same frames and checkpoint, and the timestamps in the
-prompt are the sampled frames' times (to 0.5 s).
+prompt are the sampled frames' times (to 0.5 s); killing the server mid-run keeps the finished questions.
 """
 
 from __future__ import annotations
@@ -198,3 +198,45 @@ def test_prompt_timestamps_are_the_sampled_frames_times(vllm_server, demo_video_
         hf_ids = inputs["input_ids"][0].tolist()
         assert ids.count(video_pad) == hf_ids.count(video_pad) > 0, video.name
         assert reply.usage.prompt_tokens == len(hf_ids), video.name
+
+
+def served_requests(url: str) -> float:
+    """Requests the server finished (``vllm:request_success_total`` on ``/metrics``)."""
+    import urllib.request
+
+    text = urllib.request.urlopen(url.replace("/v1", "/metrics"), timeout=10).read().decode()
+    return sum(float(v) for v in re.findall(r"^vllm:request_success_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M))
+
+
+def test_zz_killing_the_server_mid_run_keeps_the_finished_questions(vllm_server, demo_video_dir, tmp_path):
+    """Last in this module (it kills the session's server): the questions answered before the kill stay
+    answered, the others become failed records naming the lost connection, and the run says so."""
+    import signal
+    import threading
+
+    before = served_requests(vllm_server)
+    killed = threading.Event()
+
+    def kill_after_three() -> None:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and served_requests(vllm_server) < before + 3:
+            time.sleep(0.2)
+        os.killpg(vllm_server.pid, signal.SIGKILL)
+        killed.set()
+
+    watcher = threading.Thread(target=kill_after_three, daemon=True)
+    watcher.start()
+    out = tmp_path / "raw.json"
+    code = eval_video_llm.main([
+        "--backend", "openai", "--api_model", SERVED, "--base_url", vllm_server, "--dataset_name", "demo",
+        "--video_dir", str(demo_video_dir), "--output_file", str(out), "--max_new_tokens", "24", "--greedy",
+        "--concurrency", "1", "--max_retries", "0", "--timeout", "600", "-q", *FRAME_PIXELS])
+    watcher.join(timeout=60)
+    assert killed.is_set()
+    data = json.loads(out.read_text(encoding="utf-8"))
+    answered = [r for r in data["individual_results"] if "error" not in r and r.get("response")]
+    failed = [r for r in data["individual_results"] if "error" in r or r.get("generation_error")]
+    assert len(answered) >= 3 and len(answered) + len(failed) == 12 and failed
+    assert data["failed_count"] == len(failed)
+    assert all("connection" in json.dumps(r).lower() for r in failed), failed[0]
+    assert code != EXIT_OK or data["failed_count"] > 0  # never a silent success
