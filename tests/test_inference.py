@@ -228,6 +228,39 @@ def test_a_video_dir_holding_none_of_the_videos_is_refused_before_the_model_load
     assert sorted(p.name for p in tmp_path.iterdir()) == ["no_videos_here"]
 
 
+def test_auto_download_makes_the_demo_videos_locally_and_a_corrupt_one_again(tiny, demo_video_dir, tmp_path, monkeypatch):
+    """Issue 25: the demo set with an empty --video_dir and --auto_download: the three videos are made here (yt-dlp
+    is never asked) and every question is answered; a torn video is made again on the next run."""
+    import k9bench.download_one as download_one
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("yt-dlp was asked for a demo video")
+
+    monkeypatch.setattr(download_one, "fetch", refuse)
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    out = tmp_path / "raw.json"
+    args = base_args(tiny, videos, out, "--auto_download", "--batch_size", "4")
+    args[args.index("--max_frames") + 1] = "2"
+    assert eval_video_llm.main(args) == EXIT_OK
+    scenes = ("demoVid0001", "demoVid0002", "demoVid0003")
+    for scene in scenes:
+        assert (videos / f"{scene}.mp4").read_bytes() == (demo_video_dir / f"{scene}.mp4").read_bytes()
+    data = load(out)
+    assert len(data["individual_results"]) == 12 and data["failed_count"] == 0
+    assert data["run_stats"]["auto_download"]["counts"] == {"ok": 3, "skipped": 0, "failed": 0}
+
+    torn = videos / "demoVid0002.mp4"
+    torn.write_bytes(torn.read_bytes()[:2000])
+    again = tmp_path / "raw_again.json"
+    args = [again if a == str(out) else a for a in args] + ["--start_idx", "4", "--max_samples", "2"]
+    assert eval_video_llm.main([str(a) for a in args]) == EXIT_OK
+    assert torn.read_bytes() == (demo_video_dir / "demoVid0002.mp4").read_bytes()
+    data = load(again)
+    assert [r["scene_name"] for r in data["individual_results"]] == ["demoVid0002"] * 2 and data["failed_count"] == 0
+    assert data["run_stats"]["auto_download"]["counts"] == {"ok": 1, "skipped": 0, "failed": 0}
+
+
 @pytest.mark.parametrize("frames", ["1", "-1"])
 def test_a_frame_budget_qwen_vl_utils_cannot_sample_is_refused_up_front(tiny, demo_video_dir, tmp_path, frames):
     from k9bench.inference.runner import EXIT_USAGE

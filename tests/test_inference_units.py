@@ -221,7 +221,9 @@ def test_sharded_runs_cover_everything_once(use_backend, demo_video_dir, tmp_pat
     assert not out.exists()
 
 
-def test_auto_download_fetches_only_missing_videos(use_backend, demo_video_dir, tmp_path, monkeypatch):
+def test_auto_download_passes_every_video_of_the_pending_questions(use_backend, demo_video_dir, tmp_path, monkeypatch):
+    """The downloader gets every video of the questions still to run (it skips a verified file and replaces a
+    corrupt one), with the demo set's local generators, cookies and workers."""
     import k9bench.download as download
 
     video_dir = tmp_path / "videos"
@@ -239,6 +241,7 @@ def test_auto_download_fetches_only_missing_videos(use_backend, demo_video_dir, 
     def fake_download(videos, output_dir, config=None, **kw):
         asked.update(videos)
         asked["_config"] = config
+        asked["_generators"] = sorted(kw.get("generators") or {})
         os.symlink(demo_video_dir / "demoVid0002.mp4", Path(output_dir) / "demoVid0002.mp4")
         return Report()
 
@@ -250,7 +253,8 @@ def test_auto_download_fetches_only_missing_videos(use_backend, demo_video_dir, 
                                         "--download_workers", "2")) == EXIT_OK
     config = asked.pop("_config")
     assert config.cookies == str(cookies) and config.workers == 2  # download settings reach the downloader
-    assert sorted(asked) == ["demoVid0002", "demoVid0003"]
+    assert asked.pop("_generators") == ["demoVid0001", "demoVid0002", "demoVid0003"]  # the demo set is made locally
+    assert sorted(asked) == ["demoVid0001", "demoVid0002", "demoVid0003"]  # the present one too: it may be corrupt
     assert all(url.startswith("https://") for url in asked.values())
     recs = records(out)
     assert {r["error_class"] for r in recs.values() if r["scene_name"] == "demoVid0003"} == {"missing_video"}

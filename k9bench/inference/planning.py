@@ -251,26 +251,28 @@ def check_model_config(config: RunConfig) -> dict | None:
     return model_config
 
 
-def auto_download(groups: list[VideoGroup], video_dir: str, *, cookies: str | None = None,
-                  cookies_from_browser: str | None = None, workers: int | None = None) -> dict:
-    """Fetch the missing videos of ``groups`` with :func:`k9bench.download.download_videos`; return a summary."""
-    from k9bench.download import DownloadConfig, download_videos
-    from k9bench.progress import progress_enabled
-    from k9bench.settings import default_of
+def auto_download(groups: list[VideoGroup], config: RunConfig) -> dict:
+    """``--auto_download``: every video of ``groups`` through :func:`k9bench.download.fetch_for_questions`;
+    return a summary (recorded in ``run_stats.auto_download``).
 
-    missing = {g.scene_name: g.video_url for g in groups if not g.path.exists()}
-    if not missing:
-        log.info("--auto_download: every video is already in %s", video_dir)
-        return {"requested": 0}
-    log.info("--auto_download: fetching %d missing video(s) into %s", len(missing), video_dir)
-    config = DownloadConfig(progress=progress_enabled() is not True, cookies=cookies, cookies_from_browser=cookies_from_browser,
-                            workers=default_of(DownloadConfig, "workers") if workers is None else workers)
-    report = download_videos(missing, video_dir, config)
+    Every video is passed, not only the missing ones: the downloader skips a present, verified file and
+    replaces a corrupt one. The demo set's videos are made locally (with soundtracks under ``--audio``),
+    never looked for online."""
+    from k9bench.download import fetch_for_questions
+    from k9bench.download_settings import DownloadConfig
+    from k9bench.progress import progress_enabled
+
+    d = config.data
+    videos = {g.scene_name: g.video_url for g in groups}
+    log.info("--auto_download: checking %d video(s) in %s (missing or corrupt ones are fetched)", len(videos), d.video_dir)
+    download_config = DownloadConfig(progress=progress_enabled() is not True, cookies=d.download_cookies,
+                                     cookies_from_browser=d.download_cookies_from_browser, workers=d.download_workers)
+    report = fetch_for_questions(videos, d.video_dir, download_config, dataset_name=d.dataset_name, soundtrack=config.frames.audio)
     log.info("--auto_download: %s", report.summary_line())
     failed = {r.scene_name: f"{r.error_class}: {r.message}" for r in report.failed}
     for scene, why in failed.items():
         log.warning("--auto_download: %s failed (%s); its questions will be recorded as missing_video", scene, why)
-    return {"requested": len(missing), "counts": report.counts, "failed": failed}
+    return {"requested": len(videos), "counts": report.counts, "failed": failed}
 
 
 def question_too_long(question: "Question") -> str | None:

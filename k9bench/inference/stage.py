@@ -249,9 +249,7 @@ class _Run:
             from k9bench.download import DownloadInputError
 
             try:
-                self.download_summary = auto_download(pending, data.video_dir, cookies=data.download_cookies,
-                                                      cookies_from_browser=data.download_cookies_from_browser,
-                                                      workers=data.download_workers)
+                self.download_summary = auto_download(pending, config)
             except DownloadInputError as exc:
                 raise StageError(f"--auto_download: {exc}") from None
         try:
