@@ -94,6 +94,10 @@ CASES = [
     ("a video folder holding none of the videos", ["--video_dir", "DIR"], EXIT_USAGE, ["--video_dir", "holds none of the 3 video(s)"]),
     ("data_parallel with num_shards", ["--data_parallel", "2", "--num_shards", "2"], EXIT_USAGE, ["--data_parallel 2", "--num_shards 2"]),
     ("data_parallel 0", ["--data_parallel", "0"], EXIT_USAGE, ["--data_parallel", "0"]),
+    # --device/--device_map/--max_memory together: a usage error before the model loads (not exit 3 at load)
+    ("max_memory without device_map", ["--max_memory", "cpu=1GB"], EXIT_USAGE, ["--max_memory needs --device_map"]),
+    ("device with device_map", ["--device", "cpu", "--device_map", "auto"], EXIT_USAGE,
+     ["--device cpu and --device_map auto", "give one of them"]),
     ("no video there, with workers: refused before any worker starts", ["--data_parallel", "2", "--video_dir", "DIR"], EXIT_USAGE,
      ["--video_dir", "holds none of the 3 video(s)"]),
 ]

@@ -4,7 +4,8 @@ refuse a run before anything expensive happens (no model load, no download).
 - :func:`group_by_video` / :func:`shard_groups`: questions grouped by video in first-seen order;
   with ``--num_shards`` whole videos are dealt to shards round-robin.
 - :func:`output_path`: ``--output_file`` (or the launcher's name) plus the shard suffix.
-- :func:`preflight`: flag values that cannot work together (their own ranges are the argparse types').
+- :func:`preflight`: flag values that cannot work together (their own ranges are the argparse types'), the
+  placement flags among them (:func:`k9bench.accelerator.placement_flags_problem`).
 - :func:`check_selection`: the selection against the dataset (``--split`` of a source without splits,
   over-long questions are counted) and :func:`videos_present` for the ``--video_dir`` preflight.
 - :func:`check_model_config`: what the model's ``config.json`` says, read before any weight loads
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from k9bench.accelerator import placement_flags_problem
 from k9bench.layout import artifact_name, shard_path
 
 from k9bench.inference.settings import MAX_FRAME_PIXELS, RunConfig
@@ -161,6 +163,9 @@ def preflight(config: RunConfig) -> None:
     for ok, message in checks:
         if not ok:
             raise UsageError(message)
+    problem = placement_flags_problem(config.hf.device, config.hf.device_map, config.hf.max_memory)
+    if problem:
+        raise UsageError(problem)
 
 
 def check_split(config: RunConfig) -> None:
