@@ -41,7 +41,8 @@ Usage::
         --max_frames 4 --max_new_tokens 16 --max_samples -1
 
 Settings: every flag is a field of :mod:`k9bench.inference.settings` (type, default, help in one
-place); the raw file's ``inference`` block holds them as run.
+place); the raw file's ``inference`` block holds them as run. Without ``--output_file`` the raw file is
+``eval_results/raw_<model>_mf<frames>_n<samples>.json`` (the folder is made when missing).
 
 Exit codes: 0 done (failed questions are records with ``error``), 1 every question failed or a
 write failed, 2 bad input (before any model loads; a second run on the same output too), 3 model

@@ -370,6 +370,18 @@ def test_default_output_file_is_the_launchers():
     assert default_output_file("/models/my-model/", 0, -1) == "raw_my-model_mf0_n-1.json"
 
 
+def test_a_hand_run_without_output_file_writes_under_eval_results(use_backend, demo_video_dir, tmp_path, monkeypatch):
+    """Issue 25: the default raw file goes to eval_results/ (made when missing), not into the current folder."""
+    monkeypatch.chdir(tmp_path)
+    use_backend(FakeBackend())
+    argv = [a for a in args_for(demo_video_dir, tmp_path / "unused.json", "--max_samples", "2") if a != str(tmp_path / "unused.json")]
+    argv.remove("--output_file")
+    assert eval_video_llm.main(argv) == EXIT_OK
+    made = tmp_path / "eval_results" / "raw_Qwen3-VL-4B-Instruct_mf8_n2.json"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval_results"]
+    assert sorted(records(made)) == [0, 1]
+
+
 def test_chunks():
     assert list(chunks([1, 2, 3, 4, 5], 2)) == [[1, 2], [3, 4], [5]]
 

@@ -3,7 +3,7 @@ refuse a run before anything expensive happens (no model load, no download).
 
 - :func:`group_by_video` / :func:`shard_groups`: questions grouped by video in first-seen order;
   with ``--num_shards`` whole videos are dealt to shards round-robin.
-- :func:`output_path`: ``--output_file`` (or the launcher's name) plus the shard suffix.
+- :func:`output_path`: ``--output_file`` (or the launcher's name in ``eval_results/``) plus the shard suffix.
 - :func:`preflight`: flag values that cannot work together (their own ranges are the argparse types'), the
   placement flags among them (:func:`k9bench.accelerator.placement_flags_problem`).
 - :func:`check_selection`: the selection against the dataset (``--split`` of a source without splits,
@@ -32,6 +32,10 @@ log = logging.getLogger(__name__)
 
 EXIT_BACKEND = 3
 """The model/backend could not be loaded (inference's own exit code beside :mod:`k9bench.stage`'s)."""
+
+RESULTS_DIR = "eval_results"
+"""Where a run without ``--output_file`` writes its raw file (the launcher's ``OUT_DIR`` default; the launcher
+always passes ``--output_file``)."""
 
 MAX_QUESTION_CHARS = 20_000
 """A question longer than this is a failed record (``question_too_long``), never sent to a model: K9-Bench's
@@ -98,14 +102,17 @@ def shard_output_file(output: str | Path, num_shards: int, shard_id: int) -> Pat
 
 
 def merged_output_path(config: RunConfig) -> Path:
-    """The run's raw file without a shard suffix: ``--output_file`` or the launcher's name."""
+    """The run's raw file without a shard suffix: ``--output_file``, else the launcher's name in
+    :data:`RESULTS_DIR` (a hand run's files gather there, not in the current folder)."""
     d = config.data
-    return Path(config.output.output_file or default_output_file(config.model.model_name_or_path, config.frames.max_frames,
-                                                                  d.max_samples, audio=config.frames.audio))
+    if config.output.output_file:
+        return Path(config.output.output_file)
+    return Path(RESULTS_DIR) / default_output_file(config.model.model_name_or_path, config.frames.max_frames, d.max_samples,
+                                                   audio=config.frames.audio)
 
 
 def output_path(config: RunConfig) -> Path:
-    """The raw file this process writes: ``--output_file`` or the launcher's name, plus the shard suffix."""
+    """The raw file this process writes: :func:`merged_output_path` plus the shard suffix."""
     return shard_output_file(merged_output_path(config), config.data.num_shards, config.data.shard_id)
 
 
@@ -289,7 +296,7 @@ def question_too_long(question: "Question") -> str | None:
 
 
 __all__ = [
-    "AUDIO_MODEL_TYPES", "EXIT_BACKEND", "MAX_QUESTION_CHARS", "PLACEMENTS", "UsageError", "VideoGroup", "auto_download",
+    "AUDIO_MODEL_TYPES", "EXIT_BACKEND", "MAX_QUESTION_CHARS", "PLACEMENTS", "RESULTS_DIR", "UsageError", "VideoGroup", "auto_download",
     "build_messages", "check_model_config", "check_model_path", "check_split", "check_videos", "chunks", "default_output_file",
     "group_by_video", "merged_output_path", "output_path", "preflight", "question_too_long", "shard_groups", "shard_output_file",
     "videos_present",

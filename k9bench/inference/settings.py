@@ -305,7 +305,7 @@ class DataSettings:
 class OutputSettings:
     """Where the raw JSON goes and how a rerun treats it."""
 
-    output_file: str | None = setting(None, "raw JSON path (default: raw_<model>_mf<frames>_n<samples>.json; "
+    output_file: str | None = setting(None, "raw JSON path (default: eval_results/raw_<model>_mf<frames>_n<samples>.json; "
                                       ".shard<i>of<n> is added when sharded)")
     no_retry_failed: bool = setting(False, "on resume, keep failed records instead of retrying them", action="store_true")
 
