@@ -80,6 +80,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.stats``                       bootstrap intervals that resample videos; when an interval is shown
 ``k9bench.subset``                      question subsets: runs compared on the questions they all had (python -m k9bench.subset)
 ``k9bench.openai_api``                  OpenAI-compatible client: key, base-URL check, probe, retries, concurrency
+``k9bench.openai_endpoint``             an endpoint before any chat call: base-URL check, reachability probe, small GETs
 ``k9bench.judge``                       LLM-as-judge, the reference's way by default:
 ``k9bench.judge.settings``                settings, flags, the configuration
 ``k9bench.judge.parse``                   a reply into five scores
