@@ -129,6 +129,36 @@ def test_refused_before_the_model_loads(no_model_load, demo_video_dir, tmp_path,
     assert snapshot(work) == before  # nothing written, earlier outputs unchanged
 
 
+@pytest.mark.parametrize("content, words", [
+    (b"Watch the video.\n\xff\xfe caf\xe9\n", ["not UTF-8", "0xff", "offset 17"]),
+    (b"", ["the file is empty"]),
+    (None, ["is a folder"]),
+], ids=["not UTF-8", "empty", "a folder"])
+def test_a_system_prompt_file_that_cannot_be_the_prompt_is_one_line(no_model_load, demo_video_dir, tmp_path, capfd, content, words):
+    """Issue 23: a non-UTF-8 (or empty, or folder) --system_prompt_file is one line naming the flag and the file, exit 2."""
+    prompt = tmp_path / "prompt.txt"
+    if content is None:
+        prompt.mkdir()
+    else:
+        prompt.write_bytes(content)
+    out = tmp_path / "raw.json"
+    capfd.readouterr()
+    assert eval_video_llm.main(base(demo_video_dir, out, "--system_prompt_file", str(prompt))) == EXIT_USAGE
+    err = capfd.readouterr().err
+    lines = error_lines(err)
+    assert len(lines) == 1 and f"--system_prompt_file {prompt}" in lines[0] and all(w in lines[0] for w in words), err
+    assert "Traceback" not in err and not no_model_load and not out.exists()
+
+
+def test_a_system_prompt_file_is_read_verbatim(tmp_path):
+    """Line endings and trailing white space are kept as the bytes say (no newline translation)."""
+    from k9bench.prompts import load_prompt
+
+    prompt = tmp_path / "p.txt"
+    prompt.write_bytes("Regarde la vidéo.\r\nRéponds en JSON.  \r\n".encode("utf-8"))
+    assert load_prompt("system_prompt", prompt) == ("Regarde la vidéo.\r\nRéponds en JSON.  \r\n", str(prompt))
+
+
 def test_a_relative_model_path_whose_folder_exists_is_no_such_folder(no_model_load, demo_video_dir, tmp_path, capfd, monkeypatch):
     """Issue 25: ``demo_out/tiny-qwen3v`` with demo_out/ here is a mistyped local path, not a Hub id to download."""
     (tmp_path / "demo_out").mkdir()

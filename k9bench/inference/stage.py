@@ -169,8 +169,8 @@ class InferenceStage(Stage):
 
             try:
                 self._prompt = load_prompt("system_prompt", self.config.prompt.system_prompt_file)
-            except (OSError, ValueError) as exc:
-                raise StageError(f"--system_prompt_file {self.config.prompt.system_prompt_file}: {exc}") from None
+            except StageError as exc:  # k9bench.artifacts.ArtifactError: the message names the file
+                raise StageError(f"--system_prompt_file {exc}") from None
         return self._prompt
 
     def fingerprint(self) -> dict:

@@ -18,16 +18,18 @@ BUILTIN = ("system_prompt", "judge_prompt")
 
 
 def load_prompt(name: str, override: str | Path | None = None) -> tuple[str, str]:
-    """Return ``(text, source)`` for a built-in prompt, or the file ``override`` verbatim.
+    """Return ``(text, source)`` for a built-in prompt, or the file ``override`` verbatim (its UTF-8 bytes as
+    they are: line endings untouched).
 
-    ``source`` is ``builtin:<name>`` or the override's path, for the artifact's record.
+    ``source`` is ``builtin:<name>`` or the override's path, for the artifact's record. An override that
+    is missing, not a regular file, not UTF-8 or empty raises :class:`k9bench.artifacts.ArtifactError`
+    (one line naming the file; exit 2).
     """
     if override:
+        from k9bench.artifacts import read_text
+
         path = Path(override)
-        try:
-            return path.read_text(encoding="utf-8"), str(path)
-        except OSError as exc:
-            raise FileNotFoundError(f"prompt file {path}: {exc.strerror or exc}") from None
+        return read_text(path), str(path)
     if name not in BUILTIN:
         raise KeyError(f"unknown built-in prompt {name!r}")
     text = resources.files(__name__).joinpath(f"{name}.txt").read_text(encoding="utf-8")
