@@ -7,7 +7,10 @@
                                          is built as ``Cls(config)``
 - :mod:`k9bench.inference.hf`            the Hugging Face transformers backend (device, dtype, attention:
                                          :mod:`k9bench.accelerator`)
-- :mod:`k9bench.inference.openai_backend` the OpenAI-compatible HTTP backend
+- :mod:`k9bench.inference.openai_backend` the OpenAI-compatible HTTP backend; its parts:
+  :mod:`k9bench.inference.openai_request` (what a request is built from, the errors a call ends in),
+  :mod:`k9bench.inference.video_transport` (``--video_transport``: frames, one mp4, the video file) and
+  :mod:`k9bench.inference.server_info` (what the server says about itself, ``inference.backend.server``)
 - :mod:`k9bench.inference.stage`         the stage (``eval_video_llm.py``'s ``build_parser``, ``config_from_argv``,
                                          ``InferenceStage`` on :mod:`k9bench.stage`'s contract): checks before the
                                          model loads, resume, the final write with its stage block
@@ -20,5 +23,7 @@
                                          themselves are :class:`k9bench.resume.ResumableStage`'s
 - :mod:`k9bench.inference.batching`      batches spanning videos (``plan_batches``) and ``--batch_size auto``
 - :mod:`k9bench.inference.prefix_cache`  each video's shared prefix prefilled once (Qwen-VL, the HF backend)
+- :mod:`k9bench.inference.shared_decode` the device side of that engine: a batch's questions decode on ONE
+                                         copy of each video's prefix (a 4-D mask, one static cache)
 - :mod:`k9bench.inference.pipeline`      CPU preparation of the next batches on worker threads
 """
