@@ -7,7 +7,7 @@ Only the keys our writers and the reference write are read:
   ``overall.all.ci95`` and ``categories.<cat>.all.ci95`` intervals, fractions), ``subset`` (scored with
   ``--subset``: its ``description`` and ``sha256``) and ``input_meta`` (the raw file's top level:
   ``model_name``, ``model_name_or_path``, ``inference``);
-- the raw file's ``inference`` block (:func:`k9bench.inference.runner.inference_block`): ``text_only``,
+- the raw file's ``inference`` block (:func:`k9bench.inference.records.inference_block`): ``text_only``,
   ``frames.{max_frames,fps,max_pixels,audio}``, ``prompt.{placement,system_prompt_source,
   system_prompt_sha256,reference_prompts}``, ``dataset.source``, ``backend.server``;
 - each record: ``idx``, ``question_category``, ``scene_name``/``video``, ``model_name``, ``max_frames``,
