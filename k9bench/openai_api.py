@@ -20,7 +20,7 @@ into a reply, and never raises. The API key is read from the environment only; t
 in use is registered with :mod:`k9bench.redact`, so it is scrubbed from every text we
 keep (replies, error texts) and, once ``install_log_filter`` runs, from every log line.
 
-Endpoints: :func:`check_base_url` refuses a URL without ``http(s)://`` at once (:class:`BadBaseUrl`,
+Endpoints (:mod:`k9bench.openai_endpoint`, re-exported here): :func:`check_base_url` refuses a URL without ``http(s)://`` at once (:class:`BadBaseUrl`,
 exit 2); :func:`probe_endpoint` tells within seconds whether anything answers
 (:class:`EndpointUnreachable`); :func:`get_json` is the small GET both use (and the backend's
 ``/v1/models`` and ``/version`` reads).
@@ -46,15 +46,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from k9bench.stage import StageError
+from k9bench.openai_endpoint import (  # noqa: F401 (re-exported: the judge and the backend use them from here too)
+    PLACEHOLDER_KEY,
+    BadBaseUrl,
+    EndpointUnreachable,
+    check_base_url,
+    get_json,
+    probe_endpoint,
+    redact,
+    scrub,
+)
 
 log = logging.getLogger(__name__)
 
 API_KEY_ENV = "OPENAI_API_KEY"
 """The only place the key is read from."""
 
-PLACEHOLDER_KEY = "not-needed"
-"""Sent as the key to a ``--base_url`` server when no key is set (vLLM/SGLang accept any)."""
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -96,92 +103,6 @@ def resolve_api_key(base_url: str | None, env: Mapping[str, str] | None = None, 
         f"or pass {flag} for an OpenAI-compatible server that needs none. "
         "The key is read from the environment only, never from a flag or a file."
     )
-
-
-def redact(text: str, secret: str | None) -> str:
-    """``text`` with every occurrence of ``secret`` replaced by ``***`` (no-op for short/placeholder secrets)."""
-    if not isinstance(text, str) or not text or not secret or secret == PLACEHOLDER_KEY or len(secret) < 6:
-        return text
-    return text.replace(secret, "***")
-
-
-def scrub(text: str, secret: str | None = None) -> str:
-    """``text`` with ``secret``, URL userinfo, bearer tokens and every registered secret masked
-    (:func:`k9bench.redact.redact_text`)."""
-    from k9bench.redact import redact_text
-
-    return redact_text(redact(text, secret))
-
-
-# ---------------------------------------------------------------------------
-# The endpoint: its URL checked, reachability probed, small GETs
-
-
-class BadBaseUrl(StageError):
-    """A base URL that cannot be an HTTP endpoint (no ``http://``/``https://`` scheme, no host): exit 2, one line."""
-
-
-class EndpointUnreachable(RuntimeError):
-    """Nothing answered at the endpoint within the probe's timeout; the message says where and why."""
-
-
-def check_base_url(url: str | None, *, flag: str = "--base_url") -> str | None:
-    """``url`` without trailing slashes when it is ``http(s)://host[...]``; None stays None (the OpenAI API).
-
-    Raises :class:`BadBaseUrl` (one line naming ``flag``) for anything else, before any request,
-    e.g. ``localhost:8000/v1`` (no scheme), which the HTTP client would otherwise retry for minutes.
-    The rule is :func:`k9bench.validators.http_url` (the flags' own type)."""
-    import argparse
-
-    from k9bench.validators import http_url
-
-    if url is None:
-        return None
-    try:
-        return http_url(url)
-    except argparse.ArgumentTypeError as exc:
-        raise BadBaseUrl(f"{flag}: {exc}") from None
-
-
-def _auth_headers(api_key: str | None) -> dict[str, str]:
-    if api_key and api_key != PLACEHOLDER_KEY:
-        return {"Authorization": f"Bearer {api_key}"}
-    return {}
-
-
-def get_json(url: str, *, api_key: str | None = None, timeout: float = 5.0) -> tuple[int, Any]:
-    """``GET url`` -> ``(status, parsed JSON body or None)``; an HTTP error status is returned, not raised.
-
-    Raises :class:`EndpointUnreachable` when nothing answers (refused, timed out, DNS) within ``timeout``."""
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(url, headers={"Accept": "application/json", **_auth_headers(api_key)})
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) checked by the callers
-            status, raw = response.status, response.read()
-    except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read() if exc.fp is not None else b""
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise EndpointUnreachable(f"nothing answers at {url} within {timeout:g} s ({scrub(str(reason), api_key)})") from None
-    try:
-        body = json.loads(raw.decode("utf-8")) if raw else None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        body = None
-    return status, body
-
-
-def probe_endpoint(base_url: str, api_key: str | None = None, timeout: float = 5.0) -> int:
-    """One quick ``GET <base_url>/models``: the HTTP status when anything answers (200, or 401/404 from a
-    server that is up); :class:`EndpointUnreachable` within about ``timeout`` seconds when nothing does,
-    :class:`BadBaseUrl` for a URL without a scheme. Use it before a long run of retried calls."""
-    base = check_base_url(base_url)
-    try:
-        status, _ = get_json(f"{base}/models", api_key=api_key, timeout=timeout)
-    except EndpointUnreachable as exc:
-        raise EndpointUnreachable(f"{exc}; is the server up at {base}?") from None
-    return status
 
 
 # ---------------------------------------------------------------------------

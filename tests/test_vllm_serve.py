@@ -142,17 +142,30 @@ def test_a_port_already_answering_is_refused(fake_python, tmp_path):
                 raise AssertionError("the block must not run")
 
 
-def test_a_server_that_dies_during_the_block_is_logged_with_its_log(fake_python, tmp_path, monkeypatch, caplog):
+def test_a_server_that_dies_during_the_block_is_logged_with_its_log(fake_python, tmp_path, monkeypatch):
     import logging
     import signal
 
+    class Keep(logging.Handler):  # our own handler: whatever logging setup an earlier test left behind
+        def __init__(self):
+            super().__init__(logging.ERROR)
+            self.messages: list[str] = []
+
+        def emit(self, record):
+            self.messages.append(record.getMessage())
+
+    keep = Keep()
+    logger = logging.getLogger("k9bench.serve")
+    logger.addHandler(keep)
     monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
-    caplog.set_level(logging.INFO, logger="k9bench.serve")
-    with serve_vllm("m", python=fake_python, log_path=tmp_path / "s.log", timeout=30):
-        [pid] = pids_of(tmp_path / "pids")
-        os.kill(pid, signal.SIGKILL)
-        assert gone([pid])
-    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    try:
+        with serve_vllm("m", python=fake_python, log_path=tmp_path / "s.log", timeout=30):
+            [pid] = pids_of(tmp_path / "pids")
+            os.kill(pid, signal.SIGKILL)
+            assert gone([pid])
+    finally:
+        logger.removeHandler(keep)
+    errors = keep.messages
     assert len(errors) == 1 and "exited with code -9 while in use" in errors[0] and "fake vLLM ok serving m" in errors[0]
 
 
