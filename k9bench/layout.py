@@ -26,6 +26,10 @@ from pathlib import Path
 
 from k9bench.validators import positive_int
 
+RESULTS_DIR = "eval_results"
+"""The folder of a run's artifacts by default: the launcher's ``OUT_DIR`` and a hand run's ``eval_video_llm.py``
+without ``--output_file``."""
+
 STAGES = ("raw", "sim", "eval", "judge")
 """Artifact stages, in pipeline order (the file-name prefixes)."""
 
@@ -162,7 +166,7 @@ class RunLayout:
 def main(argv: list[str] | None = None) -> int:
     """Print a run's artifact paths, one ``role: path`` per line."""
     parser = argparse.ArgumentParser(prog="python -m k9bench.layout", description="Print the artifact paths of one launcher run.")
-    parser.add_argument("--out_dir", default="eval_results", help="the run's OUT_DIR (default: %(default)s)")
+    parser.add_argument("--out_dir", default=RESULTS_DIR, help="the run's OUT_DIR (default: %(default)s)")
     parser.add_argument("--model", required=True, help="MODEL_NAME (its short name names the files)")
     parser.add_argument("--max_frames", type=int, required=True, help="MAX_FRAMES")
     parser.add_argument("--max_samples", type=int, required=True, help="MAX_SAMPLES")

@@ -345,6 +345,16 @@ def test_issue_12_defaults_are_defined_once(setting_name, value):
     assert len(places) == 1, f"{setting_name} default {value!r} defined in {places or 'no place'} (want exactly one)"
 
 
+def test_the_results_folder_is_named_once():
+    """``eval_results`` (OUT_DIR's default, a hand run's folder) is one constant, k9bench.layout.RESULTS_DIR."""
+    files = list(MODULES.values()) + [REPO / s for s in SCRIPTS]
+    places = [f"{p.relative_to(REPO)}:{node.lineno}" for p in files
+              for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+              if isinstance(node, ast.Constant) and isinstance(node.value, str)
+              and (node.value == "eval_results" or node.value.startswith("eval_results/"))]
+    assert [p.split(":")[0] for p in places] == ["k9bench/layout.py"], places
+
+
 def test_run_eval_sh_restates_none_of_them():
     code = [(n, line) for n, line in enumerate((REPO / "run_eval.sh").read_text().splitlines(), 1)
             if line.strip() and not line.lstrip().startswith("#")]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from k9bench.accelerator import placement_flags_problem
-from k9bench.layout import artifact_name, shard_path
+from k9bench.layout import RESULTS_DIR, artifact_name, shard_path
 
 from k9bench.inference.settings import MAX_FRAME_PIXELS, RunConfig
 
@@ -32,10 +32,6 @@ log = logging.getLogger(__name__)
 
 EXIT_BACKEND = 3
 """The model/backend could not be loaded (inference's own exit code beside :mod:`k9bench.stage`'s)."""
-
-RESULTS_DIR = "eval_results"
-"""Where a run without ``--output_file`` writes its raw file (the launcher's ``OUT_DIR`` default; the launcher
-always passes ``--output_file``)."""
 
 MAX_QUESTION_CHARS = 20_000
 """A question longer than this is a failed record (``question_too_long``), never sent to a model: K9-Bench's

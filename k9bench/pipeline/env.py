@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from k9bench.layout import RESULTS_DIR
 from k9bench.validators import positive_int, unit_interval
 
 
@@ -122,7 +123,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("JUDGE_MODEL", "subjective_evals", "--judge_model", help="judge model (pin a dated snapshot)"),
     Variable("JUDGE_BASE_URL", "subjective_evals", "--base_url", _url,
              help="OpenAI-compatible judge endpoint (vLLM, proxy); enables the judge"),
-    Variable("OUT_DIR", default="eval_results", help="folder of the artifacts"),
+    Variable("OUT_DIR", default=RESULTS_DIR, help="folder of the artifacts"),
     Variable("AUDIO", check=_choice("0", "1"), default="0", help="1: the model hears the soundtracks too; artifacts are named <tag>_av"),
     Variable("THINKING_MODE", check=_choice("auto", "0", "1"), default="auto", help="auto: on for *-Thinking models; 1/0 force it"),
     Variable("DOWNLOAD_STRICT", check=_choice("0", "1"), default="0",

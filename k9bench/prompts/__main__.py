@@ -22,9 +22,11 @@ import argparse
 import logging
 from pathlib import Path
 
+from k9bench.layout import RESULTS_DIR
+
 log = logging.getLogger("k9bench.prompts")
 
-DEFAULT_OUTPUT_DIR = "eval_results/reference_prompts"
+DEFAULT_OUTPUT_DIR = f"{RESULTS_DIR}/reference_prompts"
 FILES = {"system_prompt": "system_prompt.txt", "judge_prompt": "judge_prompt.txt"}
 USED_BY = {"system_prompt": "eval_video_llm.py --system_prompt_file", "judge_prompt": "subjective_evals.py --prompt_file"}
 
