@@ -54,13 +54,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from k9bench.cli import setup_logging
     from k9bench.judge import JudgeStage, config_from_argv
-    from k9bench.redact import install_log_filter
     from k9bench.stage import StageError, run_stage
 
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)  # argparse's own errors: exit 2
     setup_logging(args.verbose, args.quiet)
-    install_log_filter()
     try:
         stage = JudgeStage(config_from_argv(argv))
     except StageError as exc:

@@ -77,7 +77,7 @@ def test_mp3_and_the_default_file_name_says_av(fake_openai, av_video_dir, tmp_pa
     i = argv.index("--output_file")
     del argv[i:i + 2]
     assert eval_video_llm.main(argv) == EXIT_OK
-    assert (tmp_path / "raw_gemini-test_mf2_n2_av.json").exists()
+    assert (tmp_path / "eval_results" / "raw_gemini-test_mf2_n2_av.json").exists()  # a hand run writes under eval_results/
     req = fake_openai.chat_requests()[0]
     part = req.audio_parts[0]["input_audio"]
     assert part["format"] == "mp3" and base64.b64decode(part["data"])[:3] in (b"ID3", b"\xff\xfb", b"\xff\xf3", b"\xff\xf2")

@@ -211,7 +211,7 @@ def test_engine_runs_from_settings_objects_alone(tmp_path, server):
 @pytest.mark.parametrize("extra, fragment", [
     (["--output", "."], "--output .: not a file name"),
     (["--output", "j.json", "--skipped", "j.json.meta.json"], "--skipped j.json.meta.json is also the meta sidecar of --output"),
-    (["--base_url", "localhost:8000/v1"], "--base_url 'localhost:8000/v1' is not an http:// or https:// URL"),
+    (["--base_url", "localhost:8000/v1"], "--base_url: expected an http:// or https:// URL with a host (e.g. http://localhost:8000/v1), got 'localhost:8000/v1'"),
     (["--prompt_file", "/nonexistent/p.txt"], "--prompt_file /nonexistent/p.txt"),
 ])
 def test_config_from_argv_refuses_what_the_launcher_preflight_must_see(extra, fragment, tmp_path):

@@ -121,7 +121,6 @@ def config_from_argv(argv: list[str]) -> RunConfig:
 def main(argv: list[str] | None = None) -> int:
     """``eval_video_llm.py``: parse, set up logging, :func:`k9bench.stage.run_stage` of :class:`InferenceStage`."""
     from k9bench.cli import setup_logging
-    from k9bench.redact import install_log_filter
     from k9bench.stage import run_stage
 
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -130,7 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # a bad flag value (argparse printed one line) or --help
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     setup_logging(args.verbose, args.quiet)
-    install_log_filter()
     try:
         config = checked_config_from_namespace(args)
     except StageError as exc:

@@ -114,10 +114,9 @@ class JudgeStage(Stage):
     # -- the work ---------------------------------------------------------------------------------
     def run(self) -> int:
         from k9bench.openai_api import ChatClient, MissingApiKey, resolve_api_key
-        from k9bench.redact import install_log_filter, register_secret, register_url_secrets
+        from k9bench.redact import register_secret, register_url_secrets
 
         cfg = self.config
-        install_log_filter()
         register_url_secrets(cfg.requests.base_url)
         try:  # the key first: nothing is read or sent before we know we can call the judge
             api_key = resolve_api_key(cfg.requests.base_url)

@@ -75,10 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     if str(repo) not in sys.path:
         sys.path.insert(0, str(repo))
     from k9bench.cli import setup_logging
-    from k9bench.redact import install_log_filter
 
-    setup_logging(0)
-    install_log_filter()
+    setup_logging(0)  # the redacting filter comes with it
     previous = os.environ.get("K9BENCH_INTERFACE")
     os.environ["K9BENCH_INTERFACE"] = "launcher"  # the stages' messages name these variables, not their flags
     try:
