@@ -243,3 +243,18 @@ def test_judge_with_skipped_entries_reports_then_fails_and_the_rerun_retries_the
     assert ran_stages(log) == ["judge", "report"], log
     assert "some entries to retry" in log and retried >= 1
     assert not json.loads((tmp_path / "out" / f"judge_{TAG}_skipped.json").read_text())
+
+
+def test_two_demo_runs_give_byte_identical_videos_and_identical_answers(tmp_path, monkeypatch, capsys):
+    """DEMO=1 as a new user runs it (the demo builds its own tiny model), twice, into two OUT_DIRs."""
+    answers, videos = [], []
+    for name in ("first", "second"):
+        tmp = tmp_path / name
+        demo_env(monkeypatch, tmp, None, INFER_ARGS="--device cpu --max_new_tokens 12")
+        assert main([]) == 0, capsys.readouterr().out[-3000:]
+        capsys.readouterr()
+        raw = json.loads((tmp / "out" / f"raw_{TAG}.json").read_text())
+        answers.append([(r["idx"], r["response"], r["answer"]) for r in raw["individual_results"]])
+        videos.append({p.name: p.read_bytes() for p in sorted((tmp / "videos").glob("*.mp4"))})
+    assert len(videos[0]) == 3 and videos[0] == videos[1]
+    assert len(answers[0]) == 12 and answers[0] == answers[1]
