@@ -10,7 +10,8 @@ Usage::
         raw_model_mf32_n-1.shard0of4.json raw_model_mf32_n-1.shard1of4.json ...
 
 Refused (non-zero exit, message naming the file): a missing or unfinished shard, a
-file that is not a raw/sim file, the same question in two shards with different
+file that is not a raw/sim file, a shard holding no records, a record scoring would refuse (named
+with its idx and field: options not A-E, a ground truth outside them...), the same question in two shards with different
 content, shards of different models (short name or model_name_or_path) or frame
 budgets, an incomplete or repeated
 shard set (read from the shards' own ``num_shards``/``shard_id``), shards run with
@@ -32,6 +33,7 @@ between shards is listed per shard under ``differing_by_shard`` (and left out of
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from dataclasses import dataclass
@@ -47,6 +49,8 @@ from k9bench.artifacts import (
     write_json_atomic,
 )
 from k9bench.layout import checkpoint_path, shard_path
+from k9bench.scoring.rule import check_record, where_of
+from k9bench.scoring_settings import ScoringError
 from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, StageError, deferred, run_stage
 from k9bench.validators import positive_int
 
@@ -83,10 +87,27 @@ def _load_shard(path: Path) -> RecordsArtifact:
         if partial.exists():
             raise MergeError(f"{path}: shard not finished (only its checkpoint {partial.name} exists); rerun that array task")
         raise MergeError(f"{path}: shard file missing; did every array task finish?")
-    art = load_records_artifact(path)
+    art = load_records_artifact(path, allow_empty=False)
     if art.stage == "eval":
         raise MergeError(f"{path}: is an eval file; merge the raw shard files written by eval_video_llm.py")
+    for record in art.records:
+        _check_shard_record(path, record)
     return art
+
+
+def _check_shard_record(path: Path, record: QuestionRecord) -> None:
+    """Scoring's record checks (:func:`k9bench.scoring.rule.check_record`) on a shard record that is not a
+    failed sample, so a record scoring would refuse (options not A-E, a ground truth outside them, ...) is
+    refused here, naming the file, the record and the field. A lower-case ground-truth letter is checked as
+    scoring reads it (upper-cased) and merged as given; failed records (ours, the reference's) are not checked."""
+    if record.failed:
+        return
+    gt = record.ground_truth
+    checked = dataclasses.replace(record, ground_truth=gt.upper()) if isinstance(gt, str) else record
+    try:
+        check_record(checked, record.to_dict(), where_of(path, record))
+    except ScoringError as exc:
+        raise MergeError(str(exc)) from None
 
 
 _PER_SHARD_KEYS = ("provenance", "total_count", "num_shards", "shard_id", "failed_count", "failures_by_class",

@@ -255,3 +255,46 @@ def test_output_that_is_a_shard_is_refused_and_missing_shards_are_named(tmp_path
     s0.write_text(json.dumps(data))
     with pytest.raises(MergeError, match=r"shard 1 of 2 missing \(expected .*raw_m_mf4_n-1\.shard1of2\.json\)"):
         merge_shards([s0], output=tmp_path / "raw_m_mf4_n-1.json")
+
+
+@pytest.mark.parametrize("fault, words", [
+    ("empty", ["no records"]),
+    ("four_options", ["record idx 4", "4 options", "A-E"]),
+    ("ground_truth_z", ["record idx 4", "ground truth 'Z'", "options"]),
+])
+def test_a_shard_scoring_would_refuse_is_refused_naming_file_record_and_field(tmp_path, capsys, fault, words):
+    """Issue 23: a shard with no records, a record with four options or the answer letter Z is refused
+    (one line, no traceback, nothing written, an earlier merged file unchanged), not merged silently."""
+    a = write_shard(tmp_path / "a.json", [0, 1, 2])
+    b = tmp_path / "b.json"
+    if fault == "empty":
+        write_json_atomic(b, {"individual_results": [], "total_count": 0})
+    else:
+        rec = raw_record(4)
+        if fault == "four_options":
+            rec["options"] = rec["options"][:4]
+        else:
+            rec["ground_truth"] = "Z"
+        write_json_atomic(b, {"individual_results": [raw_record(3), rec], "total_count": 2})
+    out = tmp_path / "m.json"
+    out.write_text('{"earlier": true}')
+    assert main(["--output_file", str(out), str(a), str(b)]) == 1
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(b) in lines[0] and "Traceback" not in err
+    assert all(w in lines[0] for w in words), lines[0]
+    assert out.read_text() == '{"earlier": true}'
+
+
+def test_failed_records_of_both_forms_and_a_lower_case_letter_still_merge(tmp_path):
+    """The record checks skip failed samples: ours and the reference's {"example_id", "error"} form merge;
+    a lower-case ground truth is checked as scoring reads it and merged as given."""
+    a = write_shard(tmp_path / "a.json", [0, 1])
+    lower = raw_record(3)
+    lower["ground_truth"] = "b"
+    records = [raw_record(2, error="cannot decode"), {"example_id": 5, "error": "boom"}, lower]
+    write_json_atomic(tmp_path / "b.json", {"individual_results": records, "total_count": 3})
+    out = tmp_path / "m.json"
+    assert main(["--output_file", str(out), str(a), str(tmp_path / "b.json")]) == 0
+    merged = {r["idx"]: r for r in json.loads(out.read_text())["individual_results"]}
+    assert sorted(merged) == [0, 1, 2, 3, 5] and merged[5]["error"] == "boom" and merged[3]["ground_truth"] == "b"
