@@ -18,6 +18,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -206,6 +207,38 @@ def served_requests(url: str) -> float:
 
     text = urllib.request.urlopen(url.replace("/v1", "/metrics"), timeout=10).read().decode()
     return sum(float(v) for v in re.findall(r"^vllm:request_success_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M))
+
+
+def _vllm_processes() -> set[int]:
+    done = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True)
+    return {int(line.split(None, 1)[0]) for line in done.stdout.splitlines() if "vllm.entrypoints" in line}
+
+
+def test_launcher_serve_vllm_runs_the_demo_chain_and_leaves_no_server(vllm_python, tiny64, tmp_path, repo_root):
+    """``SERVE=vllm DEMO=1 bash run_eval.sh``: the launcher starts a real vLLM server on the job's machine,
+    runs inference through it (--backend openai, the video transport), scores, reports, and stops it."""
+    before = _vllm_processes()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
+    env.update(SERVE_ENV)
+    env.update({
+        "SERVE": "vllm", "DEMO": "1", "MODEL_NAME": str(tiny64), "PYTHON": sys.executable, "OUT_DIR": str(tmp_path / "out"),
+        "VIDEO_DIR": str(tmp_path / "videos"), "K9BENCH_VLLM_PYTHON": vllm_python, "K9BENCH_NO_PROGRESS": "1",
+        "SERVE_ARGS": "--enforce-eager --max-model-len 4096 --max-num-seqs 4 --limit-mm-per-prompt '{\"image\": 32, \"video\": 1}'",
+        "INFER_ARGS": "--max_new_tokens 16 --greedy --timeout 600 " + " ".join(FRAME_PIXELS),
+    })
+    done = subprocess.run(["bash", str(repo_root / "run_eval.sh")], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=1500, check=False)
+    log = done.stdout + done.stderr
+    assert done.returncode == 0, log[-4000:]
+    assert "--backend openai" in log and "--video_transport video" in log
+    raw = json.loads(next((tmp_path / "out").glob("raw_*.json")).read_text(encoding="utf-8"))
+    assert raw["total_count"] == 12 and not [r for r in raw["individual_results"] if r.get("error")]
+    assert raw["inference"]["backend"]["server"]["engine"] == "vllm"
+    assert list((tmp_path / "out").glob("eval_*.json")) and list((tmp_path / "out").glob("report_*/report.md"))
+    deadline = time.monotonic() + 30
+    while _vllm_processes() - before and time.monotonic() < deadline:
+        time.sleep(1)
+    assert not _vllm_processes() - before, "the launcher left a vLLM server running"
 
 
 def test_zz_killing_the_server_mid_run_keeps_the_finished_questions(vllm_server, demo_video_dir, tmp_path):
