@@ -105,3 +105,21 @@ def test_building_in_process_writes_no_progress_bar(tmp_path, capfd):
     build_tiny_qwen3vl(tmp_path / "m")
     err = capfd.readouterr().err
     assert "Writing model shards" not in err and "it/s" not in err, err
+
+
+@pytest.mark.parametrize("where", ["under a file", "an existing file"])
+def test_an_output_folder_that_cannot_be_one_is_one_line_exit_2(tmp_path, where):
+    """Issue 23: the output folder under a file, or an existing file, is refused before anything is built:
+    exit 2, one line naming it, no traceback, the file unchanged."""
+    import subprocess
+    import sys
+
+    a_file = tmp_path / "some_file.json"
+    a_file.write_text("{}")
+    out = a_file / "x" if where == "under a file" else a_file
+    done = subprocess.run([sys.executable, "-m", "k9bench.tiny_model", str(out)], capture_output=True, text=True,
+                          timeout=120, check=False)
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(lines) == 1 and f"output_dir {out}" in lines[0] and "is a file, not a folder" in lines[0], done.stderr
+    assert "Traceback" not in done.stderr and a_file.read_text() == "{}" and sorted(tmp_path.iterdir()) == [a_file]

@@ -127,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.head_dim is not None and family not in HEAD_DIM_FAMILIES:
         parser.error(f"--head_dim is only for --family {', '.join(HEAD_DIM_FAMILIES)}, not {args.family}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from k9bench.stage import EXIT_USAGE, OutputError, check_output
+
+    try:  # a folder under a file, or an existing file: one line, exit 2, before anything is built
+        check_output(args.output_dir, flag="output_dir", folder=True)
+    except OutputError as exc:
+        log.error("%s", exc)
+        return EXIT_USAGE
     out = build_tiny(family, args.output_dir, seed=args.seed, head_dim=args.head_dim)
     print(out)
     return 0
