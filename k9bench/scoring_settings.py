@@ -20,13 +20,14 @@ share it without importing each other).
 from __future__ import annotations
 
 import math
-import re
+from argparse import ArgumentTypeError
 from dataclasses import dataclass, field
 from typing import Any
 
 from k9bench.settings import setting
 from k9bench.stage import EXIT_FAILED, StageError
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, MAX_RESAMPLES
+from k9bench.validators import device_name
 
 DEFAULT_EMBEDDING_MODEL = "Qwen/Qwen3-Embedding-8B"
 """The reference's embedding model."""
@@ -46,9 +47,6 @@ DTYPE_FLAG_CHOICES = ("auto", "bfloat16", "float16", "float32")
 """``--dtype`` values (``auto``: float32, see :class:`EmbeddingSettings`)."""
 ATTENTION_FLAG_CHOICES = ("auto", "flash_attention_2", "sdpa", "eager")
 """``--attn_implementation`` values."""
-
-
-_DEVICE_RE = re.compile(r"^(auto|cpu|mps|cuda(:\d+)?)$")
 
 
 class ScoringError(StageError):
@@ -94,7 +92,7 @@ class EmbeddingSettings:
                               "texts per forward pass (default: %(default)s; halved automatically on GPU out-of-memory). "
                               "In float32 the similarities do not depend on it",
                               type=int)
-    device: str = setting("auto", "auto (cuda when available), cpu, cuda, cuda:N (default: %(default)s)")
+    device: str = setting("auto", "auto (cuda when available), cpu, cuda, cuda:N or mps (default: %(default)s)", type=device_name)
     dtype: str = setting("auto", "weight dtype; auto = float32 on GPU and CPU: the batched similarities then equal the "
                                  "one-record-at-a-time ones and verdicts are reproduced. bfloat16 (the reference's "
                                  "inference dtype) is faster on a GPU but moves similarities by ~1e-3, which can flip "
@@ -116,8 +114,10 @@ class EmbeddingSettings:
             raise ValueError(f"--attn_implementation {self.attn_implementation!r}: choose one of {', '.join(ATTENTION_FLAG_CHOICES)}")
         if not str(self.embedding_model).strip():
             raise ValueError("--embedding_model is empty")
-        if not _DEVICE_RE.match(str(self.device)):
-            raise ValueError(f"--device {self.device!r}: expected auto, cpu, cuda, cuda:N or mps")
+        try:  # the flag's own rule, for settings built in code too
+            device_name(self.device)
+        except ArgumentTypeError as exc:
+            raise ValueError(f"--device {self.device!r}: {exc}") from None
 
 
 @dataclass(frozen=True)

@@ -40,6 +40,16 @@ def http_url(text: str) -> str:
     return value.rstrip("/")
 
 
+def device_name(text: str) -> str:
+    """``--device``: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (its syntax only; whether that device is
+    there is checked when the run starts, :func:`k9bench.accelerator.resolve_device`)."""
+    value = str(text).strip()
+    if value not in ("auto", "cpu", "mps", "cuda") and not (value.startswith("cuda:") and value[5:].isdigit()
+                                                             and value[5:].isascii()):
+        raise argparse.ArgumentTypeError(f"expected auto, cpu, cuda, cuda:N or mps, got {text!r}")
+    return value
+
+
 def _int(text: str) -> int:
     try:
         return int(str(text).strip())

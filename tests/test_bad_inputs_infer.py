@@ -88,6 +88,8 @@ CASES = [
     ("audio on a video-only model", ["--model_name_or_path", "MODEL", "--audio"], EXIT_USAGE, ["--audio", "qwen3_vl"]),
     ("frame size 60000x60000", ["--frame_size", "60000x60000"], EXIT_USAGE, ["--frame_size", "4096"]),
     ("max_samples 0", ["--max_samples", "0"], EXIT_USAGE, ["--max_samples", "0"]),
+    ("device bogus, refused at parse time naming the flag", ["--device", "bogus"], EXIT_USAGE,
+     ["argument --device", "bogus", "auto, cpu, cuda, cuda:N or mps"]),
     ("a split the demo set does not have", ["--split", "bogus"], EXIT_USAGE, ["--split bogus", "demo"]),
     ("a split of a single file", ["--dataset_name", "DATASET", "--split", "bogus"], EXIT_USAGE, ["--split bogus", "no splits"]),
     # issue 25: a wrong --video_dir costs no model load

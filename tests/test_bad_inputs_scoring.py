@@ -167,7 +167,8 @@ def test_report_dir_under_a_file_is_refused(tmp_path, capsys, monkeypatch, sim_f
     (["--bootstrap_resamples", "-5"], "--bootstrap_resamples must be 0 (off) or more"),
     (["--batch_size", "0"], "--batch_size must be at least 1"),
     (["--batch_size", "1000000000"], "--batch_size must be at most"),
-    (["--device", "gpu"], "--device 'gpu'"),
+    (["--device", "gpu"], "argument --device: expected auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
+    (["--device", "bogus"], "argument --device: expected auto, cpu, cuda, cuda:N or mps, got 'bogus'"),  # issue 23: at parse time
     (["--seed", "-1"], "--seed must be an integer from 0 to 4294967295 (got -1)"),
     (["--seed", str(2**32)], "--seed must be an integer from 0 to 4294967295 (got 4294967296)"),
 ])

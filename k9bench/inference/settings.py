@@ -27,7 +27,7 @@ from k9bench.audio import API_AUDIO_FORMATS
 from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.download_settings import DownloadConfig
 from k9bench.settings import default_of, setting
-from k9bench.validators import http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
+from k9bench.validators import device_name, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
@@ -160,7 +160,7 @@ class HFSettings:
     attn_implementation: str | None = setting(
         None, "attention kernel (default: flash_attention_2 on GPU when flash-attn is installed, otherwise sdpa with a warning)",
         choices=ATTN_IMPLEMENTATIONS)
-    device: str = setting("auto", "cuda, cuda:1, cpu, or auto (default: %(default)s)")
+    device: str = setting("auto", "cuda, cuda:1, cpu, mps, or auto (default: %(default)s)", type=device_name)
     device_map: str | None = setting(None, "place the model across devices: auto, balanced, balanced_low_0 or sequential "
                                      "(accelerate's strategies; auto is the reference's device_map=\"auto\"), or a JSON object of "
                                      "module -> device (0, \"cuda:1\", \"cpu\", \"disk\"); default: the whole model on --device",
