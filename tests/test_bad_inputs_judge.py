@@ -131,7 +131,9 @@ BAD = [
     ("temperature NaN", _args("--temperature", "nan"), ["--temperature", "finite"]),
     ("timeout inf", _args("--timeout", "inf"), ["--timeout", "finite"]),
     ("concurrency 0", _args("--concurrency", "0"), ["--concurrency", ">= 1"]),
-    ("negative limit", _args("--limit", "-10"), ["--limit", ">= 0"]),
+    ("negative limit", _args("--limit", "-10"), ["--limit", ">= 1"]),
+    # issue 23: --limit 0 judged nothing and wrote empty judge files, exit 0
+    ("limit 0", _args("--limit", "0"), ["argument --limit", "expected an integer >= 1, got '0'"]),
     ("prompt file missing", _args("--prompt_file", "{dir}/nope.txt"), ["nope.txt"]),
     ("prompt file not UTF-8", _latin1_prompt, ["--prompt_file", "prompt.txt", "not UTF-8"]),
     ("evaluations is a folder", _args("--evaluations", "{dir}"), ["--evaluations", "is a folder, not a file"]),

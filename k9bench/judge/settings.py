@@ -141,7 +141,7 @@ class JudgeRunSettings:
     )
     output: str | None = setting(None, "judge JSON list (default: judge_<name>.json beside --evaluations)")
     skipped: str | None = setting(None, "skipped entries JSON list (default: <output stem>_skipped.json)")
-    limit: int | None = setting(None, "judge only the first N answered questions (idx order)", type=non_negative_int)
+    limit: int | None = setting(None, "judge only the first N answered questions (idx order); N at least 1", type=positive_int)
     dataset_name: str | None = setting(
         None,
         "cross-check the records against this dataset (Hub id, local file, or 'demo'), report mismatches, and list "
