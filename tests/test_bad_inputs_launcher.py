@@ -40,7 +40,7 @@ CASES = [
     ({"THRESHOLD": "5"}, "THRESHOLD must be a number in [0, 1], got '5'"),
     ({"THRESHOLD": "-1"}, "THRESHOLD must be a number in [0, 1], got '-1'"),
     ({"THRESHOLD": "nan"}, "THRESHOLD must be a finite number, got 'nan'"),
-    ({"DEVICE": "gpu"}, "DEVICE must be auto, cpu, mps, cuda or cuda:N, got 'gpu'"),
+    ({"DEVICE": "gpu"}, "DEVICE must be auto, cpu, cuda, cuda:N or mps, got 'gpu'"),
     ({"MAX_FRAMES": "1"}, "MAX_FRAMES must be 0 (text only) or at least 2"),
     ({"MAX_FRAMES": "-4"}, "MAX_FRAMES must be "),  # the flag's own type or the launcher's rule, whichever speaks first
     ({"MAX_FRAMES": "many"}, "MAX_FRAMES must be an integer"),

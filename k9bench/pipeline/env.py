@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from k9bench.layout import RESULTS_DIR
-from k9bench.validators import positive_int, unit_interval
+from k9bench.validators import device_name, http_url, positive_int, unit_interval
 
 
 class LaunchError(ValueError):
@@ -28,9 +28,8 @@ class LaunchError(ValueError):
 
 
 def _device(text: str) -> str:
-    """``auto``, ``cpu``, ``mps``, ``cuda`` or ``cuda:N``, and CUDA only where a CUDA device exists."""
-    if not re.fullmatch(r"auto|cpu|mps|cuda(:\d+)?", text):
-        raise argparse.ArgumentTypeError(f"expected auto, cpu, mps, cuda or cuda:N, got {text!r}")
+    """``--device``'s syntax (:func:`k9bench.validators.device_name`), and CUDA only where a CUDA device exists."""
+    text = device_name(text)
     if text.startswith("cuda"):
         import torch  # only for an explicit CUDA request
 
@@ -66,12 +65,6 @@ def _batch_size(text: str) -> int | str:
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
     return value
-
-
-def _url(text: str) -> str:
-    if not re.match(r"https?://[^/\s]+", text):
-        raise argparse.ArgumentTypeError(f"expected an http:// or https:// URL, got {text!r}")
-    return text
 
 
 def _choice(*allowed: str) -> Callable[[str], str]:
@@ -121,7 +114,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("DEVICE", "evaluate_results", "--device", _device, help="device of the embedding model"),
     Variable("THRESHOLD", "evaluate_results", "--threshold", unit_interval, help="similarity threshold of the fine rule, in [0, 1]"),
     Variable("JUDGE_MODEL", "subjective_evals", "--judge_model", help="judge model (pin a dated snapshot)"),
-    Variable("JUDGE_BASE_URL", "subjective_evals", "--base_url", _url,
+    Variable("JUDGE_BASE_URL", "subjective_evals", "--base_url", http_url,
              help="OpenAI-compatible judge endpoint (vLLM, proxy); enables the judge"),
     Variable("OUT_DIR", default=RESULTS_DIR, help="folder of the artifacts"),
     Variable("AUDIO", check=_choice("0", "1"), default="0", help="1: the model hears the soundtracks too; artifacts are named <tag>_av"),
@@ -132,7 +125,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("PUBLISHED", check=_choice("none", "matching", "all"), default="matching", help="paper numbers in the report"),
     Variable("K9_FINALIZE", check=_choice("0", "1"), default="0", help="1: merge the NUM_SHARDS shards and score (the merge job)"),
     Variable("SERVE", check=_serve, default="", help="vllm: start `vllm serve MODEL_NAME` for the inference stage"),
-    Variable("SERVE_URL", check=_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
+    Variable("SERVE_URL", check=http_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
     Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm: GPUs per model copy (default: GPUS, else 1)"),
     Variable("GPUS", check=positive_int, default="", help="GPUs the job needs (checked against the job's allocation)"),
     Variable("GPUS_PER_NODE", check=positive_int, default="", help="inference worker processes, one per GPU (--data_parallel N)"),
