@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
