@@ -53,3 +53,11 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory) -> Path:
+    """A tiny random-weight Qwen3-VL (``k9bench.tiny_model``), built once per session for the launcher tests."""
+    from k9bench.tiny_model import build_tiny_qwen3vl
+
+    return build_tiny_qwen3vl(tmp_path_factory.mktemp("launcher_model") / "tiny-qwen3vl")

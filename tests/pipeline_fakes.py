@@ -26,6 +26,23 @@ LAUNCHER_VARS = ("OPENAI_API_KEY", "JUDGE_BASE_URL", "JUDGE_MODEL", "MODEL_NAME"
                  "TENSOR_PARALLEL", "GPUS", "GPUS_PER_NODE", "HF_TOKEN", "CUDA_VISIBLE_DEVICES")
 
 
+def comparable_eval(path: Path) -> dict:
+    """An eval file without what legitimately differs between runs (times, paths, provenance)."""
+    data = json.loads(Path(path).read_text())
+    keep = ("eval_mode", "threshold", "accuracy", "correct_count", "total_count", "category_wise_accuracy", "statistics")
+    out = {k: data.get(k) for k in keep}
+    out["records"] = [{k: v for k, v in r.items() if k != "timestamp"} for r in data["individual_results"]]
+    return out
+
+
+def checkpoint_lines(path: Path) -> int:
+    """The records a checkpoint holds so far (0 before it exists)."""
+    try:
+        return sum(1 for line in path.read_text().splitlines() if line.strip())
+    except FileNotFoundError:
+        return 0
+
+
 def option(argv: list[str], flag: str) -> str | None:
     return argv[argv.index(flag) + 1] if flag in argv else None
 

@@ -8,7 +8,6 @@ demo chain, takes its lock against a second launcher, and stops on Ctrl-C with i
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import shutil
@@ -19,6 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.pipeline_fakes import checkpoint_lines
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "run_eval.sh"
@@ -45,29 +46,6 @@ def demo_env(tmp: Path, model_dir: Path, out: str = "out", **overrides: str) -> 
 def run_launcher(env: dict, cwd: Path, timeout: float = 600, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(SCRIPT), *args], cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           text=True, timeout=timeout)
-
-
-def comparable_eval(path: Path) -> dict:
-    """An eval file without what legitimately differs between runs (times, paths, provenance)."""
-    data = json.loads(Path(path).read_text())
-    keep = ("eval_mode", "threshold", "accuracy", "correct_count", "total_count", "category_wise_accuracy", "statistics")
-    out = {k: data.get(k) for k in keep}
-    out["records"] = [{k: v for k, v in r.items() if k != "timestamp"} for r in data["individual_results"]]
-    return out
-
-
-def checkpoint_lines(path: Path) -> int:
-    try:
-        return sum(1 for line in path.read_text().splitlines() if line.strip())
-    except FileNotFoundError:
-        return 0
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from k9bench.tiny_model import build_tiny_qwen3vl
-
-    return build_tiny_qwen3vl(tmp_path_factory.mktemp("launcher_model") / "tiny-qwen3vl")
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ import pytest
 
 from k9bench import CATEGORIES
 from k9bench.pipeline import main
-from tests.pipeline_fakes import LAUNCHER_VARS, REPO
+from tests.pipeline_fakes import LAUNCHER_VARS, REPO, checkpoint_lines, comparable_eval
 
 TAG = "tiny-qwen3vl_mf4_n-1"
 INFER_ARGS = "--device cpu --max_new_tokens 96 --greedy"
@@ -26,29 +26,6 @@ JUDGE_REPLY = "CoT: the answer is short and clear.\n{'Logic': 7, 'Factuality': 6
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 pytestmark = pytest.mark.slow
-
-
-def comparable_eval(path: Path) -> dict:
-    """An eval file without what legitimately differs between runs (times, paths, provenance)."""
-    data = json.loads(Path(path).read_text())
-    keep = ("eval_mode", "threshold", "accuracy", "correct_count", "total_count", "category_wise_accuracy", "statistics")
-    out = {k: data.get(k) for k in keep}
-    out["records"] = [{k: v for k, v in r.items() if k != "timestamp"} for r in data["individual_results"]]
-    return out
-
-
-def checkpoint_lines(path: Path) -> int:
-    try:
-        return sum(1 for line in path.read_text().splitlines() if line.strip())
-    except FileNotFoundError:
-        return 0
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory) -> Path:
-    from k9bench.tiny_model import build_tiny_qwen3vl
-
-    return build_tiny_qwen3vl(tmp_path_factory.mktemp("pipeline_model") / "tiny-qwen3vl")
 
 
 def demo_env(monkeypatch, tmp: Path, model: Path | None, **values: str) -> None:

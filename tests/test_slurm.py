@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_launcher import REPO, SCRIPT, TAG, checkpoint_lines, clean_env, comparable_eval
+from tests.pipeline_fakes import checkpoint_lines, comparable_eval
+from tests.test_launcher import REPO, SCRIPT, TAG, clean_env
 
 SLURM_BINARIES = ("slurmctld", "slurmd", "munged", "sbatch", "scontrol", "squeue", "sinfo", "scancel")
 SEARCH_PATH = os.environ.get("PATH", "") + ":/usr/sbin:/sbin"
