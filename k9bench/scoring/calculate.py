@@ -87,6 +87,21 @@ def split_provenance(meta: dict) -> tuple[dict, list]:
     return rest, chain
 
 
+def carried_meta(rest: dict) -> dict:
+    """The input file's top-level keys that neither the sim nor the eval layout defines (kept, not lost)."""
+    return {k: v for k, v in rest.items() if k not in EVAL_TOP_KEYS and k not in SIM_TOP_KEYS and k != "total_count"}
+
+
+def finish_meta(meta: dict, *, extra_meta: dict | None, chain: list, provenance: dict | None) -> dict:
+    """``meta`` with the caller's extra keys, the input's provenance chain and this stage's provenance."""
+    meta.update(extra_meta or {})
+    if chain:
+        meta["input_provenance"] = chain
+    if provenance is not None:
+        meta["provenance"] = provenance
+    return meta
+
+
 def failed_similarities(record: QuestionRecord) -> dict[str, float]:
     """0.0 for each of a failed record's option letters (A-E when it lists none, as the reference's do)."""
     letters = list(LETTERS[: len(record.options)]) if isinstance(record.options, list) and record.options else list(LETTERS)
@@ -149,13 +164,6 @@ def calculate(
         "similarity_model": run.model,
         "similarity_calculated_at": now_iso(),
     }
-    for key, value in rest.items():
-        if key not in EVAL_TOP_KEYS and key not in SIM_TOP_KEYS and key != "total_count":
-            meta[key] = value
+    meta.update(carried_meta(rest))
     meta["similarity_run"] = run.to_dict()
-    meta.update(extra_meta or {})
-    if chain:
-        meta["input_provenance"] = chain
-    if provenance is not None:
-        meta["provenance"] = provenance
-    return RecordsArtifact(records=records, meta=meta)
+    return RecordsArtifact(records=records, meta=finish_meta(meta, extra_meta=extra_meta, chain=chain, provenance=provenance))

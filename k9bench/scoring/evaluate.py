@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, is_finite_number, now_iso
-from k9bench.scoring.calculate import EVAL_TOP_KEYS, RECORD_EVAL_EXTRAS, SIM_TOP_KEYS, split_provenance
+from k9bench.scoring.calculate import RECORD_EVAL_EXTRAS, carried_meta, finish_meta, split_provenance
 from k9bench.scoring.rule import EVAL_MODE, SKIP_FAILED, answer_flag, check_record, check_sims, fine_verdict, is_correct_fine, where_of
 from k9bench.scoring_settings import DEFAULT_THRESHOLD, SENSITIVITY_THRESHOLDS, EvalSettings, ScoringError
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, MIN_INTERVAL_VIDEOS, interval_shown
@@ -206,15 +206,10 @@ def evaluate(
         meta["similarity_run"] = rest["similarity_run"]
     if path is not None:
         meta["input_file"] = str(path)
-    leftover = {k: v for k, v in rest.items() if k not in EVAL_TOP_KEYS and k not in SIM_TOP_KEYS and k != "total_count"}
+    leftover = carried_meta(rest)
     if leftover:
         meta["input_meta"] = leftover
-    meta.update(extra_meta or {})
-    if chain:
-        meta["input_provenance"] = chain
-    if provenance is not None:
-        meta["provenance"] = provenance
-    return RecordsArtifact(records=records, meta=meta)
+    return RecordsArtifact(records=records, meta=finish_meta(meta, extra_meta=extra_meta, chain=chain, provenance=provenance))
 
 
 def _at_threshold(outcomes: Sequence[RecordOutcome], threshold: float | None) -> dict:
