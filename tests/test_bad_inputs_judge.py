@@ -15,19 +15,7 @@ import pytest
 import subjective_evals
 from tests.fake_openai_server import FakeOpenAIServer, Fault, RecordedRequest, Reply
 from tests.test_judge_run import FAST, good, idx_of, make_records, write_eval
-
-KEY = "sk-test-bad-inputs-0123456789abcdef"
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
-
-
-@pytest.fixture
-def server():
-    with FakeOpenAIServer(good) as s:
-        yield s
+from tests.test_judge_stage import KEY, api_key, server  # noqa: F401 (fixtures: OPENAI_API_KEY=KEY, a fake judge)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:

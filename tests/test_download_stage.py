@@ -13,7 +13,8 @@ import pytest
 import download_videos
 from k9bench.download import DownloadConfig, DownloadStage, config_from_argv, download_videos as fetch_videos
 from k9bench.ffmpeg import make_video
-from tests.video_server import TEST_EXTRACTOR, Fmt, VideoServer, install_test_extractor
+from tests.test_download import server  # noqa: F401 (fixture: the local video server)
+from tests.video_server import TEST_EXTRACTOR, Fmt, install_test_extractor
 
 DEMO_SCENES = ("demoVid0001", "demoVid0002", "demoVid0003")
 
@@ -30,15 +31,6 @@ def overrides() -> dict:
 @pytest.fixture(scope="module")
 def source(tmp_path_factory) -> Path:
     return make_video(tmp_path_factory.mktemp("src") / "s.mp4", duration=1.0, fps=10, width=96, height=64)
-
-
-@pytest.fixture
-def server(monkeypatch):
-    with VideoServer(stall_s=20.0) as srv:
-        monkeypatch.setenv("K9TEST_SERVER", srv.base_url)
-        for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "all_proxy"):
-            monkeypatch.delenv(var, raising=False)
-        yield srv
 
 
 @pytest.fixture

@@ -11,20 +11,11 @@ import threading
 import pytest
 
 import eval_video_llm
-from k9bench.inference import stage as inference_stage
 from k9bench.inference.runner import EXIT_OK
+from tests.test_inference_units import use_backend  # noqa: F401 (fixture)
 from tests.test_inference_units import FakeBackend, args_for
 
 PROGRESS = re.compile(r"inference: (\d+)/12 \((\d+)%\), [0-9.]+ questions/s, (ETA [0-9]+ (s|min)|took [0-9]+ (s|min)), (\d+) failed$")
-
-
-@pytest.fixture
-def use_backend(monkeypatch):
-    def _install(backend):
-        monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
-        return backend
-
-    return _install
 
 
 def progress_lines(err: str) -> list[re.Match]:

@@ -12,7 +12,6 @@ import pytest
 
 import eval_video_llm
 from k9bench.artifacts import checkpoint_path
-from k9bench.inference import stage as inference_stage
 from k9bench.inference.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from k9bench.inference.settings import (
     SECTIONS,
@@ -24,18 +23,10 @@ from k9bench.inference.settings import (
     settings_docs,
 )
 from k9bench.settings import default_of
+from tests.test_inference_units import use_backend  # noqa: F401 (fixture)
 from tests.test_inference_units import FakeBackend, args_for, records
 
 REPO = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-def use_backend(monkeypatch):
-    def _install(backend):
-        monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
-        return backend
-
-    return _install
 
 
 def config_of(*argv: str) -> RunConfig:

@@ -19,17 +19,13 @@ import subjective_evals
 from k9bench.artifacts import checkpoint_path
 from tests.fake_openai_server import FakeOpenAIServer, Fault
 from tests.test_judge_run import FAST, good, idx_of, make_records, write_eval
-
-KEY = "sk-test-stage-0123456789abcdef"
-
-
-@pytest.fixture(autouse=True)
-def api_key(monkeypatch):
-    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+from tests.test_judge_run import SECRET as KEY
+from tests.test_judge_run import api_key  # noqa: F401 (an autouse fixture: OPENAI_API_KEY=KEY)
 
 
 @pytest.fixture
 def server():
+    """A fake judge that scores every entry (no served-model suffix)."""
     with FakeOpenAIServer(good) as s:
         yield s
 
