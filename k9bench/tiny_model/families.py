@@ -173,6 +173,26 @@ def _save_omni_processor(processor_cls, tokenizer, path: Path, patch_size: int) 
                               feature_extractor=feature_extractor, tokenizer=tokenizer, chat_template=OMNI_CHAT_TEMPLATE)
     processor.save_pretrained(str(path))
 
+
+def _omni_tokenizer(path: Path):
+    """The Omni thinkers' tokenizer written to ``path`` (made if missing), and its special tokens' ids."""
+    path.mkdir(parents=True, exist_ok=True)
+    tokenizer = build_tokenizer(path, SPECIAL_TOKENS + OMNI_TOKENS, OMNI_CHAT_TEMPLATE, OMNI_NAMED_TOKENS)
+    return tokenizer, {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + OMNI_TOKENS}
+
+
+def _finish_omni(model_cls, processor_cls, config, ids: dict[str, int], tokenizer, path: Path, seed: int, patch_size: int,
+                 label: str) -> Path:
+    """Random weights for an Omni thinker ``config``, written with its processor beside them."""
+    config.pad_token_id = ids["<|endoftext|>"]
+    config.eos_token_id = ids["<|im_end|>"]
+    model = _random_weights(model_cls, config, seed, lambda m: m.lm_head, [config.eos_token_id, config.pad_token_id])
+    _save_model(model, path, config.eos_token_id, config.pad_token_id)
+    _save_omni_processor(processor_cls, tokenizer, path, patch_size=patch_size)
+    log.info("tiny %s thinker written to %s (%d parameters)", label, path, sum(p.numel() for p in model.parameters()))
+    return path
+
+
 def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
     """Write a tiny random-weight Qwen2.5-Omni *thinker* checkpoint (text output only) to ``path``.
 
@@ -187,9 +207,7 @@ def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
     )
 
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(path, SPECIAL_TOKENS + OMNI_TOKENS, OMNI_CHAT_TEMPLATE, OMNI_NAMED_TOKENS)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + OMNI_TOKENS}
+    tokenizer, ids = _omni_tokenizer(path)
     text_hidden = 64
     config = Qwen2_5OmniThinkerConfig(
         text_config=_tiny_text_config(
@@ -209,14 +227,7 @@ def build_tiny_qwen2_5omni(path: str | Path, seed: int = 0) -> Path:
         user_token_id=tokenizer.convert_tokens_to_ids("user") if "user" in tokenizer.get_vocab() else 0,
         initializer_range=0.5,
     )
-    config.pad_token_id = ids["<|endoftext|>"]
-    config.eos_token_id = ids["<|im_end|>"]
-    model = _random_weights(Qwen2_5OmniThinkerForConditionalGeneration, config, seed, lambda m: m.lm_head,
-                            [config.eos_token_id, config.pad_token_id])
-    _save_model(model, path, config.eos_token_id, config.pad_token_id)
-    _save_omni_processor(Qwen2_5OmniProcessor, tokenizer, path, patch_size=14)
-    log.info("tiny Qwen2.5-Omni thinker written to %s (%d parameters)", path, sum(p.numel() for p in model.parameters()))
-    return path
+    return _finish_omni(Qwen2_5OmniThinkerForConditionalGeneration, Qwen2_5OmniProcessor, config, ids, tokenizer, path, seed, 14, "Qwen2.5-Omni")
 
 
 def build_tiny_qwen3omni(path: str | Path, seed: int = 0) -> Path:
@@ -234,9 +245,7 @@ def build_tiny_qwen3omni(path: str | Path, seed: int = 0) -> Path:
     )
 
     path = Path(path)
-    path.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(path, SPECIAL_TOKENS + OMNI_TOKENS, OMNI_CHAT_TEMPLATE, OMNI_NAMED_TOKENS)
-    ids = {t: tokenizer.convert_tokens_to_ids(t) for t in SPECIAL_TOKENS + OMNI_TOKENS}
+    tokenizer, ids = _omni_tokenizer(path)
     text_hidden = 64
     config = Qwen3OmniMoeThinkerConfig(
         text_config=_tiny_text_config(
@@ -257,11 +266,4 @@ def build_tiny_qwen3omni(path: str | Path, seed: int = 0) -> Path:
         **_omni_token_ids(ids, "_id"),
         initializer_range=0.5,
     )
-    config.pad_token_id = ids["<|endoftext|>"]
-    config.eos_token_id = ids["<|im_end|>"]
-    model = _random_weights(Qwen3OmniMoeThinkerForConditionalGeneration, config, seed, lambda m: m.lm_head,
-                            [config.eos_token_id, config.pad_token_id])
-    _save_model(model, path, config.eos_token_id, config.pad_token_id)
-    _save_omni_processor(Qwen3OmniMoeProcessor, tokenizer, path, patch_size=16)
-    log.info("tiny Qwen3-Omni thinker written to %s (%d parameters)", path, sum(p.numel() for p in model.parameters()))
-    return path
+    return _finish_omni(Qwen3OmniMoeThinkerForConditionalGeneration, Qwen3OmniMoeProcessor, config, ids, tokenizer, path, seed, 16, "Qwen3-Omni")
