@@ -156,6 +156,12 @@ def test_a_server_that_dies_during_the_block_is_logged_with_its_log(fake_python,
 
     keep = Keep()
     logger = logging.getLogger("k9bench.serve")
+    # Whatever an earlier test or library left (a disabled logger, a raised level, logging.disable), this
+    # test reads the logger's own error line: switch it on for the block and put everything back after.
+    before = (logger.disabled, logger.level, logging.root.manager.disable)
+    logger.disabled = False
+    logger.setLevel(logging.ERROR)
+    logging.disable(logging.NOTSET)
     logger.addHandler(keep)
     monkeypatch.setenv("FAKE_VLLM_PIDS", str(tmp_path / "pids"))
     try:
@@ -165,6 +171,9 @@ def test_a_server_that_dies_during_the_block_is_logged_with_its_log(fake_python,
             assert gone([pid])
     finally:
         logger.removeHandler(keep)
+        logger.disabled = before[0]
+        logger.setLevel(before[1])
+        logging.disable(before[2])
     errors = keep.messages
     assert len(errors) == 1 and "exited with code -9 while in use" in errors[0] and "fake vLLM ok serving m" in errors[0]
 
