@@ -153,4 +153,106 @@ def test_an_output_under_a_file_is_refused(standin_hashes, tmp_path, capfd):
 def test_the_module_runs_with_python_m(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "k9bench.prompts", "from-reference", "--help"], capture_output=True, text=True,
                           cwd=REPO)
-    assert proc.returncode == 0 and "PATH_TO_THE_REFERENCE_SCRIPT" in proc.stdout
+    assert proc.returncode == 0 and "PATH_TO_THE_REFERENCE" in proc.stdout and "subjective_evals.py" in proc.stdout
+
+
+# ---------------------------------------------------------------- the reference's layout: two scripts (issue 31 item 2)
+
+# a stand-in of each script, named like the reference's, each holding only its own prompt (our strings)
+STANDIN_INFERENCE_SCRIPT = '''
+import argparse
+SYSTEM_PROMPT = """You are a patient test assistant.
+Look at every frame, think in steps, and reply as JSON."""
+
+def messages(question, use_system):
+    return [{"role": "system", "content": SYSTEM_PROMPT if use_system else ""}, {"role": "user", "content": question}]
+'''
+
+STANDIN_JUDGE_SCRIPT = '''
+def judge_request(item, reply):
+    return f"""Grade a test answer.
+Question: {item['question']}
+Expected: {item['gold']}
+Given: {reply}
+Write CoT: first, then {{'Logic': X, 'Overall': X}}.
+"""
+'''
+
+
+@pytest.fixture
+def reference_copy(tmp_path):
+    """A copy of the reference as a user holds it: the two scripts in one folder (and unrelated files)."""
+    folder = tmp_path / "reference_repo"
+    folder.mkdir()
+    (folder / "eval_video_llm.py").write_text(STANDIN_INFERENCE_SCRIPT, encoding="utf-8")
+    (folder / "subjective_evals.py").write_text(STANDIN_JUDGE_SCRIPT, encoding="utf-8")
+    (folder / "README.md").write_text("# a reference\n")
+    return folder
+
+
+def test_each_standin_script_holds_only_its_own_prompt(standin_hashes, reference_copy):
+    from k9bench.prompts.reference import extract_reference_prompts
+
+    inference = extract_reference_prompts(reference_copy / "eval_video_llm.py")
+    judge = extract_reference_prompts(reference_copy / "subjective_evals.py")
+    assert (inference.system_prompt, inference.judge_prompt) == (SYSTEM, None)
+    assert (judge.system_prompt, judge.judge_prompt) == (None, JUDGE_TEMPLATE)
+
+
+@pytest.mark.parametrize("given", ["folder", "two_scripts", "two_scripts_reversed"])
+def test_the_two_reference_scripts_confirm_both_prompts(given, standin_hashes, reference_copy, tmp_path, capfd):
+    paths = {"folder": [reference_copy],
+             "two_scripts": [reference_copy / "eval_video_llm.py", reference_copy / "subjective_evals.py"],
+             "two_scripts_reversed": [reference_copy / "subjective_evals.py", reference_copy / "eval_video_llm.py"]}[given]
+    out = tmp_path / "prompts"
+    assert main(["from-reference", *map(str, paths), "--output_dir", str(out)]) == 0
+    system = (out / "system_prompt.txt").read_text(encoding="utf-8")
+    judge = (out / "judge_prompt.txt").read_text(encoding="utf-8")
+    assert (system, judge) == (SYSTEM, JUDGE_TEMPLATE)
+    assert published.reference_prompts_confirmed(system, judge)
+    err = capfd.readouterr().err
+    assert "both prompts confirmed" in err and " ERROR " not in err
+    assert f"from {reference_copy / 'eval_video_llm.py'}" in err and f"from {reference_copy / 'subjective_evals.py'}" in err
+
+
+def test_a_folder_with_the_scripts_below_its_top_is_searched(standin_hashes, reference_copy, tmp_path):
+    nested = tmp_path / "clone"
+    (nested / "scripts").mkdir(parents=True)
+    (nested / ".git").mkdir()
+    for name in ("eval_video_llm.py", "subjective_evals.py"):
+        (nested / "scripts" / name).write_bytes((reference_copy / name).read_bytes())
+    (nested / ".git" / "eval_video_llm.py").write_text("X = 1\n")  # hidden folders are not searched
+    assert main(["from-reference", str(nested), "--output_dir", str(tmp_path / "p"), "-q"]) == 0
+    assert (tmp_path / "p" / "judge_prompt.txt").read_text(encoding="utf-8") == JUDGE_TEMPLATE
+
+
+@pytest.mark.parametrize("script, missing, holder", [
+    ("eval_video_llm.py", "judge_prompt", "subjective_evals.py"),
+    ("subjective_evals.py", "system_prompt", "eval_video_llm.py"),
+])
+def test_one_of_the_two_scripts_confirms_its_prompt_and_names_the_other(script, missing, holder, standin_hashes, reference_copy,
+                                                                        tmp_path, capfd):
+    out = tmp_path / "p"
+    assert main(["from-reference", str(reference_copy / script), "--output_dir", str(out)]) == 1
+    found = "judge_prompt" if missing == "system_prompt" else "system_prompt"
+    assert (out / f"{found}.txt").exists() and not (out / f"{missing}.txt").exists()
+    err = [ln for ln in capfd.readouterr().err.splitlines() if " ERROR " in ln]
+    assert len(err) == 1 and missing in err[0] and holder in err[0] and str(reference_copy / script) in err[0]
+
+
+def test_a_folder_missing_one_script_confirms_the_other_and_exits_1(standin_hashes, reference_copy, tmp_path, capfd):
+    (reference_copy / "subjective_evals.py").unlink()
+    assert main(["from-reference", str(reference_copy), "--output_dir", str(tmp_path / "p")]) == 1
+    assert (tmp_path / "p" / "system_prompt.txt").read_text(encoding="utf-8") == SYSTEM
+    err = [ln for ln in capfd.readouterr().err.splitlines() if " ERROR " in ln]
+    assert len(err) == 1 and "judge_prompt" in err[0] and "subjective_evals.py" in err[0]
+
+
+def test_a_folder_holding_neither_script_is_one_line_and_exit_2(standin_hashes, tmp_path, capfd):
+    folder = tmp_path / "elsewhere"
+    folder.mkdir()
+    (folder / "other.py").write_text(f"S = {SYSTEM!r}\n")
+    assert main(["from-reference", str(folder), "--output_dir", str(tmp_path / "p")]) == 2
+    err = [ln for ln in capfd.readouterr().err.splitlines() if " ERROR " in ln]
+    assert len(err) == 1 and str(folder) in err[0] and "eval_video_llm.py" in err[0] and "subjective_evals.py" in err[0]
+    assert not (tmp_path / "p").exists()

@@ -15,6 +15,11 @@ three distinct placeholders is the judge prompt when, its placeholders named ``q
 ``correct_answer`` and ``model_output`` in some order, it has
 :data:`~k9bench.published.REFERENCE_JUDGE_PROMPT_SHA256` in our template form (literal braces
 doubled); the hash decides, so no guess about the reference's variable names is needed.
+
+The reference keeps the two prompts in two scripts (SPEC section 9): the system prompt in
+:data:`SYSTEM_SCRIPT`, the judge prompt in :data:`JUDGE_SCRIPT`. :func:`reference_scripts` takes the
+paths a user gives (those scripts, or the folder of a copy of the reference holding them) and
+:func:`extract_from_scripts` searches them all, each prompt found in whichever script holds it.
 """
 
 from __future__ import annotations
@@ -27,6 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k9bench import published
+
+SYSTEM_SCRIPT = "eval_video_llm.py"
+"""The reference's script holding the system prompt."""
+JUDGE_SCRIPT = "subjective_evals.py"
+"""The reference's script holding the judge prompt."""
+SCRIPT_OF = {"system_prompt": SYSTEM_SCRIPT, "judge_prompt": JUDGE_SCRIPT}
+"""Which of the reference's scripts holds each prompt."""
 
 Part = tuple[str, str]
 """``("text", literal)`` or ``("hole", key)``: a piece of a candidate string."""
@@ -45,7 +57,11 @@ class Extracted:
     judge_prompt: str | None
     """The judge prompt as our template (for ``subjective_evals.py --prompt_file``)."""
     candidates: int
-    """How many candidate strings the script held."""
+    """How many candidate strings the script(s) held."""
+    scripts: tuple[str, ...] = ()
+    """The scripts searched (by :func:`extract_from_scripts`)."""
+    found_in: tuple[tuple[str, str], ...] = ()
+    """``(prompt kind, script)`` for each prompt found."""
 
 
 def _template_parts(text: str, holes: dict[str, str] | None = None) -> list[Part] | None:
@@ -162,3 +178,72 @@ def extract_reference_prompts(path: str | Path) -> Extracted:
     system = next((t for t in map(_match_system, found) if t is not None), None)
     judge = next((t for t in map(_match_judge, found) if t is not None), None)
     return Extracted(system_prompt=system, judge_prompt=judge, candidates=len(found))
+
+
+def _skipped_folder(part: str) -> bool:
+    return part.startswith(".") or part in ("__pycache__", "node_modules") or part.endswith(".egg-info")
+
+
+def reference_scripts(paths: list[str | Path]) -> list[Path]:
+    """The scripts to search: each path that is a file as given; for a folder (a copy of the reference
+    repository), its :data:`SYSTEM_SCRIPT` and :data:`JUDGE_SCRIPT`, at its top or, when not there, the
+    only one of each name below it (hidden folders skipped). Raises :class:`ReferenceScriptError`
+    naming the path: a path that does not exist, a folder holding neither script, or one holding a
+    script name twice below its top (pass the scripts themselves then)."""
+    out: list[Path] = []
+    for given in paths:
+        path = Path(given)
+        try:
+            is_dir = path.is_dir()
+            exists = is_dir or path.exists()
+        except OSError as exc:  # a symlink loop, a path too long
+            raise ReferenceScriptError(f"{path}: cannot read it ({exc.strerror or exc})") from None
+        if not exists:
+            raise ReferenceScriptError(f"{path}: cannot read it (no such file or folder)")
+        if not is_dir:
+            out.append(path)
+            continue
+        found = []
+        for name in (SYSTEM_SCRIPT, JUDGE_SCRIPT):
+            top = path / name
+            if top.is_file():
+                found.append(top)
+                continue
+            try:
+                below = sorted(p for p in path.rglob(name)
+                               if p.is_file() and not any(_skipped_folder(part) for part in p.relative_to(path).parts[:-1]))
+            except OSError as exc:
+                raise ReferenceScriptError(f"{path}: cannot search it ({exc.strerror or exc})") from None
+            if len(below) > 1:
+                raise ReferenceScriptError(f"{path}: holds {len(below)} files named {name} ({', '.join(map(str, below[:4]))}); "
+                                           "pass the reference's scripts themselves")
+            found.extend(below)
+        if not found:
+            raise ReferenceScriptError(f"{path}: a folder holding neither {SYSTEM_SCRIPT} nor {JUDGE_SCRIPT} (the reference's "
+                                       "two scripts); pass the folder of your copy of the reference, or the two scripts")
+        out.extend(found)
+    unique: list[Path] = []
+    for p in out:
+        if p not in unique:
+            unique.append(p)
+    return unique
+
+
+def extract_from_scripts(paths: list[str | Path]) -> Extracted:
+    """:func:`extract_reference_prompts` over every script of :func:`reference_scripts` (``paths``): each
+    prompt is taken from the first script that holds it."""
+    scripts = reference_scripts(paths)
+    system = judge = None
+    found_in: list[tuple[str, str]] = []
+    count = 0
+    for script in scripts:
+        one = extract_reference_prompts(script)
+        count += one.candidates
+        if system is None and one.system_prompt is not None:
+            system = one.system_prompt
+            found_in.append(("system_prompt", str(script)))
+        if judge is None and one.judge_prompt is not None:
+            judge = one.judge_prompt
+            found_in.append(("judge_prompt", str(script)))
+    return Extracted(system_prompt=system, judge_prompt=judge, candidates=count, scripts=tuple(map(str, scripts)),
+                     found_in=tuple(found_in))
