@@ -86,6 +86,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.judge.parse``                   a reply into five scores
 ``k9bench.judge.tasks``                   one task per answered record
 ``k9bench.judge.score``                   one request, its entry or skip; the summary
+``k9bench.judge.cache``                   a request's key by content; the store of paid replies
 ``k9bench.judge.run``                     the resumable request loop and the final files
 ``k9bench.judge.stage``                   JudgeStage (the Stage contract)
 ``k9bench.published``                   the paper's published numbers and setup; the reference prompts' hashes

@@ -189,8 +189,16 @@ def output_lock(path: str | os.PathLike, *, flag: str | None = None) -> Iterator
         if same:
             break
         os.close(fd)
-    os.ftruncate(fd, 0)
-    os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+    except OSError as exc:  # a full disk: one line naming the lock file (artifact_io's full-disk message), no traceback
+        from k9bench.artifact_io import write_error
+
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        os.close(fd)
+        raise write_error(target, exc) from None
     try:
         yield target
     finally:

@@ -65,6 +65,17 @@ def _record_value(field: str, value):
     return edit
 
 
+def _record_edit(change):
+    def edit(folder: Path) -> list[str]:
+        records = make_records(4)
+        change(records[1])
+        path = folder / "bad.json"
+        path.write_text(json.dumps({"individual_results": records}))
+        return ["--evaluations", str(path)]
+
+    return edit
+
+
 def _latin1_prompt(folder: Path) -> list[str]:
     path = folder / "prompt.txt"
     path.write_bytes("Frage {question} \xe4 {correct_answer} {model_output}".encode("latin-1"))
@@ -114,6 +125,11 @@ BAD = [
     ("number answer", _record_value("answer", 7), ["bad.json", "idx 1", "answer is 7"]),
     ("list question", _record_value("question", ["what?"]), ["bad.json", "idx 1", "question is ['what?']"]),
     ("idx that is text", _record_value("idx", "seven"), ["bad.json", "record #1", "idx 'seven' is not an integer"]),
+    # issue 31 item 3: what the scoring refuses (scoring.rule.check_record), refused before any paid request
+    ("record without an answer", _record_edit(lambda r: r.pop("answer")), ["bad.json", "idx 1 (record #1)", "no 'answer'"]),
+    ("record with 4 options", _record_edit(lambda r: r.update(options=r["options"][:4])), ["bad.json", "idx 1 (record #1)", "4 options"]),
+    ("record with 6 options", _record_edit(lambda r: r.update(options=[*r["options"], "F. option F"])),
+     ["bad.json", "idx 1 (record #1)", "6 options"]),
     ("unknown secret flag", _args("--api_key", "sk-live-canary-do-not-echo-123"), ["unrecognized arguments: --api_key ***"]),
     ("unknown secret flag with =", _args("--api_key=sk-live-canary-do-not-echo-123"), ["unrecognized arguments: --api_key=***"]),
     ("temperature NaN", _args("--temperature", "nan"), ["--temperature", "finite"]),
@@ -267,3 +283,27 @@ def test_a_5_mb_reply_is_a_clear_skipped_entry_not_a_hang(tmp_path, server, caps
     server.responder = good
     assert call(argv) == 0
     assert [e["idx"] for e in json.loads((tmp_path / "judge.json").read_text())] == [0, 1, 2]
+
+
+def test_a_full_disk_while_writing_the_lock_is_one_line_naming_it(workdir, server, capsys, monkeypatch):
+    """Issue 31 item 3: ENOSPC from os.write of the lock file was a traceback; now one line naming the lock
+    file and the free space (artifact_io's full-disk message), exit 1 as the other stages', no request, no lock left."""
+    import errno
+
+    real_write = os.write
+
+    def full_for_locks(fd, data):
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".lock"):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", full_for_locks)
+    before = snapshot(workdir)
+    capsys.readouterr()
+    assert call(["--evaluations", str(workdir / "eval.json"), "--output", str(workdir / "j.json"), "--base_url", server.base_url,
+                 *FAST]) == 1
+    err = capsys.readouterr().err
+    lines = error_lines(err)
+    assert "Traceback" not in err and len(lines) == 1, err
+    assert f"{workdir / 'j.json.lock'}: cannot write: no space left on device" in lines[0] and "free in" in lines[0]
+    assert snapshot(workdir) == before and not list(workdir.glob("*.lock")) and server.chat_requests() == []

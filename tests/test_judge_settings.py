@@ -183,7 +183,9 @@ def test_resume_accepts_files_written_before_fingerprints(tmp_path, server):
     meta_path.write_text(json.dumps(meta))
     entries = json.loads((tmp_path / "judge.json").read_text())
     ckpt = tmp_path / "judge.json.partial.jsonl"
-    extra = {**entries[0], "idx": 2, "model_output": "answer-2 the dog sits", "question": "Question 2: what does the dog do?"}
+    extra = {**entries[0], "idx": 2, "model_output": "answer-2 the dog sits", "question": "Question 2: what does the dog do?",
+             "correct_answer": "option C of 2"}
+    del extra["request_sha256"]  # the earlier layout recorded no request key: matched by question, right option and answer
     ckpt.write_text(json.dumps({"idx": 2, "judge_model": "gpt-4o", "prompt_sha256": meta["judge"]["prompt_sha256"],
                                 "status": "scored", "entry": extra}) + "\n")
     server.clear()

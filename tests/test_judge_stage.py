@@ -3,7 +3,6 @@ fingerprint, refusal of another evaluations file, and progress lines in a log (i
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import signal
@@ -149,37 +148,49 @@ def test_done_is_judged_by_fingerprint_selection_and_input_content(tmp_path, ser
     prompt = tmp_path / "p.txt"
     prompt.write_text("{question} {correct_answer} {model_output}")
     assert "prompt_sha256" in _stage([*argv, "--prompt_file", str(prompt)]).done()
+    data = json.loads((tmp_path / "eval.json").read_text())
+    data["threshold"], data["accuracy"] = 0.3, 0.75  # another file, the same requests (issue 31)
+    (tmp_path / "eval.json").write_text(json.dumps(data))
+    assert _stage(argv).done() is None
     records = make_records(4)
     records[0]["answer"] = "another answer"
     write_eval(tmp_path / "eval.json", records)
-    assert _stage(argv).done() == f"input {tmp_path / 'eval.json'} changed"
+    assert _stage(argv).done() == f"input judge requests of {tmp_path / 'eval.json'} changed"
 
 
-def test_a_rerun_on_another_evaluations_file_is_refused_or_redone(tmp_path, server, capsys):
-    """Issue 23: a judge rerun on a different evaluations file reused the earlier scores; the docs promise
-    a refusal. The launcher's choice (on_change='redo') judges afresh instead."""
+def test_a_rerun_on_another_evaluations_file_reuses_each_unchanged_request_and_sets_the_old_file_aside(tmp_path, server, capsys):
+    """Issue 31 item 1: another threshold (verdicts the judge never sees) sends nothing and exits 0; new
+    answers send only the changed entries, the old judge file is moved aside; requests counted at the
+    fake server. (Issue 23's refusal of another evaluations file is gone: reuse is by request.)"""
     from k9bench.judge import JudgeStage, config_from_argv
-    from k9bench.stage import run_stage
 
     write_eval(tmp_path / "eval.json", make_records(4))
-    argv = argv_for(tmp_path, server)
+    argv = argv_for(tmp_path, server, "--no_cache")  # the earlier output alone (the store is tests/test_judge_cache.py's)
     assert subjective_evals.main(argv) == 0
     before = (tmp_path / "judge.json").read_bytes()
     data = json.loads((tmp_path / "eval.json").read_text())
     data["threshold"] = 0.9  # the same answers, another file
     (tmp_path / "eval.json").write_text(json.dumps(data))
     server.clear()
-    capsys.readouterr()
-    assert subjective_evals.main(argv) == 2
-    errors = [line for line in capsys.readouterr().err.splitlines() if " ERROR " in line]
-    assert len(errors) == 1 and "was judged from another evaluations file" in errors[0] and "use another --output" in errors[0]
+    assert subjective_evals.main(argv) == 0
     assert server.chat_requests() == [] and (tmp_path / "judge.json").read_bytes() == before
+    assert not list(tmp_path.glob("judge.json.replaced-*"))  # nothing changed, nothing set aside
+    meta = json.loads((tmp_path / "judge.json.meta.json").read_text())
+    assert (meta["run"]["reused_entries"], meta["run"]["sent_this_run"]) == (4, 0)
 
-    config = config_from_argv(argv)
-    redo = dataclasses.replace(config, run=dataclasses.replace(config.run, on_change="redo"))
-    assert run_stage(JudgeStage(redo)) == 0
-    assert sorted(idx_of(r) for r in server.chat_requests()) == [0, 1, 2, 3]
-    assert JudgeStage(config).done() is None  # now made from this file
+    records = make_records(4)
+    records[2]["answer"] = "answer-2 the dog sits and then it lies down"
+    write_eval(tmp_path / "eval.json", records)
+    capsys.readouterr()
+    assert subjective_evals.main(argv) == 0
+    assert [idx_of(r) for r in server.chat_requests()] == [2]  # only the changed entry is paid for
+    aside = list(tmp_path.glob("judge.json.replaced-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == before  # the old judge file, kept
+    entries = json.loads((tmp_path / "judge.json").read_text())
+    assert [e["idx"] for e in entries] == [0, 1, 2, 3] and entries[2]["model_output"] == records[2]["answer"]
+    meta = json.loads((tmp_path / "judge.json.meta.json").read_text())
+    assert (meta["run"]["reused_entries"], meta["run"]["sent_this_run"], meta["run"]["changed_entries"]) == (3, 1, 1)
+    assert JudgeStage(config_from_argv(argv)).done() is None  # now made from this file
 
 
 def test_progress_reaches_a_log_at_each_tenth(tmp_path, server, capsys):

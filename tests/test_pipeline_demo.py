@@ -204,6 +204,7 @@ def test_judge_with_skipped_entries_reports_then_fails_and_the_rerun_retries_the
     copy_run(ref, tmp_path)
     for stale in (tmp_path / "out").glob("judge_*"):
         stale.unlink()
+    shutil.rmtree(tmp_path / "out" / ".judge_cache")  # the paid replies too (issue 31): this judge must be asked again
     with FakeOpenAIServer(lambda request: "no scores here") as server:
         demo_env(monkeypatch, tmp_path, tiny_model_dir, JUDGE_BASE_URL=server.base_url, JUDGE_ARGS="--max_retries 0")
         assert main([]) == 1

@@ -10,6 +10,7 @@ reference reads it (:mod:`k9bench.judge.parse`). Only ``model`` and ``messages``
 - :mod:`k9bench.judge.parse`: a reply -> five scores (``--strict_scores``: the earlier refusal of 0, 11, ``true``);
 - :mod:`k9bench.judge.tasks`: an evaluations file -> one task per answered record;
 - :mod:`k9bench.judge.score`: one task -> one request -> an entry or a skipped entry; the summary;
+- :mod:`k9bench.judge.cache`: a request's key by content (what decides reuse) and the store of paid replies;
 - :mod:`k9bench.judge.run`: the resumable run: earlier files, the checkpointed loop, the final files;
 - :mod:`k9bench.judge.stage`: :class:`JudgeStage`, the :class:`k9bench.stage.Stage` the script and the launcher run.
 

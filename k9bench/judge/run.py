@@ -4,9 +4,12 @@ Each result is appended to ``<output>.partial.jsonl`` as it arrives (inside
 :func:`k9bench.stage.deferred`, so a stop signal never tears a line). The final files are written
 at the end: the skipped list, the summary, the meta sidecar (with the stage block) and the judge
 list last, then the checkpoint goes. A rerun keeps what is scored, retries what was skipped and
-sends only the rest. Earlier files made with another fingerprint (:func:`judge_fingerprint`) or
-from another evaluations file are refused (``on_change='refuse'``, the script's rule) or set aside
-(``'redo'``). A stop signal (:class:`k9bench.stage.Interrupted`) stops new requests, abandons those in
+sends only the rest. An earlier entry is reused when its request is the task's (its key,
+:mod:`k9bench.judge.cache`), whatever evaluations file it came from; the changed ones are sent again
+and the earlier final files are set aside (``<name>.replaced-<time>``) before the new ones are
+written. A request paid before under any output name is scored from the store of paid replies
+(``--no_cache``: not). Earlier files made with another fingerprint (:func:`judge_fingerprint`) are
+refused (``on_change='refuse'``, the script's rule) or set aside (``'redo'``). A stop signal (:class:`k9bench.stage.Interrupted`) stops new requests, abandons those in
 flight and leaves the checkpoint for the rerun; no final file is written.
 """
 
@@ -19,7 +22,8 @@ from typing import Any, Callable
 
 from k9bench.artifacts import ArtifactError, CheckpointLog, JudgeEntry, SkippedEntry, now_iso, read_json, write_json_atomic
 from k9bench.judge.parse import AXES, JudgeParseError, stored_score
-from k9bench.judge.score import Outcome, judge_task, summarize
+from k9bench.judge.cache import ReplyStore, default_store_folder, endpoint_id
+from k9bench.judge.score import Outcome, judge_task, outcome_from_reply, summarize, task_key
 from k9bench.judge.settings import MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, RunPaths, judge_fingerprint
 from k9bench.judge.tasks import TaskSet
 from k9bench.redact import redact
@@ -49,6 +53,8 @@ class PriorState:
     """1 when the checkpoint's final line was torn by a kill and dropped (:attr:`CheckpointLog.torn`)."""
     rejected_path: str | None = None
     """Where the rejected lines went (set when there were any)."""
+    in_output: set = field(default_factory=set)
+    """idx of the scored entries that come from the final output file (set aside when one of them changed)."""
 
 
 class _Mismatch(Exception):
@@ -132,14 +138,14 @@ def _final_records(paths: RunPaths, meta: dict | None) -> list[dict]:
     return records
 
 
-def load_prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict, *, input_sha256: str | None = None,
-               on_change: str = "refuse") -> PriorState:
+def load_prior(paths: RunPaths, fingerprint: dict, *, on_change: str = "refuse") -> PriorState:
     """Read the output, skipped file and checkpoint of earlier runs. Entries made with another
-    fingerprint (model, temperature, prompt, score rule) or from another evaluations file are refused
-    (:class:`JudgeInputError`) or, with ``on_change='redo'``, set aside: the old checkpoint is removed
-    and the run starts afresh (its final files replace the old ones)."""
+    fingerprint (model, temperature, prompt, score rule) are refused (:class:`JudgeInputError`) or,
+    with ``on_change='redo'``, set aside: the old checkpoint is removed and the run starts afresh (its
+    final files replace the old ones). Which of the entries kept are reused is decided per entry by
+    its request (:func:`reusable`), not by the evaluations file they were made from."""
     try:
-        state = _prior(paths, fingerprint, tasks_by_idx, input_sha256)
+        state = _prior(paths, fingerprint)
     except _Mismatch as exc:
         if on_change != "redo":
             raise JudgeInputError(str(exc)) from None
@@ -149,7 +155,7 @@ def load_prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict, *, input_
     return state
 
 
-def _prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict, input_sha256: str | None) -> PriorState:
+def _prior(paths: RunPaths, fingerprint: dict) -> PriorState:
     ckpt = CheckpointLog(paths.checkpoint)
     records: dict = {}
     for rec in _final_records(paths, read_meta(paths)):
@@ -169,23 +175,45 @@ def _prior(paths: RunPaths, fingerprint: dict, tasks_by_idx: dict, input_sha256:
             made = f"judge model {prior.get('judge_model')!r}" if "judge_model" in prior else "other settings"
             raise _Mismatch(f"{where}: idx {idx} was judged with {made} and settings that differ from this run's "
                             f"({'; '.join(diffs)}); use another --output, or delete the old files to rejudge")
-        made_from = rec.get("input_sha256")
-        if input_sha256 and isinstance(made_from, str) and made_from != input_sha256:
-            raise _Mismatch(f"{where}: was judged from another evaluations file (sha256 {made_from[:12]}..., this "
-                            f"--evaluations is {input_sha256[:12]}...); use another --output, or delete the old files to rejudge")
         if rec.get("status") == "scored":
             state.entries[idx] = rec["entry"]
+            if rec.get("source") == str(paths.output):
+                state.in_output.add(idx)
+            else:
+                state.in_output.discard(idx)
         elif rec.get("status") == "skipped":
             state.skipped[idx] = rec["skipped"]
     model = fingerprint.get("judge_model")
     for idx, e in state.entries.items():
         if e.get("judge_model") != model:
             raise _Mismatch(f"{paths.output}: idx {idx} was judged by {e.get('judge_model')!r}, not {model!r}; use another --output")
-        task = tasks_by_idx.get(idx)
-        if task is not None and (e.get("model_output") != task.model_output or e.get("question") != task.question):
-            raise _Mismatch(f"{paths.output}: idx {idx} holds a judgement of a different answer or question than the "
-                            "evaluations file; it was made from another input: use another --output")
     return state
+
+
+def reusable(entry: dict, task: Any, key: str) -> bool:
+    """Whether an earlier scored entry answers this task's request: its recorded request key is the
+    task's; an entry written before keys were recorded is matched by its question, right option and
+    answer (its fingerprint, checked by :func:`load_prior`, holds the model, prompt and temperature)."""
+    recorded = entry.get("request_sha256")
+    if isinstance(recorded, str):
+        return recorded == key
+    return (entry.get("question"), entry.get("correct_answer"), entry.get("model_output")) == (
+        task.question, task.correct_answer, task.model_output)
+
+
+def set_aside(paths: RunPaths) -> list[tuple[Path, Path]]:
+    """Move an earlier run's final files aside (renamed ``<name>.replaced-<time>``, never deleted), as
+    the inference stage does with an earlier raw file."""
+    import time
+
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    moved = []
+    for path in (paths.output, paths.skipped, paths.meta, paths.summary):
+        if path.exists():
+            aside = path.with_name(f"{path.name}.replaced-{stamp}")
+            path.rename(aside)
+            moved.append((path, aside))
+    return moved
 
 
 # ---------------------------------------------------------------------------
@@ -236,6 +264,10 @@ class _Tally:
     refused_streak: int = 0
     served: dict = field(default_factory=dict)
     usage: Any = None
+    from_store: int = 0
+    """Entries scored from the reply store (nothing paid)."""
+    sent: int = 0
+    """Requests whose result arrived this run."""
 
 
 class _Heartbeat:
@@ -279,7 +311,8 @@ def _take(outcome: Outcome, task: Any, record: dict, ckpt: CheckpointLog, entrie
         tally.scored += 1
         name = data.get("judge_model_served") or "?"
         tally.served[name] = tally.served.get(name, 0) + 1
-        tally.usage = tally.usage + Usage.from_dict(data.get("judge_usage"))
+        if not outcome.from_store:  # a stored reply was paid by an earlier run
+            tally.usage = tally.usage + Usage.from_dict(data.get("judge_usage"))
         tally.refused_streak = 0
     else:
         data = outcome.skipped.to_dict()
@@ -288,6 +321,30 @@ def _take(outcome: Outcome, task: Any, record: dict, ckpt: CheckpointLog, entrie
         tally.skipped += 1
         tally.usage = tally.usage + Usage.from_dict(data.get("judge_usage"))
         tally.refused_streak = tally.refused_streak + 1 if outcome.skipped.extra.get("error_kind") == "connection" else 0
+
+
+def _from_store(todo: list, store: ReplyStore, keys: dict, settings: Any, paths: RunPaths, record_base: dict, entries: dict,
+                skipped: dict, tally: _Tally) -> list:
+    """Score from the reply store every task whose request was paid before (checkpointed as any result);
+    returns the tasks still to send. A stored reply that no longer scores (``--strict_scores``) is sent again."""
+    rest = []
+    with CheckpointLog(paths.checkpoint) as ckpt:
+        for task in todo:
+            reply = store.get(keys[task.idx])
+            outcome = None if reply is None else outcome_from_reply(
+                task, settings, text=reply.text, model=reply.model, finish_reason=reply.finish_reason, usage=reply.usage,
+                attempts=reply.attempts, key=keys[task.idx], from_store=True)
+            if outcome is None or outcome.entry is None:
+                rest.append(task)
+                continue
+            with deferred():
+                _take(outcome, task, {"idx": task.idx, **record_base}, ckpt, entries, skipped, tally)
+            tally.scored -= 1
+            tally.from_store += 1
+    if tally.from_store:
+        log.info("%d entr%s scored from the reply store %s (paid by an earlier run; not sent)", tally.from_store,
+                 "y" if tally.from_store == 1 else "ies", store.folder)
+    return rest
 
 
 def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_client: Callable[[], Any],
@@ -306,11 +363,23 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
     limit = config.run.limit
     fingerprint = judge_fingerprint(settings)
     targets = taskset.tasks[:limit] if limit is not None and limit >= 0 else list(taskset.tasks)
-    prior = load_prior(paths, fingerprint, {t.idx: t for t in taskset.tasks}, input_sha256=input_sha256, on_change=config.run.on_change)
+    prior = load_prior(paths, fingerprint, on_change=config.run.on_change)
+    endpoint = endpoint_id(config.requests.base_url)
+    keys = {t.idx: task_key(t, settings) for t in taskset.tasks}
+    tasks_by_idx = {t.idx: t for t in taskset.tasks}
+    changed = sorted((i for i, e in prior.entries.items() if i not in tasks_by_idx or not reusable(e, tasks_by_idx[i], keys[i])), key=str)
+    for idx in changed:
+        prior.entries.pop(idx)
+    if changed:
+        shown = ", ".join(str(i) for i in changed[:20])
+        log.info("%d earlier entr%s judged another request (its answer, question or right option changed) and %s sent again: idx %s%s",
+                 len(changed), "y" if len(changed) == 1 else "ies", "is" if len(changed) == 1 else "are", shown, " ..." if len(changed) > 20 else "")
+    replaced = [i for i in changed if i in prior.in_output]
     todo = [t for t in targets if t.idx not in prior.entries]
+    reused = len(targets) - len(todo)
     beyond = f", {len(taskset.tasks) - len(targets)} beyond --limit" if len(targets) < len(taskset.tasks) else ""
-    log.info("%d record(s): %d to judge, %d already scored, %d failed at inference (not judged)%s", taskset.total_records,
-             len(todo), len(targets) - len(todo), len(taskset.failed), beyond)
+    log.info("%d record(s): %d to judge, %d already scored (same request: reused), %d failed at inference (not judged)%s",
+             taskset.total_records, len(todo), reused, len(taskset.failed), beyond)
     retrying = sum(1 for t in todo if t.idx in prior.skipped)
     if retrying:
         log.info("retrying %d previously skipped entr%s", retrying, "y" if retrying == 1 else "ies")
@@ -330,6 +399,11 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
     unreachable: str | None = None
     stop_after = unreachable_after(config.requests.concurrency)
     client = None
+    record_base = {"fingerprint": fingerprint, "input_sha256": input_sha256}
+    store = None if config.requests.no_cache else ReplyStore(default_store_folder(paths.output))
+    planned = len(todo)
+    if store is not None and todo:
+        todo = _from_store(todo, store, keys, settings, paths, record_base, entries, skipped, tally)
     if todo:
         client = make_client()
         if before_first_request is not None:
@@ -337,12 +411,17 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
         ckpt = CheckpointLog(paths.checkpoint)
         progress = ProgressLog("judge", len(todo), unit="questions")
         heartbeat = _Heartbeat(progress)
-        record_base = {"fingerprint": fingerprint, "input_sha256": input_sha256}
-        results = run_concurrent(lambda t: judge_task(t, client, settings), todo, config.requests.concurrency)
+        results = run_concurrent(lambda t: judge_task(t, client, settings, keys[t.idx]), todo, config.requests.concurrency)
         try:
             for task, outcome in results:
+                tally.sent += 1
                 with deferred():  # a stop signal waits until the line is whole
                     _take(outcome, task, {"idx": task.idx, **record_base}, ckpt, entries, skipped, tally)
+                if store is not None and outcome.entry is not None:
+                    store.put(keys[task.idx], text=outcome.reply or "", model=outcome.entry.extra.get("judge_model_served"),
+                              finish_reason=outcome.finish_reason, usage=outcome.entry.extra.get("judge_usage"),
+                              attempts=outcome.entry.extra.get("judge_attempts") or 1,
+                              request={"judge_model": settings.judge_model, "endpoint": endpoint, "params": settings.request_params()})
                 heartbeat.update(1, failed=0 if outcome.entry is not None else 1)
                 if tally.refused_streak >= stop_after:
                     unreachable = redact(
@@ -363,7 +442,12 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
     final_skipped = [skipped[i] for i in sorted(skipped) if i not in entries]
     run_info = {
         "judge_model": settings.judge_model,
-        "to_judge_this_run": len(todo),
+        "to_judge_this_run": planned,
+        "reused_entries": reused,
+        "reused_from_store": tally.from_store,
+        "sent_this_run": tally.sent,
+        "changed_entries": len(changed),
+        "reply_store": None if store is None else str(store.folder),
         "scored_this_run": tally.scored,
         "skipped_this_run": tally.skipped,
         "retries_this_run": getattr(client, "retries_done", 0) if client is not None else 0,
@@ -391,6 +475,10 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
     if stage_block is not None:
         meta_out["stage"] = stage_block
     with deferred():  # the final files as one step: a stop signal waits until they are all written
+        if replaced:  # the earlier output held judgements of requests that changed: kept aside, never overwritten
+            moved = set_aside(paths)
+            log.warning("%s held %d entr%s of requests that changed: the earlier files are kept as %s", paths.output, len(replaced),
+                        "y" if len(replaced) == 1 else "ies", ", ".join(str(new) for _, new in moved))
         write_json_atomic(paths.skipped, final_skipped)
         write_json_atomic(paths.summary, redact(summary))
         write_json_atomic(paths.meta, redact(meta_out))

@@ -13,6 +13,7 @@ from typing import Any, Iterable
 
 from k9bench import CATEGORIES
 from k9bench.artifacts import JudgeEntry, SkippedEntry, now_iso
+from k9bench.judge.cache import request_key
 from k9bench.judge.parse import TABLE3_AXES, JudgeParseError, parse_judgement
 from k9bench.judge.settings import MISSING_MODEL_ANSWER, JudgeSettings, render_prompt
 from k9bench.judge.tasks import JudgeTask
@@ -37,40 +38,67 @@ class Outcome:
     """The scored entry, when scored."""
     skipped: SkippedEntry | None = None
     """The skip record, when not scored."""
+    reply: str | None = None
+    """The judge's reply text, when scored (what the reply store keeps)."""
+    finish_reason: str | None = None
+    """The reply's finish reason, when scored."""
+    from_store: bool = False
+    """True when the reply came from the reply store (nothing was paid)."""
 
 
-def judge_task(task: JudgeTask, client: Any, settings: JudgeSettings) -> Outcome:
+def task_prompt(task: JudgeTask, settings: JudgeSettings) -> str:
+    """The filled judge prompt of one task."""
+    return render_prompt(settings.template, question=task.question, correct_answer=task.correct_answer, model_output=task.model_output)
+
+
+def task_key(task: JudgeTask, settings: JudgeSettings) -> str:
+    """The request key of one task (:func:`k9bench.judge.cache.request_key`)."""
+    return request_key(judge_model=settings.judge_model, prompt=task_prompt(task, settings), params=settings.request_params())
+
+
+def judge_task(task: JudgeTask, client: Any, settings: JudgeSettings, key: str | None = None) -> Outcome:
     """Send one task to the judge and turn the reply into an entry, or a skip with the reason.
     Only the sampling parameters given are sent (:meth:`JudgeSettings.request_params`)."""
-    prompt = render_prompt(settings.template, question=task.question, correct_answer=task.correct_answer, model_output=task.model_output)
-    result = client.chat([{"role": "user", "content": prompt}], model=settings.judge_model, label=f"idx {task.idx}",
+    result = client.chat([{"role": "user", "content": task_prompt(task, settings)}], model=settings.judge_model, label=f"idx {task.idx}",
                          **settings.request_params())
+    if not result.ok:
+        extra = {"kind": "api_error", "error_kind": result.error_kind, "status_code": result.status_code, "judge_model": settings.judge_model,
+                 "judge_attempts": result.attempts, "judge_usage": result.usage.to_dict()}
+        return Outcome(idx=task.idx, skipped=SkippedEntry(idx=task.idx, error=f"judge call failed ({result.error_kind}): {result.error}",
+                                                          timestamp=now_iso(), extra=extra))
+    return outcome_from_reply(task, settings, text=result.text or "", model=result.model, finish_reason=result.finish_reason,
+                              usage=result.usage.to_dict(), attempts=result.attempts, key=key)
+
+
+def outcome_from_reply(task: JudgeTask, settings: JudgeSettings, *, text: str, model: str | None, finish_reason: str | None,
+                       usage: dict | None, attempts: int, key: str | None = None, from_store: bool = False) -> Outcome:
+    """One reply (just paid, or from the reply store) -> an entry, or a skip with the reason."""
     stamp = now_iso()
-    common = {"judge_attempts": result.attempts, "judge_usage": result.usage.to_dict()}
+    common = {"judge_attempts": attempts, "judge_usage": usage}
+    if key is not None:
+        common["request_sha256"] = key
 
     def skip(error: str, **extra: Any) -> Outcome:
         return Outcome(idx=task.idx, skipped=SkippedEntry(idx=task.idx, error=error, timestamp=stamp,
                                                           extra={**extra, "judge_model": settings.judge_model, **common}))
 
-    if not result.ok:
-        return skip(f"judge call failed ({result.error_kind}): {result.error}", kind="api_error", error_kind=result.error_kind,
-                    status_code=result.status_code)
-    text = result.text or ""
     if len(text) > MAX_REPLY_CHARS:
         log.warning("idx %s: the judge's reply is %d characters, over the %d-character cap; skipped", task.idx, len(text), MAX_REPLY_CHARS)
         return skip(f"reply too large: {len(text)} characters, over the {MAX_REPLY_CHARS}-character cap (not parsed)",
-                    kind="reply_too_large", reply_chars=len(text), raw_reply=text[:RAW_REPLY_KEPT], finish_reason=result.finish_reason)
+                    kind="reply_too_large", reply_chars=len(text), raw_reply=text[:RAW_REPLY_KEPT], finish_reason=finish_reason)
     try:
         judgement = parse_judgement(text, strict=settings.strict_scores)
     except JudgeParseError as exc:
         log.warning("idx %s: unparseable judge reply (%s)", task.idx, exc)
-        return skip(f"parse failure: {exc}", kind="parse_error", raw_reply=text, finish_reason=result.finish_reason)
+        return skip(f"parse failure: {exc}", kind="parse_error", raw_reply=text, finish_reason=finish_reason)
     entry = JudgeEntry(
         idx=task.idx, video_url=task.video_url, scene_name=task.scene_name, question_category=task.question_category,
         question=task.question, correct_answer=task.correct_answer, model_output=task.model_output, cot=judgement.cot,
         scores=judgement.scores, judge_model=settings.judge_model, timestamp=stamp,
-        extra={"judge_model_served": result.model, **common},
+        extra={"judge_model_served": model, **common},
     )
+    if from_store:
+        entry.extra["from_reply_store"] = True
     if judgement.adjustments:
         # read as the reference reads them (int(), kept as given), and said so in the entry
         entry.extra["score_adjustments"] = judgement.adjustments
@@ -78,7 +106,7 @@ def judge_task(task: JudgeTask, client: Any, settings: JudgeSettings) -> Outcome
                  ", ".join(f"{axis} {value!r} -> {judgement.scores[axis]}" for axis, value in judgement.adjustments.items()))
     if judgement.out_of_range:
         entry.extra["scores_out_of_range"] = judgement.out_of_range
-    return Outcome(idx=task.idx, entry=entry)
+    return Outcome(idx=task.idx, entry=entry, reply=text, finish_reason=finish_reason, from_store=from_store)
 
 
 # ---------------------------------------------------------------------------
@@ -165,4 +193,5 @@ def format_summary(summary: dict) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MAX_REPLY_CHARS", "RAW_REPLY_KEPT", "Outcome", "axis_means", "format_summary", "judge_task", "summarize"]
+__all__ = ["MAX_REPLY_CHARS", "RAW_REPLY_KEPT", "Outcome", "axis_means", "format_summary", "judge_task", "outcome_from_reply", "summarize",
+           "task_key", "task_prompt"]

@@ -120,6 +120,10 @@ class RequestSettings:
         1.0, "seconds before the first retry, doubled each time, with jitter (default: %(default)s)", type=positive_float
     )
     retry_backoff_max: float = setting(60.0, "ceiling of the retry backoff in seconds (default: %(default)s)", type=positive_float)
+    no_cache: bool = setting(
+        False, "do not read or write the store of paid replies (<output folder>/.judge_cache/): every request not in an "
+        "earlier output of the same name is sent", action="store_true",
+    )
 
     def retry_policy(self) -> Any:
         """The :class:`k9bench.openai_api.RetryPolicy` these settings describe."""

@@ -68,6 +68,7 @@ class JudgeStage(Stage):
     def __init__(self, config: JudgeConfig):
         self.config = config
         self.paths: RunPaths = resolve_paths(config.run)
+        self._taskset: Any = None
 
     # -- the contract -----------------------------------------------------------------------------
     def outputs(self) -> list[Path]:
@@ -79,6 +80,30 @@ class JudgeStage(Stage):
 
     def inputs(self) -> list[Path]:
         return [Path(str(self.config.run.evaluations))]
+
+    def _tasks(self) -> Any:
+        """The evaluations file's tasks (read once per stage object; JudgeInputError for a bad file)."""
+        if self._taskset is None:
+            from k9bench.judge.tasks import build_tasks
+
+            self._taskset = build_tasks(Path(str(self.config.run.evaluations)))
+        return self._taskset
+
+    def request_keys(self) -> dict:
+        """idx -> request key of every question this run covers (after ``--limit``)."""
+        from k9bench.judge.score import task_key
+
+        tasks = self._tasks().tasks
+        limit = self.config.run.limit
+        targets = tasks[:limit] if limit is not None else tasks
+        return {t.idx: task_key(t, self.config.judge) for t in targets}
+
+    def input_digests(self) -> dict[str, str]:
+        """The judge's input is exactly what its requests contain (issue 31): one digest of every
+        question's request key, so a change that no request sees (a threshold, a verdict) leaves it done."""
+        from k9bench.judge.cache import requests_digest
+
+        return {f"judge requests of {self.config.run.evaluations}": requests_digest(self.request_keys())}
 
     def fingerprint(self) -> dict:
         """Judge model, prompt sha256, temperature sent, score rule (:func:`judge_fingerprint`)."""
@@ -99,14 +124,22 @@ class JudgeStage(Stage):
         return block if isinstance(block, dict) else None
 
     def done(self) -> str | None:
+        if not all(p.exists() for p in self.outputs()):
+            return super().done()
+        try:
+            self._tasks()
+        except JudgeInputError as exc:
+            return str(exc)
+        recorded = ((self.recorded() or {}).get("selection")) or {}
+        diffs = fingerprint_differences(recorded, self.selection())
+        if diffs and self.recorded() is not None:  # before the requests: another --limit covers other requests
+            return f"selection differs: {'; '.join(diffs)}"
         why = super().done()
         if why is not None:
             return why
         if self.paths.checkpoint.exists():
             return f"{self.paths.checkpoint} holds an unfinished run"
-        recorded = ((self.recorded() or {}).get("selection")) or {}
-        diffs = fingerprint_differences(recorded, self.selection())
-        return f"selection differs: {'; '.join(diffs)}" if diffs else None
+        return None
 
     def stage_block(self) -> dict:
         return {**super().stage_block(), "selection": self.selection()}
@@ -125,10 +158,8 @@ class JudgeStage(Stage):
         register_secret(api_key)
         if cfg.judge.prompt_source != BUILTIN_PROMPT:
             log.info("judge prompt replaced verbatim by %s", cfg.judge.prompt_source)
-        from k9bench.judge.tasks import build_tasks
-
         evaluations = Path(str(cfg.run.evaluations))
-        taskset = build_tasks(evaluations)
+        taskset = self._tasks()
         input_sha256 = file_digest(evaluations)
         log.info("%s: %s file, %d record(s), %d answered", evaluations, taskset.stage, taskset.total_records, len(taskset.tasks))
         taskset, dataset_check = self._dataset_check(taskset)

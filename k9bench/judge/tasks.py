@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench import LETTERS
-from k9bench.artifacts import ArtifactError, QuestionRecord, load_records_artifact
+from k9bench.artifacts import ArtifactError, QuestionRecord, find_records, read_json, records_artifact_from
 from k9bench.judge.settings import JudgeInputError
 
 # ---------------------------------------------------------------------------
@@ -135,10 +135,30 @@ def read_evaluations(path: str | Path) -> Any:
     ``allow_empty=False``): every fault of the file (missing, a folder, a loop, empty, not UTF-8, binary,
     nested too deeply, not JSON, no records list, no records) is one :class:`JudgeInputError` line naming
     the file and the flag."""
+    return _read(path)[0]
+
+
+def _read(path: str | Path) -> tuple[Any, list]:
+    """The records artifact and the records as stored (to tell a missing ``answer`` key from an empty one)."""
     try:
-        return load_records_artifact(path, allow_empty=False)
+        data = read_json(path)
+        return records_artifact_from(data, path, allow_empty=False), find_records(data, where=str(path))[0]
     except ArtifactError as exc:
         raise JudgeInputError(f"--evaluations {exc}") from None
+
+
+def record_problem(record: QuestionRecord, row: Any, where: str) -> str | None:
+    """What the scoring would refuse in a judged record (:func:`k9bench.scoring.rule.check_record`: no
+    ``answer``, not five options A-E, a ground truth outside them, an unknown category), or None. The
+    judge refuses the same records, before any paid request (issue 31 item 3)."""
+    from k9bench.scoring.rule import check_record
+    from k9bench.scoring_settings import ScoringError
+
+    try:
+        check_record(record, row if isinstance(row, dict) else None, where)
+    except ScoringError as exc:
+        return str(exc)
+    return None
 
 
 def build_tasks(path: str | Path) -> TaskSet:
@@ -146,7 +166,7 @@ def build_tasks(path: str | Path) -> TaskSet:
 
     Every problem (bad ground truth, missing option text, duplicate idx) is collected and raised
     together in a :class:`JudgeInputError` naming the file and each idx."""
-    artifact = read_evaluations(path)
+    artifact, rows = _read(path)
     tasks: list[JudgeTask] = []
     failed: list[dict] = []
     problems: list[str] = []
@@ -167,6 +187,8 @@ def build_tasks(path: str | Path) -> TaskSet:
         task, why = task_from_record(record)
         if task is None:
             problems.extend(f"idx {record.idx} (record #{n}): {w}" for w in why)
+        elif (bad := record_problem(record, rows[n] if n < len(rows) else None, f"idx {record.idx} (record #{n})")) is not None:
+            problems.append(bad)
         else:
             tasks.append(task)
     if len(problems) == 1:

@@ -122,7 +122,8 @@ def build_steps(s: LaunchSettings, layout: RunLayout, mode: ShardMode) -> list[S
             judge += ["--base_url", v["JUDGE_BASE_URL"]]
         stem = f["judge"].name[:-5]
         steps.append(Step(name="judge", script="subjective_evals", inputs=[f["eval"]], outputs=[f["judge"], f["judge_skipped"]],
-                          depends=("evaluate",), argv=judge + list(s.extra["JUDGE_ARGS"]), incomplete_codes=(1,), replace_stale=True,
+                          # no depends: its own done() (its requests' content, issue 31) says when evaluate's rerun changed them
+                          depends=(), argv=judge + list(s.extra["JUDGE_ARGS"]), incomplete_codes=(1,), replace_stale=True,
                           companions=[checkpoint_path(f["judge"]), f["judge"].with_name(stem + ".meta.json"),
                                       f["judge"].with_name(stem + ".summary.json")]))
     if v["REPORT"] == "1":
