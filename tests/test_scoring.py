@@ -350,3 +350,59 @@ def test_format_table_says_one_video_in_the_singular():
                           meta={"total_count": 2, "similarity_model": "m", "similarity_calculated_at": "t"})
     text = format_table(evaluate(art, threshold=0.5, resamples=50, seed=0).meta, title="eval_x.json")
     assert "95% CI: percentile bootstrap over 1 video, 50 resamples" in text
+
+
+# ---------------------------------------------------------------- a failed record as the reference's evaluate reads it (issue 31 item 2)
+
+
+def reference_evaluate_step(sim: dict, threshold: float = 0.5) -> dict:
+    """What the reference's evaluate step does with every record, as SPEC section 9 says (written
+    independently): ``ord(ground_truth.upper()) - ord('A')`` picks the ground truth's position among the
+    similarities (a position outside them is wrong), ``question_category`` is read for the per-category
+    counts. A ground truth of "" raises TypeError (ord() of a string of length 0), a missing key KeyError."""
+    verdicts, by_cat = {}, {}
+    for rec in sim["individual_results"]:
+        position = ord(rec["ground_truth"].upper()) - ord("A")
+        values = list(rec["cosine_similarities"].values())
+        ok = 0 <= position < len(values) and values[position] > threshold and not any(
+            v > values[position] for i, v in enumerate(values) if i != position)
+        verdicts[rec.get("idx", rec.get("example_id"))] = ok
+        by_cat.setdefault(rec["question_category"], []).append(ok)
+    return {"verdicts": verdicts, "categories": by_cat}
+
+
+def test_a_sim_file_made_from_the_reference_failed_record_reads_in_its_evaluate_step(tmp_path, monkeypatch):
+    import json
+
+    import evaluate_results
+    import k9bench.embedding
+    from tests.fake_embedder import FakeLoader
+
+    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", FakeLoader())
+    base = {"question_category": "posture analysis", "question": "What does the dog do?", "options": OPTS, "model_name": "M",
+            "max_frames": 8}
+    recs = [{**base, "idx": 0, "video": "v0.mp4", "scene_name": "v0", "ground_truth": "A", "answer": "sits", "response": "sits"},
+            {"example_id": 1, "error": "Video not found: v1.mp4"},  # the reference's own failed record (SPEC section 9)
+            {**base, "idx": 2, "video": "v2.mp4", "scene_name": "v2", "ground_truth": "c", "answer": "", "response": "",
+             "error": "CUDA out of memory", "error_class": "oom"},  # ours, with its (lower-case) letter
+            {**base, "idx": 3, "video": "v3.mp4", "scene_name": "v3", "ground_truth": "", "answer": "", "response": "",
+             "error": "decode failed", "error_class": "decode_error"}]  # ours, with no letter
+    raw = tmp_path / "raw_M_mf8_n4.json"
+    raw.write_text(json.dumps({"individual_results": recs}))
+    sim_path = tmp_path / "sim_M_mf8_n4.json"
+    assert evaluate_results.main(["--mode", "calculate", "--input_file", str(raw), "--output_file", str(sim_path), "-q"]) == 0
+    sim = json.loads(sim_path.read_text())
+    ref = reference_evaluate_step(sim)  # no TypeError, no KeyError
+    assert ref["verdicts"] == {0: ref["verdicts"][0], 1: False, 2: False, 3: False}
+    failed = {r["idx"]: r for r in sim["individual_results"] if "error" in r}
+    # one character each: the record's own letter where it has one, else the placeholder outside A-E
+    assert {i: r["ground_truth"] for i, r in failed.items()} == {1: "Z", 2: "C", 3: "Z"}
+    assert failed[1]["question_category"] == "" and failed[2]["question_category"] == "posture analysis"
+    assert all(r["cosine_similarities"] == dict.fromkeys("ABCDE", 0.0) for r in failed.values())
+    # and ours reads it back: the failed records stay failed samples, wrong
+    ev_path = tmp_path / "eval_M_mf8_n4.json"
+    assert evaluate_results.main(["--mode", "evaluate", "--input_file", str(sim_path), "--output_file", str(ev_path),
+                                  "--bootstrap_resamples", "0", "-q"]) == 0
+    ev = json.loads(ev_path.read_text())
+    assert [r["is_correct"] for r in ev["individual_results"]][1:] == [False, False, False]
+    assert ev["statistics"]["failed_samples"]["count"] == 3

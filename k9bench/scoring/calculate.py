@@ -5,9 +5,12 @@ answer too, as the reference embeds it, flagged ``answer_flag: empty_answer`` / 
 and counted, but decided by the rule like any other (never overridden). A failed sample (a record
 with ``error``) is not embedded: it gets a similarity of 0.0 for each option next to its ``error``
 (``similarity_skipped: failed_sample``), and its ``ground_truth`` and ``question_category`` are
-written even when empty (the reference's own failed sample has neither), so the reference's evaluate,
-which reads those of every record, reads our file and finds it wrong (0.0 is above no threshold in
-[0, 1]; an empty ground truth is no option).
+always written (the reference's own failed sample, ``{"example_id", "error"}``, has neither). The
+reference's evaluate reads both of every record and computes ``ord(ground_truth.upper()) - ord('A')``
+(SPEC section 9), so the ground truth is one character: the record's own letter when it has one, else
+:data:`FAILED_GROUND_TRUTH`, a placeholder outside A-E (the letter as given, when there was one, is kept
+in ``ground_truth_as_given``); the category is the record's, or ``""``. The reference then reads our
+file and finds the record wrong (0.0 is above no threshold in [0, 1]; the placeholder is no option).
 
 :func:`plan_calculation` checks every record before any model loads; :func:`calculate` asks
 :mod:`k9bench.embedding` for the similarity table.
@@ -32,6 +35,11 @@ log = logging.getLogger("k9bench.scoring")
 
 FAILED_SIMILARITY = 0.0
 """The similarity a failed sample gets for each option (a placeholder the reference's evaluate can read)."""
+
+FAILED_GROUND_TRUTH = "Z"
+"""The ground truth written for a failed sample that has no one-letter ground truth (the reference's own
+failed record): one character, as the reference's evaluate needs, and outside A-E, so it is no option
+(a letter after ``A``: ``ord("Z") - ord("A")`` is no negative index)."""
 
 EVAL_TOP_KEYS = (
     "evaluation_timestamp", "eval_mode", "threshold", "accuracy", "correct_count", "category_wise_accuracy",
@@ -108,6 +116,23 @@ def failed_similarities(record: QuestionRecord) -> dict[str, float]:
     return {letter: FAILED_SIMILARITY for letter in letters}
 
 
+def failed_record_fields(record: QuestionRecord) -> QuestionRecord:
+    """A failed record with what the reference's evaluate reads of every record (SPEC section 9): all
+    its similarities (:func:`failed_similarities`), a one-character ground truth (its own letter, else
+    :data:`FAILED_GROUND_TRUTH`) and its category (``""`` when it has none), every one written."""
+    gt = record.ground_truth
+    extra = dict(record.extra)
+    if not (isinstance(gt, str) and len(gt) == 1 and gt.strip()):
+        if gt not in (None, ""):
+            extra.setdefault("ground_truth_as_given", gt)
+        gt = FAILED_GROUND_TRUTH
+    category = record.question_category if isinstance(record.question_category, str) else ""
+    if record.question_category not in (None, "") and not isinstance(record.question_category, str):
+        extra.setdefault("question_category_as_given", record.question_category)
+    return dataclasses.replace(record, cosine_similarities=failed_similarities(record), ground_truth=gt,
+                               question_category=category, extra=extra, absent=record.absent - REFERENCE_READS)
+
+
 def calculate(
     artifact: RecordsArtifact,
     model,
@@ -142,9 +167,7 @@ def calculate(
             flagged[flag] = flagged.get(flag, 0) + 1
     for pos, reason in skipped.items():
         # what the reference's evaluate reads of every record: its similarities, ground truth and category
-        # (a reference failed sample, {"example_id", "error"}, has neither: written empty, so it stays wrong)
-        records[pos] = dataclasses.replace(records[pos], cosine_similarities=failed_similarities(records[pos]),
-                                           absent=records[pos].absent - REFERENCE_READS)
+        records[pos] = failed_record_fields(records[pos])
         records[pos].extra["similarity_skipped"] = reason
     run.scored_records = len(items)
     run.embedded_empty_answers = sum(flagged.values())
