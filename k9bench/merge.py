@@ -9,7 +9,8 @@ Usage::
     python -m k9bench.merge --output_file raw_model_mf32_n-1.json \\
         raw_model_mf32_n-1.shard0of4.json raw_model_mf32_n-1.shard1of4.json ...
 
-Refused (non-zero exit, message naming the file): a missing or unfinished shard, a
+Refused (non-zero exit, message naming the file): a shard or output path that is a symbolic link
+loop (exit 2), a missing or unfinished shard, a
 file that is not a raw/sim file, a shard holding no records, a record scoring would refuse (named
 with its idx and field: options not A-E, a ground truth outside them...), the same question in two shards with different
 content, shards of different models (short name or model_name_or_path) or frame
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import errno
 import logging
 import sys
 from dataclasses import dataclass
@@ -198,6 +200,25 @@ def _comparable(record: dict) -> dict:
     return {k: v for k, v in record.items() if k not in _VOLATILE_RECORD_KEYS}
 
 
+def _resolved(path: Path) -> Path:
+    """``path`` resolved; :class:`MergeError` naming it for a symbolic link loop (or a path that cannot be resolved)."""
+    try:
+        return path.resolve()
+    except RuntimeError:  # Python < 3.13: "Symlink loop from ..."
+        raise MergeError(f"{path}: a symbolic link loop") from None
+    except OSError as exc:
+        raise MergeError(f"{path}: {'a symbolic link loop' if exc.errno == errno.ELOOP else exc.strerror or exc}") from None
+
+
+def symlink_loop(path: Path) -> bool:
+    """True when ``path`` is a symbolic link that never reaches a file or folder (a loop)."""
+    try:
+        path.stat()
+    except OSError as exc:
+        return exc.errno == errno.ELOOP
+    return False
+
+
 def merge_shards(paths: list[str | Path], output: str | Path | None = None) -> MergeResult:
     """Join shard raw files; raise :class:`MergeError` on anything that would make the result untrustworthy.
     ``output`` (the merged file, optional) must not be one of the shards; it names missing shards' files."""
@@ -205,13 +226,14 @@ def merge_shards(paths: list[str | Path], output: str | Path | None = None) -> M
         raise MergeError("no shard file given")
     paths = [Path(p) for p in paths]
     output = Path(output) if output is not None else None
-    if output is not None and any(output.resolve() == p.resolve() for p in paths):
+    resolved = {p: _resolved(p) for p in paths}
+    if output is not None and any(_resolved(output) == r for r in resolved.values()):
         raise MergeError(f"{output}: the output file is one of the shards; give the merged file another name")
     seen_paths = set()
     for path in paths:
-        if path.resolve() in seen_paths:
+        if resolved[path] in seen_paths:
             raise MergeError(f"{path}: given twice")
-        seen_paths.add(path.resolve())
+        seen_paths.add(resolved[path])
     shards = [(path, _load_shard(path)) for path in paths]
 
     by_idx: dict = {}
@@ -343,7 +365,16 @@ class MergeStage(Stage):
         raise StageError(f"--expect_shards {n}: {len(self.shards)} shard file(s) given ({', '.join(str(p) for p in self.shards[:8])}"
                          f"{' ...' if len(self.shards) > 8 else ''}), {n} expected{hint}; pass every shard file of the run once")
 
+    def check_paths(self) -> None:
+        """Raise :class:`StageError` (exit 2) for a shard or output path that is a symbolic link loop (a bad
+        argument: no file can ever be read or written there)."""
+        for path, what in [*((p, "shard") for p in self.shards), (self.output_file, "--output_file")]:
+            if symlink_loop(path):
+                raise StageError(f"{path}: {what} path is a symbolic link loop (it never reaches a file); give the file itself",
+                                 EXIT_USAGE)
+
     def run(self) -> int:
+        self.check_paths()
         self.check_expected()
         try:
             result = merge_shards(self.shards, self.output_file)

@@ -298,3 +298,25 @@ def test_failed_records_of_both_forms_and_a_lower_case_letter_still_merge(tmp_pa
     assert main(["--output_file", str(out), str(a), str(tmp_path / "b.json")]) == 0
     merged = {r["idx"]: r for r in json.loads(out.read_text())["individual_results"]}
     assert sorted(merged) == [0, 1, 2, 3, 5] and merged[5]["error"] == "boom" and merged[3]["ground_truth"] == "b"
+
+
+@pytest.mark.parametrize("which", ["shard", "second shard", "output"])
+def test_a_symlink_loop_is_one_line_naming_it_and_exit_2(tmp_path, capsys, which):
+    """Issue 31 item 3: a shard (or the output) that is a symbolic link loop was a traceback (RuntimeError: Symlink loop)."""
+    a = write_shard(tmp_path / "raw.shard0of2.json", [0])
+    loop = tmp_path / "loop_a.json"
+    loop.symlink_to(tmp_path / "loop_b.json")
+    (tmp_path / "loop_b.json").symlink_to(loop)
+    out = tmp_path / "raw.json"
+    shards = {"shard": [loop, a], "second shard": [a, loop], "output": [a]}[which]
+    if which == "output":
+        out = loop
+    assert main(["--output_file", str(out), *map(str, shards)]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and str(loop) in lines[0] and "symbolic link loop" in lines[0] and "Traceback" not in err
+    assert not (tmp_path / "raw.json").exists()
+    # the library call says the same (a MergeError naming the path, no RuntimeError)
+    if which != "output":
+        with pytest.raises(MergeError, match="symbolic link loop"):
+            merge_shards(shards, tmp_path / "raw.json")
