@@ -132,3 +132,25 @@ def test_the_launcher_reruns_a_threshold_change_with_the_judge_on_without_a_requ
         assert code == 0, out[-3000:]
         assert server.chat_requests() == []
     assert "step evaluate: runs: " in out and "step judge: done already, skipping" in out, out
+
+
+def test_new_answers_judged_before_a_stop_still_set_the_old_file_aside(tmp_path, server):
+    """The changed entry's new judgement is in the checkpoint (a run stopped after it): the rerun sends
+    nothing, and the earlier judge file, which held the old judgement, is still kept aside."""
+    write_eval(tmp_path / "eval.json", make_records(3))
+    assert judge(tmp_path, server, "judge.json", "--no_cache") == 0
+    before = (tmp_path / "judge.json").read_bytes()
+    records = make_records(3)
+    records[1]["answer"] = "answer-1 the dog barks"
+    write_eval(tmp_path / "eval.json", records)
+    assert judge(tmp_path, server, "other.json", "--no_cache") == 0  # the new judgement of idx 1, made elsewhere
+    new_entry = json.loads((tmp_path / "other.json").read_text())[1]
+    fingerprint = json.loads((tmp_path / "other.json.meta.json").read_text())["judge"]["fingerprint"]
+    (tmp_path / "judge.json.partial.jsonl").write_text(
+        json.dumps({"idx": 1, "fingerprint": fingerprint, "status": "scored", "entry": new_entry}) + "\n")
+    server.clear()
+    assert judge(tmp_path, server, "judge.json", "--no_cache") == 0
+    assert server.chat_requests() == []
+    aside = list(tmp_path.glob("judge.json.replaced-*"))
+    assert len(aside) == 1 and aside[0].read_bytes() == before
+    assert json.loads((tmp_path / "judge.json").read_text())[1]["model_output"] == "answer-1 the dog barks"

@@ -53,8 +53,8 @@ class PriorState:
     """1 when the checkpoint's final line was torn by a kill and dropped (:attr:`CheckpointLog.torn`)."""
     rejected_path: str | None = None
     """Where the rejected lines went (set when there were any)."""
-    in_output: set = field(default_factory=set)
-    """idx of the scored entries that come from the final output file (set aside when one of them changed)."""
+    in_output: dict = field(default_factory=dict)
+    """idx -> scored entry of the earlier final output file (set aside when one of them judged a request that changed)."""
 
 
 class _Mismatch(Exception):
@@ -158,14 +158,16 @@ def load_prior(paths: RunPaths, fingerprint: dict, *, on_change: str = "refuse")
 def _prior(paths: RunPaths, fingerprint: dict) -> PriorState:
     ckpt = CheckpointLog(paths.checkpoint)
     records: dict = {}
-    for rec in _final_records(paths, read_meta(paths)):
+    finals = _final_records(paths, read_meta(paths))
+    for rec in finals:
         records[rec["idx"]] = rec
     try:
         records.update(ckpt.load())
     except ArtifactError as exc:
         raise JudgeInputError(f"{exc} (the checkpoint of an earlier run; move it away to start over)") from None
     state = PriorState(checkpoint_rejected=ckpt.rejected, checkpoint_torn=ckpt.torn,
-                       rejected_path=str(ckpt.rejected_path) if ckpt.rejected else None)
+                       rejected_path=str(ckpt.rejected_path) if ckpt.rejected else None,
+                       in_output={r["idx"]: r["entry"] for r in finals if r["status"] == "scored"})
     for idx in sorted(records, key=str):
         rec = records[idx]
         where = rec.get("source") or str(paths.checkpoint)
@@ -177,10 +179,6 @@ def _prior(paths: RunPaths, fingerprint: dict) -> PriorState:
                             f"({'; '.join(diffs)}); use another --output, or delete the old files to rejudge")
         if rec.get("status") == "scored":
             state.entries[idx] = rec["entry"]
-            if rec.get("source") == str(paths.output):
-                state.in_output.add(idx)
-            else:
-                state.in_output.discard(idx)
         elif rec.get("status") == "skipped":
             state.skipped[idx] = rec["skipped"]
     model = fingerprint.get("judge_model")
@@ -374,7 +372,7 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
         shown = ", ".join(str(i) for i in changed[:20])
         log.info("%d earlier entr%s judged another request (its answer, question or right option changed) and %s sent again: idx %s%s",
                  len(changed), "y" if len(changed) == 1 else "ies", "is" if len(changed) == 1 else "are", shown, " ..." if len(changed) > 20 else "")
-    replaced = [i for i in changed if i in prior.in_output]
+    replaced = [i for i, e in prior.in_output.items() if i not in tasks_by_idx or not reusable(e, tasks_by_idx[i], keys[i])]
     todo = [t for t in targets if t.idx not in prior.entries]
     reused = len(targets) - len(todo)
     beyond = f", {len(taskset.tasks) - len(targets)} beyond --limit" if len(targets) < len(taskset.tasks) else ""
