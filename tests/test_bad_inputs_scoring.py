@@ -375,3 +375,65 @@ def test_a_full_disk_after_the_embedding_pass_is_one_line_and_the_rerun_succeeds
     assert run(["--mode", "calculate", "--input_file", str(raw_file)]) == 0 and loader.calls == 2
     sim = json.loads((tmp_path / "sim_FakeVLM_mf32_n3.json").read_text())
     assert len(sim["individual_results"]) == 3 and all("cosine_similarities" in r for r in sim["individual_results"])
+
+
+# ---------------------------------------------------------------- numbers that are not finite, records with no ground truth (issue 31 item 3)
+
+
+@pytest.mark.parametrize("record, letter", [(1, "B"), ("failed", "A")], ids=["record", "failed-record"])
+def test_a_similarity_written_as_1e400_is_refused_in_evaluate(tmp_path, capsys, model_loads, sim_file, record, letter):
+    """1e400 parses as inf; a failed record's similarities are read too (they were a traceback at the write)."""
+    data = json.loads(sim_file.read_text())
+    if record == "failed":
+        data["individual_results"][1] = {"example_id": 1, "error": "Video not found", "cosine_similarities": {"A": "INF"}}
+    text = json.dumps(data).replace('"B": 0.2', '"B": 1e400', 1 if record == 1 else 0).replace('"INF"', "1e400")
+    assert "1e400" in text
+    sim_file.write_text(text)
+    (tmp_path / "eval_FakeVLM_mf32_n3.json").write_text('{"earlier": true}\n')
+    before = snapshot(tmp_path)
+    rc = run(["--mode", "evaluate", "--input_file", str(sim_file)])
+    check_refused(capsys, tmp_path, before, rc, 1, str(sim_file), "record idx", f"similarity of option {letter} is inf, not a finite number")
+
+
+def test_a_non_finite_number_in_another_field_is_refused_naming_it(tmp_path, capsys, model_loads, sim_file):
+    data = json.loads(sim_file.read_text())
+    data["individual_results"][2]["video_duration"] = float("nan")
+    sim_file.write_text(json.dumps(data, allow_nan=True))
+    before = snapshot(tmp_path)
+    rc = run(["--mode", "evaluate", "--input_file", str(sim_file), "--output_file", str(tmp_path / "e.json")])
+    check_refused(capsys, tmp_path, before, rc, 1, str(sim_file), "record idx 2: 'video_duration' is nan, not a finite number")
+
+
+def _eval_file(tmp_path, sim_file):
+    out = tmp_path / "eval_FakeVLM_mf32_n3.json"
+    assert run(["--mode", "evaluate", "--input_file", str(sim_file), "--output_file", str(out), "--bootstrap_resamples", "0"]) == 0
+    return out
+
+
+@pytest.mark.parametrize("fault, needle", [
+    (lambda recs: recs[1]["cosine_similarities"].update(C=float("nan")), "record idx 1: similarity of option C is nan"),
+    (lambda recs: recs[2].update(cosine_similarities=dict.fromkeys("ABCDE", float("nan"))), "record idx 2: similarity of option A is nan"),
+    (lambda recs: recs[1].pop("ground_truth"), "record idx 1: 'ground_truth' is missing or empty"),
+    (lambda recs: recs[0].update(ground_truth=""), "record idx 0: 'ground_truth' is missing or empty"),
+    (lambda recs: [r.pop("cosine_similarities") for r in recs] and recs[2].pop("ground_truth"),
+     "record idx 2: 'ground_truth' is missing or empty"),
+], ids=["nan-similarity", "all-nan", "no-ground-truth", "empty-ground-truth", "no-ground-truth-no-similarities"])
+def test_report_refuses_nan_similarities_and_records_with_no_ground_truth(tmp_path, capsys, sim_file, fault, needle):
+    evaluated = _eval_file(tmp_path, sim_file)
+    data = json.loads(evaluated.read_text())
+    fault(data["individual_results"])
+    evaluated.write_text(json.dumps(data, allow_nan=True))
+    capsys.readouterr()
+    before = snapshot(tmp_path)
+    rc = run(["--mode", "report", "--input_file", str(evaluated), "--report_dir", str(tmp_path / "report")])
+    check_refused(capsys, tmp_path, before, rc, 1, str(evaluated), needle)
+    assert not (tmp_path / "report").exists() or not any((tmp_path / "report").iterdir())  # no report written
+
+
+def test_report_still_reads_failed_samples_of_both_forms(tmp_path, capsys, sim_file):
+    data = json.loads(sim_file.read_text())
+    data["individual_results"][1] = {"example_id": 1, "error": "Video not found"}  # the reference's failed record
+    sim_file.write_text(json.dumps(data))
+    evaluated = _eval_file(tmp_path, sim_file)
+    assert run(["--mode", "report", "--input_file", str(evaluated), "--report_dir", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report").is_dir()

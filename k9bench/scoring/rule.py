@@ -9,12 +9,15 @@ a record that is not a failed sample without an ``answer`` key, an answer that i
 that are not exactly A-E, a missing ground truth or one outside the options, a category that is not a
 K9-Bench one, similarities that are not finite numbers in [-1, 1]. The reader
 (:func:`load_for_scoring`, on :func:`k9bench.artifacts.records_artifact_from`) refuses a file that
-cannot be read, an idx that is not an integer, a duplicate idx and a file with no records.
+cannot be read, an idx that is not an integer, a duplicate idx, a file with no records and a number that
+is not finite anywhere in it (:func:`check_finite`: ``NaN``, or ``1e400``, which parses as inf), failed
+samples included. :func:`check_scored_record` is what the report needs of an eval record.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import re
 from dataclasses import dataclass
@@ -234,6 +237,67 @@ def normalise_ground_truth(records: Sequence[QuestionRecord], path: str | os.Pat
     return changed
 
 
+def _non_finite(value: Any, where: str) -> tuple[str, float] | None:
+    """``(where, value)`` of the first number in ``value`` that is not finite (NaN, an infinity: ``1e400``
+    parses as one), or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where, value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = _non_finite(item, f"{where}.{key}" if where else str(key))
+            if found:
+                return found
+    elif isinstance(value, list):
+        for n, item in enumerate(value):
+            found = _non_finite(item, f"{where}[{n}]")
+            if found:
+                return found
+    return None
+
+
+def check_finite(rows: Sequence[dict], meta: dict, path: str | os.PathLike | None = None) -> None:
+    """Refuse a file holding a number that is not finite anywhere (a similarity written as ``1e400`` reads
+    as inf, ``NaN`` as nan: no verdict can be drawn from them and no JSON file can hold them): a
+    :class:`ScoringError` naming the file, the record's idx and the field (or the top-level key)."""
+    for n, row in enumerate(rows):
+        if not isinstance(row, dict):
+            continue
+        found = _non_finite(row, "")
+        if found is None:
+            continue
+        idx = row.get("idx", row.get("example_id", f"#{n}"))
+        where = f"{path or '<input>'}: record idx {idx}"
+        name, value = found
+        sims = row.get("cosine_similarities")
+        letter = next((k for k, v in sims.items() if v is value), None) if isinstance(sims, dict) else None
+        if letter is not None:
+            raise ScoringError(f"{where}: similarity of option {letter} is {value!r}, not a finite number")
+        declared = QuestionRecord.__dataclass_fields__.get(name)
+        if declared is not None and declared.type == "str":  # a text field (the answer): said as the record checks say it
+            raise ScoringError(f"{where}: '{name}' is not text: {value!r}")
+        raise ScoringError(f"{where}: '{name}' is {value!r}, not a finite number")
+    found = _non_finite(meta, "")
+    if found is not None:
+        raise ScoringError(f"{path or '<input>'}: top-level '{found[0]}' is {found[1]!r}, not a finite number")
+
+
+def check_scored_record(record: QuestionRecord, where: str) -> None:
+    """What a report needs of an eval record: a record that is not a failed sample has a ground-truth
+    letter among its options; any record's similarities, where given, are finite numbers in [-1, 1]
+    (:func:`check_sims`). Raises :class:`ScoringError` naming ``where`` and the field."""
+    if record.failed:
+        sims = record.cosine_similarities
+        for letter, value in (sims.items() if isinstance(sims, dict) else ()):
+            if not is_finite_number(value):
+                raise ScoringError(f"{where}: similarity of option {letter} is {value!r}, not a finite number")
+        return
+    if record.cosine_similarities is not None:
+        check_sims(record, where)
+        return
+    letters = option_letters(record.options, where)[1] if record.options else list(LETTERS)
+    check_ground_truth(record, letters, where)
+
+
 def load_for_scoring(path: str | os.PathLike) -> tuple[RecordsArtifact, list[dict]]:
     """Read a raw/sim/eval file (ours, the reference's, or the older ``threshold_results`` layout)
     through the one reader, refusing a file without records.
@@ -244,5 +308,7 @@ def load_for_scoring(path: str | os.PathLike) -> tuple[RecordsArtifact, list[dic
     :class:`~k9bench.artifacts.ArtifactError` naming the file."""
     data = read_json(path)
     artifact = records_artifact_from(data, path, allow_empty=False)
+    rows = list(find_records(data, where=str(path))[0])
+    check_finite(rows, artifact.meta, path)
     normalise_ground_truth(artifact.records, path)
-    return artifact, list(find_records(data, where=str(path))[0])
+    return artifact, rows
