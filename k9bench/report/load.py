@@ -199,6 +199,15 @@ def _load_eval(path: str | Path):
         raise ReportError(str(exc)) from None
     if art.stage != "eval":
         raise ReportError(f"{path}: this is a {art.stage} file, not an eval file; run evaluate_results.py --mode evaluate on it first")
+    from k9bench.scoring.rule import check_finite, check_scored_record, where_of
+    from k9bench.scoring_settings import ScoringError
+
+    try:  # NaN or inf anywhere (a similarity, a count), a record with no ground truth: refused, naming it
+        check_finite([r.to_dict() for r in art.records], art.meta, path)
+        for rec in art.records:
+            check_scored_record(rec, where_of(path, rec))
+    except ScoringError as exc:
+        raise ReportError(str(exc)) from None
     return art
 
 
