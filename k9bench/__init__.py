@@ -103,6 +103,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.pipeline.scripts``              the scripts' own parsers, to check every *_ARGS first
 ``k9bench.pipeline.plan``                 which stages run and why (--dry_run)
 ``k9bench.pipeline.stages``               one step per stage, through the Stage contract
+``k9bench.pipeline.preflight``            every stage checked before the first one runs
 ``k9bench.pipeline.run``                  check everything, take the run's lock, run what must run
 ``k9bench.pipeline.prepare``              the demo's preparation
 ``k9bench.pipeline.report_lines``         the configuration block printed first

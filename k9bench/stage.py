@@ -7,7 +7,8 @@ A stage (download, inference, merge, calculate, evaluate, judge, report) is an o
 - ``fingerprint()``: the settings that change its result (:func:`k9bench.settings.result_fingerprint`);
 - ``done()``: None when its outputs exist and were made from these inputs with these settings, else the
   reason it must run (judged by content and fingerprint, never by modification time);
-- ``run()``: the work, resuming from its own checkpoint; returns an exit code.
+- ``run()``: the work, resuming from its own checkpoint; returns an exit code;
+- ``preflight()``: the quick checks run before any stage of a run starts (default: none).
 
 A stage writes :meth:`Stage.stage_block` into its artifact (top-level key ``"stage"``) each time it
 writes it, which is what ``done()`` reads back. This module also owns the rules that are the same for
@@ -207,6 +208,56 @@ def output_lock(path: str | os.PathLike, *, flag: str | None = None) -> Iterator
         os.close(fd)
 
 
+@contextlib.contextmanager
+def build_lock(lock: str | os.PathLike, *, what: str, say=None) -> Iterator[Path]:
+    """Hold the lock of a shared build product (the demo's tiny model, a video cache) for the block,
+    *waiting* for it when another process holds it: that one builds, this one then finds the result.
+    ``say`` (default: the log) is told once, ``waiting for <what>: built by pid N on host H (lock ...)``.
+    An ``flock`` on the file ``lock``, so a holder that died holds nothing."""
+    target = Path(lock)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    told = False
+    while True:
+        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                os.close(fd)
+                raise
+            if not told:
+                (say or log.info)(f"waiting for {what}: being built by {_holder(fd)} (lock {target})")
+                told = True
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except BaseException:
+                os.close(fd)
+                raise
+        try:
+            same = os.fstat(fd).st_ino == os.stat(target).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the holder removed the file as it let go: take the lock on a fresh one
+    try:
+        os.ftruncate(fd, 0)
+        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
+    except OSError as exc:
+        from k9bench.artifact_io import write_error
+
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        os.close(fd)
+        raise write_error(target, exc) from None
+    try:
+        yield target
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(target)
+        os.close(fd)
+
+
 # --------------------------------------------------------------------------- signals
 
 
@@ -345,6 +396,12 @@ class Stage(abc.ABC):
     def run(self) -> int:
         """The work; returns an exit code."""
 
+    def preflight(self) -> None:
+        """Checks that need no model weights and no long work (a source that must be in the cache, an
+        environment that must import): raise :class:`StageError` (one line) to refuse before *any* stage
+        of a run starts. The launcher calls every stage's preflight first (and ``--dry_run`` does);
+        the default checks nothing."""
+
     def input_digests(self) -> dict[str, str]:
         return {str(p): file_digest(p) for p in self.inputs()}
 
@@ -413,7 +470,7 @@ def run_stage(stage: Stage, *, lock: bool = True, check: bool = True) -> int:
 
 
 __all__ = [
-    "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "Interrupted", "LockHeld", "OutputError", "Stage",
+    "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "Interrupted", "LockHeld", "OutputError", "Stage", "build_lock",
     "StageError", "StopState", "check_output", "current_stop", "deferred", "file_digest", "lock_path", "output_lock",
     "run_stage", "stop_on_signals",
 ]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -171,6 +172,8 @@ def fake_server(monkeypatch):
             events.append("stop")
 
     monkeypatch.setattr(pipeline_run, "start_server", start)
+    # the preflight's `python -c "import vllm"` of the vLLM environment: a stand-in that succeeds
+    monkeypatch.setenv("K9BENCH_VLLM_PYTHON", shutil.which("true") or "/bin/true")
     return events
 
 

@@ -197,13 +197,18 @@ def check_videos(config: RunConfig, pending: list[VideoGroup]) -> None:
     d = config.data
     if config.frames.text_only or not pending or d.auto_download:
         return
+    from k9bench.hub import setting_name
+
+    launcher = setting_name("--video_dir", "VIDEO_DIR") == "VIDEO_DIR"  # the user typed VIDEO_DIR, not these flags
+    where = f"VIDEO_DIR={d.video_dir}" if launcher else f"--video_dir {d.video_dir}"
+    fix = (f"the download stage fetches them: see {Path(d.video_dir) / 'download_manifest.json'} for why it could not, and rerun"
+           if launcher else f"fetch them (download_videos.py --output_dir {d.video_dir}) or pass --auto_download")
     if not Path(d.video_dir).is_dir():
-        raise UsageError(f"--video_dir {d.video_dir} is not a folder; fetch the videos first "
-                         f"(download_videos.py --output_dir {d.video_dir}) or pass --auto_download")
+        raise UsageError(f"{where} is not a folder; {fix}")
     have, total = videos_present(pending)
     if have == 0:
-        raise UsageError(f"--video_dir {d.video_dir} holds none of the {len(pending)} video(s) of the {total} question(s) to run "
-                         f"(e.g. {pending[0].path.name}); fetch them (download_videos.py --output_dir {d.video_dir}) or pass --auto_download")
+        raise UsageError(f"{where} holds none of the {len(pending)} video(s) of the {total} question(s) to run "
+                         f"(e.g. {pending[0].path.name}); {fix}")
     log.info("--video_dir %s: %d of %d question(s) to run have their video%s", d.video_dir, have, total,
              "" if have == total else f" ({total - have} will be failed records, missing_video)")
 

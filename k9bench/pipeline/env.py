@@ -229,6 +229,7 @@ OTHER_VARIABLES = (
     ("SCORE_ARGS", "extra arguments for evaluate_results.py --mode calculate"),
     ("JUDGE_ARGS", "extra arguments for subjective_evals.py"),
     ("SERVE_ARGS", "extra arguments for vllm serve (SERVE=vllm)"),
+    ("K9BENCH_VLLM_PYTHON", "SERVE=vllm: the python of the vLLM environment (default: this one); checked to import vllm before any stage"),
     ("DEMO", "1: the offline CPU demo (demo set, tiny random-weight model, small embedding model, OUT_DIR demo_out)"),
     ("PYTHON", "interpreter (default: python3, the active environment's)"),
     ("VENV", "a virtualenv or conda prefix to use instead (its bin/python)"),
@@ -347,4 +348,3 @@ def _folder_message(name: str, folder: str, exc: Exception) -> str:
         return f"{name}={folder} cannot be created: {anchor} is not a folder"
     why = text.split("(", 1)[1].rstrip(")") if "(" in text else text
     return f"{name}={folder} is not writable ({anchor}: {why})"
-

@@ -85,7 +85,7 @@ def build_steps(s: LaunchSettings, layout: RunLayout, mode: ShardMode) -> list[S
     """The ordered stages of this run."""
     v, f = s.values, files(layout)
     steps: list[Step] = []
-    if not mode.finalize:
+    if not mode.finalize and v["MAX_FRAMES"] != "0":  # MAX_FRAMES=0 is text-only: no video is read, none is fetched
         download = ["--dataset_name", v["DATASET_NAME"], "--split", v["SPLIT"], "--output_dir", v["VIDEO_DIR"],
                     "--max_samples", v["MAX_SAMPLES"]]
         steps.append(Step(name="download", script="download_videos", argv=download,

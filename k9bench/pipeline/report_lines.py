@@ -59,3 +59,45 @@ def config_lines(launch) -> list[str]:
         shown = " ".join(f"{name.split('_')[0].lower()}: '{' '.join(redact_argv(list(s.extra[name])))}'" for name in extra)
         lines.append(f"  extra args       {shown}")
     return lines
+
+
+class StepOutput:
+    """A stdout for one stage: each line it prints is prefixed ``[<step>] `` so that every line of the launcher's
+    log says where it comes from (the launcher's own ``[run_eval ...]`` lines pass unchanged)."""
+
+    def __init__(self, step: str, target):
+        self.prefix, self.target, self._pending = f"[{step}] ", target, ""
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            self.target.write((line if line.startswith("[run_eval ") else self.prefix + line) + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self.write("\n")
+        self.target.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+    def __getattr__(self, name: str):  # encoding, fileno...: the real stream's
+        return getattr(self.target, name)
+
+
+def step_output(step: str):
+    """``with step_output("evaluate"):`` the stage's stdout lines carry its name."""
+    import contextlib
+
+    @contextlib.contextmanager
+    def block():
+        out = StepOutput(step, sys.stdout)
+        with contextlib.redirect_stdout(out):
+            try:
+                yield
+            finally:
+                out.flush()
+
+    return block()

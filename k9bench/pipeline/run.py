@@ -115,7 +115,7 @@ class Launch:
 
     def __init__(self, settings: LaunchSettings, mode: ShardMode, layout, steps: list[Step], *, env: dict, repo: Path):
         self.s, self.mode, self.layout, self.steps, self.env, self.repo = settings, mode, layout, steps, env, repo
-        self.current = "none"
+        self.current: str | None = None
         self.ran: set[str] = set()
         self.judge_incomplete = False
         self._signals = _SignalLog()
@@ -133,6 +133,10 @@ class Launch:
 
         if dry_run:
             return self.dry_run()
+        try:  # every stage checked before the first one starts, and before the lock: a refusal writes nothing
+            self.preflight()
+        except StepFailed as exc:
+            return die(exc.exit_code, str(exc))
         try:
             with output_lock(self.lock_target(), flag="OUT_DIR run"):
                 return self.locked()
@@ -147,6 +151,7 @@ class Launch:
             say(f"DEMO: {what}.")
             say(f"DEMO: {meaning}.")
         self.print_config()
+        self.say_text_only()
         if self.env.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
             say(f"requeued run (restart {self.env['SLURM_RESTART_COUNT']}): resuming every stage")
         try:
@@ -164,8 +169,7 @@ class Launch:
         from k9bench.pipeline.prepare import prepare_demo
 
         slurm.link_array_log(self.env, say)
-        self.check_judge_endpoint()
-        prepare_demo(self.s, in_array=self.mode.in_array, say=say)
+        prepare_demo(self.s, say=say, enter=lambda name: setattr(self, "current", name))
         if self.mode.in_array and self.mode.shard_id == 0:
             script = self.env.get("K9BENCH_SCRIPT") or str(self.repo / "run_eval.sh")
             slurm.submit_finalize(self.env, out_dir=Path(self.s["OUT_DIR"]), num_shards=self.mode.num_shards, repo=self.repo,
@@ -186,9 +190,21 @@ class Launch:
             skipped = next(s for s in self.steps if s.name == "judge").outputs[1]
             return die(1, f"step judge incomplete: entries in {skipped} were not judged; rerun the same command to retry them")
         say(f"all steps done: {self.layout.path('eval')}")
+        report = next((st for st in self.steps if st.name == "report"), None)
+        if report is not None:  # the results page the report stage writes beside report.md (docs/view.md)
+            say(f"results page: {Path(report.outputs[0]).parent / 'index.html'}")
         if self.s.demo and self.demo_note()[2]:
-            say("DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%).")
+            if "evaluate" in self.ran:
+                say("DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%).")
+            else:  # nothing was scored in this run, so no accuracy was printed above
+                say(f"DEMO finished (nothing changed, nothing rerun). Reminder: random weights, so the accuracy in "
+                    f"{self.layout.path('eval')} is MEANINGLESS (chance is 20%).")
         return 0
+
+    def say_text_only(self) -> None:
+        if self.s["MAX_FRAMES"] == "0":
+            say("MAX_FRAMES=0: a text-only run (the model sees no frames): no videos are needed, so the download stage "
+                "is skipped and VIDEO_DIR is not read")
 
     def demo_note(self) -> tuple[str, str, bool]:
         from k9bench.pipeline.plan import demo_note
@@ -269,26 +285,28 @@ class Launch:
 
     @contextlib.contextmanager
     def download_lock(self, step: Step) -> Iterator[None]:
-        if step.name != "download" or not self.mode.in_array:
+        """Launches sharing VIDEO_DIR (array tasks, two runs) download one at a time; the later one then finds
+        the videos verified and fetches only what is still missing."""
+        if step.name != "download":
             yield
             return
-        from k9bench.pipeline.slurm import waiting_lock
+        from k9bench.stage import build_lock
 
-        lock = Path(self.s["VIDEO_DIR"]) / ".run_eval.download.lock"
-        say(f"step download: waiting for {lock} (array tasks download one at a time)")
-        with waiting_lock(lock):
+        with build_lock(Path(self.s["VIDEO_DIR"]) / ".run_eval.download.lock", what=f"the video cache {self.s['VIDEO_DIR']}", say=say):
             yield
 
     def execute(self, step: Step, stage) -> int:
+        from k9bench.pipeline.report_lines import step_output
         from k9bench.stage import run_stage
 
         self._signals.reset()
         if not isinstance(stage, ScriptStage):
-            return run_stage(stage)
+            with step_output(step.name):
+                return run_stage(stage)
         from k9bench.stage import StageError
 
         try:
-            with self.server(step):
+            with self.server(step), step_output(step.name):
                 return stage.run()
         except StageError as exc:  # the vLLM server did not come up
             raise StepFailed(exc.exit_code, f"step {step.name}: {exc}") from None
@@ -331,8 +349,8 @@ class Launch:
             if why:
                 return die(128 + signum, f"scontrol requeue failed ({why}); resubmit the same command to resume")
             return 0
-        return die(128 + signum, f"interrupted by {name} during step '{self.current}'; finished work is kept: rerun the same "
-                                 "command to resume")
+        where = f"during step '{self.current}'" if self.current else "before the first step started"
+        return die(128 + signum, f"interrupted by {name} {where}; finished work is kept: rerun the same command to resume")
 
     # ----------------------------------------------------------------- servers
 
@@ -350,21 +368,18 @@ class Launch:
             finally:
                 step.run_argv = None
 
-    def check_judge_endpoint(self) -> None:
-        """A JUDGE_BASE_URL where nothing answers fails now, in seconds, not after inference."""
-        judge = next((s for s in self.steps if s.name == "judge"), None)
-        url = self.s["JUDGE_BASE_URL"]
-        if judge is None or not url:
-            return
-        from urllib.parse import urlsplit
+    def preflight(self) -> dict:
+        """Every stage's checks (:mod:`k9bench.pipeline.preflight`), before any stage runs; the Stage objects."""
+        from k9bench.pipeline import preflight
+        from k9bench.pipeline.stages import make_stage
 
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
         try:
-            socket.create_connection((parts.hostname or "", port), timeout=5).close()
-        except OSError as exc:
-            raise StepFailed(2, f"JUDGE_BASE_URL={url}: nothing answers at {parts.hostname}:{port} ({exc.strerror or exc}); "
-                                "start the judge server or fix the URL") from None
+            preflight.check_settings(self.s, self.steps, self.env)
+            stages = {step.name: self.stage_of(step, make_stage) for step in self.steps}
+            preflight.check_stages(stages)
+        except preflight.PreflightError as exc:
+            raise StepFailed(2, str(exc)) from None
+        return stages
 
     # ----------------------------------------------------------------- reports
 
@@ -376,11 +391,11 @@ class Launch:
 
     def dry_run(self) -> int:
         from k9bench.pipeline.plan import describe_plan, plan_reasons
-        from k9bench.pipeline.stages import make_stage
 
         self.print_config()
+        self.say_text_only()
         try:
-            stages = {step.name: self.stage_of(step, make_stage) for step in self.steps}
+            stages = self.preflight()
         except StepFailed as exc:
             return die(exc.exit_code, str(exc))
         say("plan (--dry_run: nothing runs):")

@@ -10,11 +10,10 @@ the launcher then requeues the job (``scontrol requeue``) and the requeued run r
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import subprocess
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
+from typing import Callable, Mapping
 
 from k9bench.pipeline.env import LaunchError
 from k9bench.pipeline.plan import ShardMode
@@ -142,19 +141,6 @@ def requeue(env: Mapping[str, str]) -> str | None:
     except (OSError, subprocess.TimeoutExpired) as exc:
         return str(exc)
     return None if proc.returncode == 0 else (proc.stderr or proc.stdout).strip() or f"exit {proc.returncode}"
-
-
-@contextlib.contextmanager
-def waiting_lock(path: Path) -> Iterator[None]:
-    """A lock that waits (array tasks share VIDEO_DIR and the demo model: one works, the others then find
-    the result). Held by ``flock``, so a task that died holds nothing."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
 
 
 class StepFailed(Exception):

@@ -1,0 +1,143 @@
+"""Every stage checked before the first one runs (and by ``--dry_run``): what needs no model weights and
+no long work, so that a run that would fail at its third stage fails now, in seconds.
+
+The checks, each refused in one line naming the launcher variable, exit 2, before the run's lock is taken
+(so nothing is written and no folder is created):
+
+- the dataset resolves (``DATASET_NAME``: ``demo``, an existing file or folder, or a Hub id ``owner/name``);
+- under ``HF_HUB_OFFLINE`` (or ``HF_DATASETS_OFFLINE`` / ``TRANSFORMERS_OFFLINE``) the model, the embedding
+  model and the dataset are in the cache;
+- under ``SERVE=vllm`` the vLLM environment (``K9BENCH_VLLM_PYTHON``, else this python) imports vllm;
+- the judge endpoint answers (``JUDGE_BASE_URL``);
+- every stage's outputs can be written (nothing is created: a probe file in the nearest existing folder);
+- each stage's own :meth:`k9bench.stage.Stage.preflight`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+VLLM_IMPORT_TIMEOUT_S = 120.0
+"""How long ``python -c "import vllm"`` may take (a cold import of vLLM takes tens of seconds)."""
+
+
+class PreflightError(Exception):
+    """One refusal, in the launcher's words (exit 2)."""
+
+
+def check_dataset(name: str) -> None:
+    """DATASET_NAME resolves: the demo set, an existing file or folder, or a Hub id (cached when offline)."""
+    from k9bench import hub
+
+    if name == "demo":
+        return
+    path = Path(os.path.expanduser(name))
+    if path.exists():
+        return
+    if hub.looks_like_local_path(name) or name.count("/") != 1 or path.suffix.lower() in (".json", ".jsonl", ".parquet"):
+        raise PreflightError(f"DATASET_NAME={name}: no such file or folder, and not a Hub dataset id of the form owner/name "
+                             "(give a local parquet/json/jsonl file or save_to_disk folder, a Hub id, or demo)")
+    offline = hub.offline_requested("HF_DATASETS_OFFLINE")
+    if offline and not hub.is_cached(name, repo_type="dataset"):
+        raise PreflightError(f"DATASET_NAME={name}: not in the Hugging Face cache ({hub.hub_cache_dir()}) and {offline} is set; "
+                             f"download it while online (`hf download {name} --repo-type dataset --local-dir k9bench_data`) "
+                             "and set DATASET_NAME=k9bench_data, or use DATASET_NAME=demo")
+
+
+def check_model_cached(variable: str, name: str, what: str) -> None:
+    """Offline, a Hub id must be in the cache (a local folder is checked by the settings already)."""
+    from k9bench import hub
+
+    if not name or Path(os.path.expanduser(name)).exists() or not hub.is_hub_id(name):
+        return
+    offline = hub.offline_requested("TRANSFORMERS_OFFLINE")
+    if offline and not hub.is_cached(name, repo_type="model"):
+        raise PreflightError(f"{variable}={name}: the {what} is not in the Hugging Face cache ({hub.hub_cache_dir()}) and "
+                             f"{offline} is set; download it while online (`hf download {name}`) or set {variable} to a local folder")
+
+
+def vllm_python(env: dict) -> str:
+    from k9bench.serve import PYTHON_ENV
+
+    return env.get(PYTHON_ENV) or sys.executable
+
+
+def check_vllm(env: dict, variable: str) -> None:
+    """The vLLM environment imports vllm (a subprocess, bounded by :data:`VLLM_IMPORT_TIMEOUT_S`)."""
+    from k9bench.serve import PYTHON_ENV
+
+    python = vllm_python(env)
+    which = f"{PYTHON_ENV}={python}" if env.get(PYTHON_ENV) else f"this python ({python}; set {PYTHON_ENV} to the vLLM environment's)"
+    try:
+        done = subprocess.run([python, "-c", "import vllm"], capture_output=True, text=True, timeout=VLLM_IMPORT_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise PreflightError(f"{variable}: the vLLM environment, {which}, did not import vllm within "
+                             f"{VLLM_IMPORT_TIMEOUT_S:g} s") from None
+    except OSError as exc:
+        raise PreflightError(f"{variable}: the vLLM environment's python cannot run: {which} ({exc.strerror or exc})") from None
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()]
+        why = lines[-1] if lines else f"exit {done.returncode}"
+        raise PreflightError(f"{variable}: the vLLM environment, {which}, cannot import vllm ({why}); install it "
+                             f"(docs/vllm.md) or set {PYTHON_ENV} to the python of an environment that has it")
+
+
+def check_endpoint(url: str) -> None:
+    """Something answers at JUDGE_BASE_URL's host and port (a TCP connection, 5 s)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        socket.create_connection((parts.hostname or "", port), timeout=5).close()
+    except OSError as exc:
+        raise PreflightError(f"JUDGE_BASE_URL={url}: nothing answers at {parts.hostname}:{port} ({exc.strerror or exc}); "
+                             "start the judge server or fix the URL") from None
+
+
+def check_outputs(steps) -> None:
+    """Every stage's outputs can be written (nothing is created)."""
+    from k9bench.stage import OutputError, check_output
+
+    for step in steps:
+        for out in step.outputs:
+            variable = "VIDEO_DIR" if step.name == "download" else "OUT_DIR"
+            try:
+                check_output(out, flag=f"{variable} (step {step.name} writes)", inputs=step.inputs)
+            except OutputError as exc:
+                raise PreflightError(str(exc)) from None
+
+
+def check_settings(s, steps, env: dict) -> None:
+    """The checks of the module doc that read only the settings (no stage object needed)."""
+    v = s.values
+    names = {step.name for step in steps}
+    if "download" in names or any(n.startswith("inference") for n in names):
+        check_dataset(v["DATASET_NAME"])
+    if any(n.startswith("inference") for n in names) and not v["SERVE_URL"] and not s.demo_build_model:
+        check_model_cached("MODEL_NAME", v["MODEL_NAME"], "model")
+    if "calculate" in names:
+        check_model_cached("EMBEDDING_MODEL", v["EMBEDDING_MODEL"], "embedding model")
+    if v["SERVE"] and any(n.startswith("inference") for n in names):
+        check_vllm(env, f"SERVE={v['SERVE']}")
+    if v.get("BACKEND") == "vllm" and any(n.startswith("inference") for n in names):
+        check_vllm({}, "BACKEND=vllm")  # the in-process engine: this python must import vllm
+    if "judge" in names and v["JUDGE_BASE_URL"]:
+        check_endpoint(v["JUDGE_BASE_URL"])
+    check_outputs(steps)
+
+
+def check_stages(stages: dict) -> None:
+    """Each stage's own :meth:`~k9bench.stage.Stage.preflight`."""
+    from k9bench.stage import StageError
+
+    for name, stage in stages.items():
+        try:
+            stage.preflight()
+        except StageError as exc:
+            raise PreflightError(f"step {name}: {exc}") from None
