@@ -348,3 +348,4 @@ def _folder_message(name: str, folder: str, exc: Exception) -> str:
         return f"{name}={folder} cannot be created: {anchor} is not a folder"
     why = text.split("(", 1)[1].rstrip(")") if "(" in text else text
     return f"{name}={folder} is not writable ({anchor}: {why})"
+
