@@ -9,8 +9,9 @@ One loader serves every script. ``source`` may be
   (SPEC section 1);
 * ``demo``: the bundled synthetic demo set (see :mod:`k9bench.demo`).
 
-Rows are validated as a whole: every problem (missing field, options not A-E,
-answer letter not among the options, duplicate idx, bad URL, unknown category)
+Rows are validated as a whole: every problem (missing field, options not A-E (lower-case
+keys ``a``-``e`` included), answer letter not among the options, a question that is not text (a number),
+duplicate idx, bad URL, unknown category)
 is collected and reported in one :class:`DatasetError` naming each idx and field.
 ``drop_invalid=True`` drops the offending rows instead and reports which.
 """
@@ -176,6 +177,7 @@ def normalize_options(value: Any) -> dict[str, str]:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise ValueError(f"not a mapping of letters to texts: {exc}") from None
+    lower: list[str] = []
     if isinstance(value, (list, tuple)):
         mapping = {}
         for item in value:
@@ -184,6 +186,8 @@ def normalize_options(value: Any) -> dict[str, str]:
             letter = item[0].upper()
             if letter in mapping:
                 raise ValueError(f"letter {letter} appears twice in the list")
+            if item[0] != letter:
+                lower.append(item[:2])
             mapping[letter] = item[2:].strip()
         value = mapping
     if not isinstance(value, dict):
@@ -196,6 +200,11 @@ def normalize_options(value: Any) -> dict[str, str]:
         if letter in present:
             raise ValueError(f"letter {letter} is given twice (keys {sorted(map(str, value))})")
         present[letter] = v
+        if str(k).strip() != letter:
+            lower.append(str(k))
+    if lower:
+        raise ValueError(f"option key(s) {', '.join(repr(k) for k in lower)} in lower case; K9-Bench's option keys are "
+                         "the capital letters A-E (the model is shown them, and scoring reads only those)")
     if sorted(present) != list(LETTERS):
         raise ValueError(f"keys are {sorted(present)}, expected exactly A-E")
     out = {}
@@ -237,6 +246,10 @@ def validate_rows(rows: Iterable[dict]) -> tuple[list[Question], list[RowProblem
             if row.get(name) is None or (isinstance(row.get(name), str) and not row[name].strip()):
                 row_problems.append(RowProblem(label, name, "missing or empty"))
         missing = {p.field for p in row_problems}
+        for name in ("question",):  # text the model is shown: a number there is not a question
+            if name not in missing and not isinstance(row[name], str):
+                row_problems.append(RowProblem(label, name, f"{row[name]!r:.80} ({type(row[name]).__name__}) is not text"))
+                missing.add(name)
         idx = None
         if "idx" not in missing:
             try:

@@ -101,6 +101,12 @@ BAD_CASES = [
     (_bad(scene_name="../../etc/pw"), "scene_name", "not an 11-character"),
     (_bad(question_category="dog vibes"), "question_category", "unknown category"),
     (_bad(idx="seven"), "idx", "not an integer"),
+    # issue 31 item 3: accepted without a word before
+    (_bad(options={"a": "x", "b": "y", "c": "z", "d": "w", "e": "v"}), "options", "option key(s) 'a', 'b', 'c', 'd', 'e' in lower case"),
+    (_bad(options={"A": "x", "B": "y", "c": "z", "D": "w", "E": "v"}), "options", "option key(s) 'c' in lower case"),
+    (_bad(options=["a. x", "b. y", "c. z", "d. w", "e. v"]), "options", "option key(s) 'a.', 'b.', 'c.', 'd.', 'e.' in lower case"),
+    (_bad(question=7), "question", "7 (int) is not text"),
+    (_bad(question=2.5), "question", "2.5 (float) is not text"),
 ]
 
 
@@ -250,3 +256,29 @@ def test_demo_soundtracks_are_real(tmp_path):
         assert audio.samples.size > 16000 * 4  # as long as the video (5-6 s)
     with pytest.raises(NoAudioStream):
         read_audio(paths["demoVid0003"], 16000)
+
+
+@pytest.mark.parametrize("change, field, words", [
+    ({"options": {"a": "sits", "b": "runs", "c": "sleeps", "d": "barks", "e": "jumps"}}, "options", "in lower case"),
+    ({"question": 42}, "question", "42 (int) is not text"),
+], ids=["lower-case-option-keys", "a-number-for-the-question"])
+def test_inference_refuses_such_a_row_before_the_model_loads(tmp_path, monkeypatch, capfd, change, field, words):
+    """Issue 31 item 3: eval_video_llm.py ran such rows without a word (scoring refuses them later); now the
+    dataset check refuses them, naming the row and the field, before any model loads and before anything is written."""
+    import eval_video_llm
+    from k9bench.inference import stage as inference_stage
+
+    loads = []
+    monkeypatch.setattr(inference_stage, "create_backend", lambda config: loads.append(config) or pytest.fail("a model loaded"))
+    rows = demo_rows()
+    rows[1] = {**rows[1], **change}
+    dataset = tmp_path / "questions.json"
+    dataset.write_text(json.dumps(rows))
+    (tmp_path / "videos").mkdir()
+    out = tmp_path / "raw.json"
+    rc = eval_video_llm.main(["--dataset_name", str(dataset), "--video_dir", str(tmp_path / "videos"), "--max_frames", "4",
+                              "--output_file", str(out), "-q"])
+    err = capfd.readouterr().err
+    assert rc != 0 and "Traceback" not in err
+    assert f"idx {rows[1]['idx']}: {field}:" in err and words in err and str(dataset) in err
+    assert loads == [] and not out.exists()
