@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from k9bench.dataset import DatasetSettings
 from k9bench.settings import setting
-from k9bench.validators import int_at_least, non_negative_float, non_negative_int, positive_float, positive_int
+from k9bench.validators import all_or_positive_int, non_negative_float, non_negative_int, positive_float, positive_int
 
 DEFAULT_VIDEO_DIR = "./k9bench_videos"
 """Where the videos go (the reference's ``--output_dir`` default)."""
@@ -26,7 +26,8 @@ class DownloadJob:
     """What ``download_videos.py`` fetches and where (the dataset is :class:`k9bench.dataset.DatasetSettings`)."""
 
     output_dir: str = setting(DEFAULT_VIDEO_DIR, "folder for the {scene}.mp4 files")
-    max_samples: int = setting(-1, "only the videos of the first N questions (-1: all)", type=int_at_least(-1), result=True)
+    max_samples: int = setting(-1, "only the videos of the first N questions (-1: all; 0 is refused)", type=all_or_positive_int,
+                               result=True)
 
 
 @dataclass(frozen=True)

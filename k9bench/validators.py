@@ -97,6 +97,14 @@ def int_in_range(low: int, high: int):
 positive_int = int_at_least(1)
 """An integer ``>= 1``."""
 
+
+def all_or_positive_int(text: str) -> int:
+    """``-1`` (all) or an integer ``>= 1`` (``--max_samples``: 0 would select nothing and do nothing)."""
+    value = _int(text)
+    if value != -1 and value < 1:
+        raise argparse.ArgumentTypeError(f"expected -1 (all) or an integer >= 1, got {text!r} (0 would select nothing)")
+    return value
+
 non_negative_int = int_at_least(0)
 """An integer ``>= 0``."""
 

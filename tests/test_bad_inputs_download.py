@@ -57,6 +57,8 @@ CASES = {
     "sleep negative": (["--sleep_interval", "-1"], "--sleep_interval"),
     "retries negative": (["--retries", "-1"], "--retries"),
     "max_samples -2": (["--max_samples", "-2"], "--max_samples"),
+    # issue 31 item 3: 0 exited 0 having done nothing, silently; refused as eval_video_llm.py and MAX_SAMPLES refuse it
+    "max_samples 0": (["--max_samples", "0"], "argument --max_samples: expected -1 (all) or an integer >= 1, got '0'"),
     # item 6: refused before the demo videos are generated
     "workers 0": (["--workers", "0"], "--workers"),
     "missing cookies file": (["--cookies", "{tmp}/missing_cookies.txt"], "--cookies {tmp}/missing_cookies.txt: no such file"),
