@@ -145,7 +145,9 @@ def demo_note(s: LaunchSettings) -> tuple[str, str, bool]:
         questions = f"every question of DATASET_NAME={v['DATASET_NAME']}"
     else:
         questions = f"the first {n} question{'' if n == 1 else 's'} of DATASET_NAME={v['DATASET_NAME']}"
-    what = f"{who} answers {questions}, scored with EMBEDDING_MODEL={v['EMBEDDING_MODEL']}"
+    from k9bench.report.model import model_display_name  # a venv path would fill five lines of every figure's stamp
+
+    what = f"{who} answers {questions}, scored with EMBEDDING_MODEL={model_display_name(v['EMBEDDING_MODEL'])}"
     meaning = ("its answers are gibberish, so these scores are MEANINGLESS (they only show that the pipeline works)" if random
                else "a demo-sized run: these scores are not comparable to the paper's")
     return what, meaning, random

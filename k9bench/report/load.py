@@ -39,6 +39,7 @@ from k9bench.report.model import (
     RunSettings,
     RunSummary,
     Score,
+    batch_caveats,
     compare_with_paper,
     duration_bin_label,
     prompt_is_reference,
@@ -178,8 +179,25 @@ def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> 
         dataset=_dict(inference.get("dataset")).get("source"),
         server=server,
     )
+    settings.dtype, settings.batch_size = inference_dtype_and_batch(inference, _dict(raw.get("run_stats")))
     settings.differences, settings.unconfirmed = compare_with_paper(settings)
+    settings.caveats = batch_caveats(settings)
     return settings
+
+
+def inference_dtype_and_batch(inference: dict, run_stats: dict) -> tuple[str | None, int | None]:
+    """The weights' dtype (the backend's resolved ``dtype``, else ``backend_settings.torch_dtype`` or
+    ``bf16``) and the largest batch size used (``run_stats.batch_size``: the size chosen and its history,
+    else ``inference.batch_size`` when it is a number); None for what the raw file does not say."""
+    backend, asked = _dict(inference.get("backend")), _dict(inference.get("backend_settings"))
+    dtype = backend.get("dtype") or (asked.get("torch_dtype") if asked.get("torch_dtype") != "auto" else None)
+    if dtype is None and asked.get("bf16") is True:
+        dtype = "bfloat16"
+    chosen = _dict(run_stats.get("batch_size"))
+    sizes = [chosen.get("batch_size"), inference.get("batch_size")] if chosen.get("batch_size") is None else [chosen.get("batch_size")]
+    sizes += [h[0] for h in chosen.get("history") or [] if isinstance(h, list) and h]
+    sizes = [int(v) for v in sizes if is_finite_number(v) and float(v).is_integer() and v >= 1]
+    return (str(dtype) if isinstance(dtype, str) and dtype else None), (max(sizes) if sizes else None)
 
 
 def run_name(model: str, audio: bool | None) -> str:

