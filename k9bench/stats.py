@@ -199,9 +199,12 @@ def mcnemar_exact(b: int, c: int) -> float:
     """Two-sided exact McNemar p-value: the discordant pairs ``b`` (run right, baseline wrong) and ``c``
     (run wrong, baseline right) against Binomial(b + c, 1/2); ``min(1, 2 * P(X <= min(b, c)))``, in exact
     integer arithmetic (1.0 when there is no discordant pair). It treats the pairs as independent."""
+    import numbers
+
     for name, value in (("b", b), ("c", c)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
             raise ValueError(f"{name} must be a count (a non-negative integer), got {value!r}")
+    b, c = int(b), int(c)  # numpy counts too, in Python's exact integers
     n = b + c
     if n == 0:
         return 1.0

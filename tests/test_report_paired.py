@@ -67,6 +67,9 @@ def test_mcnemar_exact_is_exact_for_large_counts_and_refuses_bad_ones():
     p = mcnemar_exact(2000, 2100)
     assert 0.0 < p < 1.0
     assert mcnemar_exact(2000, 2100) == mcnemar_exact(2100, 2000)
+    import numpy as np
+
+    assert mcnemar_exact(np.int64(1), np.int64(9)) == pytest.approx(0.021484375)  # numpy counts (sums of arrays)
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError):
             mcnemar_exact(bad, 3)
