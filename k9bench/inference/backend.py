@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 BACKENDS: dict[str, str] = {
     "hf": "k9bench.inference.hf:HFBackend",
     "openai": "k9bench.inference.openai_backend:OpenAIBackend",
+    "vllm": "k9bench.inference.vllm_backend:VLLMBackend",
 }
 """``--backend`` name -> ``"module:Class"``. Modules are imported only when chosen."""
 

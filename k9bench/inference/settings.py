@@ -33,7 +33,7 @@ from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FR
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
 """The reference's model."""
 
-BACKEND_NAMES = ("hf", "openai")
+BACKEND_NAMES = ("hf", "openai", "vllm")
 """``--backend`` choices (see :data:`k9bench.inference.backend.BACKENDS`)."""
 
 DTYPES = DTYPE_CHOICES
@@ -142,7 +142,8 @@ def parse_json_object(text: str) -> dict:
 class ModelSettings:
     """Which model answers, through which backend (shared by every backend)."""
 
-    backend: str = setting("hf", "model backend: hf (transformers, local weights) or openai (an OpenAI-compatible server) "
+    backend: str = setting("hf", "model backend: hf (transformers, local weights), openai (an OpenAI-compatible server) or vllm (vLLM in-process, "
+                           "from the vLLM environment: docs/vllm.md) "
                            "(default: %(default)s)", choices=BACKEND_NAMES, result=True)
     model_name_or_path: str = setting(DEFAULT_MODEL, "Hub model id or local folder (default: %(default)s)", result=True)
 
@@ -167,6 +168,18 @@ class HFSettings:
                                      type=device_map_value, metavar="auto|balanced|JSON")
     max_memory: str | None = setting(None, "with --device_map: memory per device, '{\"0\": \"40GiB\", \"cpu\": \"200GB\"}' or "
                                      "0=40GiB,cpu=2GiB", type=max_memory_value, metavar="DEV=SIZE,...")
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    """The ``--backend vllm`` flags (vLLM in-process; dtype from ``--torch_dtype``, see docs/vllm.md)."""
+
+    tensor_parallel: int = setting(1, "--backend vllm: GPUs per model copy (vLLM's tensor_parallel_size; default: %(default)s)", type=positive_int)
+    gpu_memory_utilization: float = setting(0.9, "--backend vllm: share of each GPU's memory vLLM may take, weights and KV cache "
+                                            "(default: %(default)s)", type=unit_interval)
+    max_model_len: int | None = setting(None, "--backend vllm: context length in tokens (default: the checkpoint's)", type=positive_int)
+    enforce_eager: bool = setting(False, "--backend vllm: no CUDA graphs (slower decode, faster start; default: CUDA graphs on)",
+                                  action="store_true")
 
 
 @dataclass(frozen=True)
@@ -314,6 +327,7 @@ SECTIONS: dict[str, type] = {
     "model": ModelSettings,
     "hf": HFSettings,
     "openai": OpenAISettings,
+    "vllm": VLLMSettings,
     "prompt": PromptSettings,
     "generation": GenerationSettings,
     "frames": FrameSettings,
@@ -333,6 +347,8 @@ class RunConfig:
     """The transformers backend's flags."""
     openai: OpenAISettings = dataclasses.field(default_factory=OpenAISettings)
     """The OpenAI-compatible backend's flags."""
+    vllm: VLLMSettings = dataclasses.field(default_factory=VLLMSettings)
+    """The in-process vLLM backend's flags."""
     prompt: PromptSettings = dataclasses.field(default_factory=PromptSettings)
     """System prompt and its placement."""
     generation: GenerationSettings = dataclasses.field(default_factory=GenerationSettings)
@@ -433,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
 __all__ = [
     "ATTN_IMPLEMENTATIONS", "BACKEND_NAMES", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES",
     "DataSettings", "FrameSettings", "GenerationSettings", "HFSettings", "IMAGE_DETAILS", "MAX_TOKENS_PARAMS", "ModelSettings",
-    "OpenAISettings", "OutputSettings", "PromptSettings", "RunConfig", "SECTIONS", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES",
+    "OpenAISettings", "OutputSettings", "PromptSettings", "RunConfig", "SECTIONS", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES", "VLLMSettings",
     "add_openai_arguments", "config_from_namespace", "frame_size_tuple", "parse_frame_size", "parse_json_object", "resolve",
     "settings_docs",
 ]

@@ -66,6 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
         ModelSettings,
         OutputSettings,
         PromptSettings,
+        VLLMSettings,
         add_openai_arguments,
     )
     from k9bench.settings import add_arguments, default_of
@@ -79,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(model, HFSettings)
     add_arguments(model, ModelSettings, only=("backend",))
     add_openai_arguments(parser.add_argument_group("OpenAI-compatible backend (--backend openai)"))
+    add_arguments(parser.add_argument_group("vLLM in-process (--backend vllm)"), VLLMSettings)
 
     data = parser.add_argument_group("data (reference flags)")
     add_dataset_args(data)

@@ -125,7 +125,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("K9_FINALIZE", check=_choice("0", "1"), default="0", help="1: merge the NUM_SHARDS shards and score (the merge job)"),
     Variable("SERVE", check=_serve, default="", help="vllm: start `vllm serve MODEL_NAME` for the inference stage"),
     Variable("SERVE_URL", check=http_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
-    Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm: GPUs per model copy (default: GPUS, else 1)"),
+    Variable("BACKEND", check=_choice("hf", "vllm"), default="hf",
+             help="vllm: inference with vLLM in-process (--backend vllm; run the launcher from the vLLM environment, docs/vllm.md)"),
+    Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm or BACKEND=vllm: GPUs per model copy (default: GPUS, else 1)"),
     Variable("GPUS", check=positive_int, default="", help="GPUs the job needs (checked against the job's allocation)"),
     Variable("GPUS_PER_NODE", check=positive_int, default="", help="inference worker processes, one per GPU (--data_parallel N)"),
 )
@@ -317,8 +319,12 @@ def read_settings(env: Mapping[str, str], repo: Path) -> LaunchSettings:
     _check_model("EMBEDDING_MODEL", values["EMBEDDING_MODEL"], allow_missing=False)
     if values["SERVE"] and values["SERVE_URL"]:
         raise LaunchError("SERVE=vllm and SERVE_URL exclude each other: SERVE starts a server, SERVE_URL names one started elsewhere")
-    if (extra["SERVE_ARGS"] or values["TENSOR_PARALLEL"]) and not values["SERVE"]:
-        raise LaunchError("SERVE_ARGS and TENSOR_PARALLEL go with SERVE=vllm (the launcher then starts the server)")
+    if values["BACKEND"] == "vllm" and (values["SERVE"] or values["SERVE_URL"]):
+        raise LaunchError("BACKEND=vllm runs vLLM in-process; SERVE=vllm and SERVE_URL send inference to a server: choose one")
+    if (extra["SERVE_ARGS"] or values["TENSOR_PARALLEL"]) and not values["SERVE"] and values["BACKEND"] != "vllm":
+        raise LaunchError("SERVE_ARGS and TENSOR_PARALLEL go with SERVE=vllm (the launcher then starts the server); TENSOR_PARALLEL also with BACKEND=vllm")
+    if extra["SERVE_ARGS"] and not values["SERVE"]:
+        raise LaunchError("SERVE_ARGS goes with SERVE=vllm (the launcher then starts the server)")
     from k9bench.stage import OutputError, check_output
 
     for name in ("OUT_DIR", "VIDEO_DIR"):

@@ -62,7 +62,9 @@ def inference_argv(s: LaunchSettings, output: Path, shard: int | None, num_shard
     else:
         if v["DTYPE"]:
             argv += ["--torch_dtype", v["DTYPE"]]
-        if v["ATTN_IMPL"]:
+        if v.get("BACKEND") == "vllm":  # vLLM in-process: its own attention kernels
+            argv += ["--backend", "vllm", "--tensor_parallel", v["TENSOR_PARALLEL"] or v["GPUS"] or "1"]
+        elif v["ATTN_IMPL"]:
             argv += ["--attn_implementation", v["ATTN_IMPL"]]
     if s.thinking:
         argv.append("--thinking_mode")
@@ -70,7 +72,7 @@ def inference_argv(s: LaunchSettings, output: Path, shard: int | None, num_shard
         argv.append("--audio")
     if shard is not None:
         argv += ["--num_shards", str(num_shards), "--shard_id", str(shard)]
-    if v["GPUS_PER_NODE"] and int(v["GPUS_PER_NODE"]) > 1 and not served:
+    if v["GPUS_PER_NODE"] and int(v["GPUS_PER_NODE"]) > 1 and not served and v.get("BACKEND") != "vllm":
         argv += ["--data_parallel", v["GPUS_PER_NODE"]]
     return argv + list(s.extra["INFER_ARGS"])
 

@@ -163,7 +163,8 @@ def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> 
         digest = prompt.get("system_prompt_sha256")
         prompts["system_prompt"] = {"source": prompt.get("system_prompt_source"), "sha256": digest,
                                     "reference": prompt_is_reference("system_prompt", digest, prompt.get("reference_prompts"))}
-    server = _dict(_dict(inference.get("backend")).get("server")) or None
+    engine = _dict(_dict(inference.get("backend")).get("engine"))  # --backend vllm: the in-process engine's fingerprint
+    server = _dict(_dict(inference.get("backend")).get("server")) or (engine if engine.get("in_process") else None)
     settings = RunSettings(
         model_name_or_path=raw.get("model_name_or_path"),
         embedding_model=_dict(meta.get("metadata")).get("similarity_model"),

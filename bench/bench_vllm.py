@@ -1,0 +1,205 @@
+"""Benchmark: the same questions through vLLM in-process, a vLLM server (``video`` transport) and the HF fast path.
+
+All three go through ``eval_video_llm.py`` itself, in one process tree:
+
+* ``inprocess``: ``--backend vllm``, run by the vLLM environment's python (``--vllm_python``, default
+  ``$K9BENCH_VLLM_PYTHON``);
+* ``server``: ``k9bench.serve.serve_vllm`` starts ``vllm serve`` on the same checkpoint (loopback only),
+  answered with ``--backend openai --video_transport video``;
+* ``hf``: the transformers backend with ``--batch_size auto`` (the shared-prefix fast path), in this python.
+
+The figure of each is the run's own ``run_stats.questions_per_second`` (answering only: the engine start and
+the server start are left out, and printed apart). Answers: in-process against the server (same engine,
+greedy: want identical) and against HF (agreement reported).
+
+Questions: the demo set's 12, repeated over ``--copies`` copies of its 3 videos (each copy a file of its own,
+decoded on its own). Model: on CPU the tiny random-weight Qwen3-VL with head size 64 (vLLM's CPU attention
+refuses 16); with ``--device cuda`` the full-size random Qwen3-VL-4B architecture of ``bench/bench_gpu.py``,
+written to disk, 32 frames and 64 new tokens, and the minutes for 4,744 questions are printed.
+
+Usage::
+
+    K9BENCH_VLLM_PYTHON=vllm-venv/bin/python python bench/bench_vllm.py --device cpu --copies 4
+    python bench/bench_vllm.py --device cuda --copies 40 --json_out /tmp/bench_vllm.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FULL = 4744
+"""K9-Bench's question count."""
+CPU_PIXELS = ["--min_pixels", "16384", "--max_pixels", "65536"]
+"""CPU: frames that stay within the tiny processor's video budget (as tests/test_vllm.py)."""
+ENV = {"VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "K9BENCH_NO_PROGRESS": "1"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="bench_vllm.py", description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
+    p.add_argument("--copies", type=int, default=4, help="copies of the demo's 3 videos (12 questions each copy; default 4)")
+    p.add_argument("--max_frames", type=int, default=None, help="default: 8 on CPU, 32 on cuda")
+    p.add_argument("--max_new_tokens", type=int, default=None, help="default: 24 on CPU, 64 on cuda")
+    p.add_argument("--routes", default="inprocess,server,hf", help="comma-separated subset of inprocess,server,hf")
+    p.add_argument("--vllm_python", default=os.environ.get("K9BENCH_VLLM_PYTHON", ""), help="the vLLM environment's python")
+    p.add_argument("--work_dir", default=None, help="keep the model, videos and raw files here (default: a temporary folder)")
+    p.add_argument("--json_out", default=None, help="write the figures here")
+    return p
+
+
+def build_model(device: str, folder: Path) -> Path:
+    if device == "cpu":
+        from k9bench.tiny_model import build_tiny_qwen3vl
+
+        return build_tiny_qwen3vl(folder, seed=0, head_dim=64)
+    sys.path.insert(0, str(ROOT / "bench"))
+    import bench_gpu
+
+    args = bench_gpu.build_parser().parse_args(["--device", "cuda"])
+    model, processor, gen = bench_gpu.build_model(args, folder.parent / "work")
+    model.save_pretrained(folder)
+    processor.save_pretrained(folder)
+    gen.save_pretrained(folder)
+    del model
+    return folder
+
+
+def make_dataset(folder: Path, copies: int) -> tuple[Path, Path]:
+    from k9bench.demo import demo_rows, make_demo_videos
+
+    videos = folder / "videos"
+    make_demo_videos(videos)
+    rows, idx = [], 0
+    originals = sorted(videos.glob("*.mp4"))
+    for c in range(copies):
+        for path in originals:
+            if c:
+                shutil.copyfile(path, videos / f"{path.stem}c{c:03d}.mp4")
+        for row in demo_rows():
+            scene = row["scene_name"] if c == 0 else f"{row['scene_name']}c{c:03d}"
+            rows.append({**row, "idx": idx, "scene_name": scene, "video_url": f"https://www.youtube.com/watch?v={scene}"})
+            idx += 1
+    data = folder / "questions.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return data, videos
+
+
+def common(model: Path, data: Path, videos: Path, out: Path, args) -> list[str]:
+    argv = ["--model_name_or_path", str(model), "--dataset_name", str(data), "--video_dir", str(videos), "--output_file", str(out),
+            "--max_frames", str(args.max_frames), "--max_new_tokens", str(args.max_new_tokens), "--greedy", "-q"]
+    return argv + (CPU_PIXELS if args.device == "cpu" else [])
+
+
+def run_script(python: str, argv: list[str], log: Path, env: dict) -> tuple[dict, float]:
+    t0 = time.monotonic()
+    with open(log, "w", encoding="utf-8") as f:
+        done = subprocess.run([python, str(ROOT / "eval_video_llm.py"), *argv], env=env, stdout=f, stderr=subprocess.STDOUT, check=False)
+    seconds = time.monotonic() - t0
+    if done.returncode != 0:
+        raise SystemExit(f"bench_vllm: {' '.join(argv[:2])}... exited {done.returncode}; see {log}")
+    out = Path(argv[argv.index("--output_file") + 1])
+    return json.loads(out.read_text(encoding="utf-8")), seconds
+
+
+def figures(raw: dict, total_seconds: float) -> dict:
+    stats = raw["run_stats"]
+    return {"questions": raw["total_count"], "failed": raw["failed_count"], "questions_per_second": stats["questions_per_second"],
+            "answer_seconds": stats["wall_seconds"], "process_seconds": total_seconds}
+
+
+def answers(raw: dict) -> dict:
+    return {r["idx"]: r.get("response") for r in raw["individual_results"]}
+
+
+def agreement(a: dict, b: dict) -> str:
+    same = sum(1 for k in a if k in b and a[k] == b[k])
+    return f"{same}/{len(a)}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    args.max_frames = args.max_frames or (32 if args.device == "cuda" else 8)
+    args.max_new_tokens = args.max_new_tokens or (64 if args.device == "cuda" else 24)
+    routes = [r.strip() for r in args.routes.split(",") if r.strip()]
+    if {"inprocess", "server"} & set(routes) and not args.vllm_python:
+        raise SystemExit("bench_vllm: name the vLLM environment's python (--vllm_python or K9BENCH_VLLM_PYTHON)")
+    work = Path(args.work_dir) if args.work_dir else Path(tempfile.mkdtemp(prefix="bench_vllm_"))
+    work.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, **ENV, "PYTHONPATH": str(ROOT)}
+    if args.device == "cpu":
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    t0 = time.monotonic()
+    model = build_model(args.device, work / "model")
+    data, videos = make_dataset(work, args.copies)
+    print(f"model {model} ({'tiny head_dim 64' if args.device == 'cpu' else 'full-size random Qwen3-VL-4B'}), built in "
+          f"{time.monotonic() - t0:.0f} s; {12 * args.copies} questions over {3 * args.copies} videos, {args.max_frames} frames, "
+          f"{args.max_new_tokens} new tokens, greedy", flush=True)
+    engine = ["--max_model_len", "8192"] + (["--enforce_eager"] if args.device == "cpu" else [])
+    result: dict = {"device": args.device, "copies": args.copies, "max_frames": args.max_frames, "max_new_tokens": args.max_new_tokens}
+    raws: dict = {}
+    if "inprocess" in routes:
+        raw, secs = run_script(args.vllm_python, ["--backend", "vllm", *common(model, data, videos, work / "inprocess.json", args), *engine],
+                               work / "inprocess.log", env)
+        raws["inprocess"], result["inprocess"] = raw, figures(raw, secs)
+        result["inprocess"]["engine"] = raw["inference"]["backend"]["engine"]
+    if "server" in routes:
+        from k9bench.serve import serve_vllm
+
+        serve_args = ["--served-model-name", "bench", "--max-model-len", "8192", "--limit-mm-per-prompt", '{"image": 32, "video": 1}',
+                      "--media-io-kwargs", '{"video": {"num_frames": -1}}', "--trust-request-mm-kwargs"]
+        serve_args += ["--enforce-eager"] if args.device == "cpu" else []
+        s0 = time.monotonic()
+        saved = {k: os.environ.get(k) for k in ENV}
+        os.environ.update(ENV)
+        try:
+            with serve_vllm(str(model), python=args.vllm_python, args=serve_args, log_path=work / "server.log", timeout=1200,
+                            env={k: env[k] for k in (*ENV, "VLLM_CPU_KVCACHE_SPACE") if k in env}) as url:
+                started = time.monotonic() - s0
+                raw, secs = run_script(sys.executable, ["--backend", "openai", "--api_model", "bench", "--base_url", url,
+                                                        "--video_transport", "video", "--concurrency", "64", "--timeout", "1200",
+                                                        *common(model, data, videos, work / "server.json", args)],
+                                       work / "server_client.log", env)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        raws["server"], result["server"] = raw, {**figures(raw, secs), "server_start_seconds": started}
+    if "hf" in routes:
+        raw, secs = run_script(sys.executable, ["--batch_size", "auto", *common(model, data, videos, work / "hf.json", args),
+                                                *(["--torch_dtype", "bfloat16"] if args.device == "cuda" else [])], work / "hf.log", env)
+        raws["hf"], result["hf"] = raw, figures(raw, secs)
+    for name in routes:
+        f = result[name]
+        line = (f"{name:10s} {f['questions_per_second']:8.2f} q/s  ({f['questions']} questions, {f['failed']} failed, "
+                f"answering {f['answer_seconds']:.1f} s, process {f['process_seconds']:.0f} s")
+        if args.device == "cuda":
+            line += f", {FULL / f['questions_per_second'] / 60:.1f} min for {FULL}"
+        print(line + ")")
+    if "inprocess" in raws:
+        q = result["inprocess"]["questions_per_second"]
+        for other in ("server", "hf"):
+            if other in raws:
+                result[f"inprocess_over_{other}"] = q / result[other]["questions_per_second"]
+                result[f"same_answers_inprocess_{other}"] = agreement(answers(raws["inprocess"]), answers(raws[other]))
+                print(f"in-process / {other}: {result[f'inprocess_over_{other}']:.2f}x; identical answers "
+                      f"{result[f'same_answers_inprocess_{other}']}")
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=1), encoding="utf-8")
+    if not args.work_dir:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

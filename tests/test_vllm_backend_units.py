@@ -1,0 +1,96 @@
+"""``--backend vllm`` without vLLM: its flags, the chunk rule, the sampling and dtype mapping, the launcher's
+``BACKEND=vllm``, and the report's engine cell (the real engine: tests/test_vllm_inprocess.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from k9bench.inference.backend import backend_class
+from k9bench.inference.stage import build_parser
+from k9bench.inference.vllm_backend import CHUNK_PER_SEQ, MIN_CHUNK, VLLMBackend, _dtype, chunk_size
+from k9bench.pipeline.env import LaunchError, read_settings
+from k9bench.pipeline.plan import inference_argv
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def config(*argv: str):
+    from k9bench.inference.settings import config_from_namespace, resolve
+
+    return resolve(config_from_namespace(build_parser().parse_args(["--backend", "vllm", *argv])))
+
+
+def test_flags_reach_the_settings_and_the_registry_names_the_class():
+    c = config("--tensor_parallel", "2", "--gpu_memory_utilization", "0.8", "--max_model_len", "32768", "--enforce_eager")
+    assert (c.vllm.tensor_parallel, c.vllm.gpu_memory_utilization, c.vllm.max_model_len, c.vllm.enforce_eager) == (2, 0.8, 32768, True)
+    d = config().vllm
+    assert (d.tensor_parallel, d.gpu_memory_utilization, d.max_model_len, d.enforce_eager) == (1, 0.9, None, False)
+    assert backend_class("vllm") is VLLMBackend
+
+
+@pytest.mark.parametrize("bad", [["--tensor_parallel", "0"], ["--gpu_memory_utilization", "1.5"], ["--max_model_len", "-1"]])
+def test_bad_engine_flags_are_usage_errors(bad, capsys):
+    with pytest.raises(SystemExit) as exc:
+        build_parser().parse_args(["--backend", "vllm", *bad])
+    assert exc.value.code == 2 and bad[0] in capsys.readouterr().err
+
+
+def test_chunk_is_four_times_the_running_sequences_within_bounds():
+    assert chunk_size(256, 4744) == CHUNK_PER_SEQ * 256 == 1024
+    assert chunk_size(4, 4744) == MIN_CHUNK
+    assert chunk_size(256, 12) == 12 and chunk_size(256, 0) == 1
+
+
+def test_dtype_and_sampling_are_mapped_from_our_flags():
+    assert _dtype(config()) == "auto" and _dtype(config("--torch_dtype", "half")) == "float16"
+    assert _dtype(config("--bf16")) == "bfloat16" and _dtype(config("--bf16", "False")) == "float32"
+    model = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.0}
+    greedy = VLLMBackend(config("--greedy", "--max_new_tokens", "64"))
+    greedy._defaults = dict(model)
+    assert greedy._generation_settings() == {"do_sample": False, "max_new_tokens": 64, "temperature": 0.0, "top_p": 1.0, "top_k": -1,
+                                             "repetition_penalty": 1.0}
+    sampled = VLLMBackend(config("--do_sample", "--top_k", "5"))
+    sampled._defaults = dict(model)
+    got = sampled._generation_settings()
+    assert got["do_sample"] is True and (got["temperature"], got["top_p"], got["top_k"]) == (0.7, 0.8, 5)
+
+
+def test_load_without_vllm_is_one_line_naming_the_environment():
+    from k9bench.inference.backend import BackendError
+
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(BackendError, match="run eval_video_llm.py from the vLLM environment"):
+            VLLMBackend(config()).load()
+    else:
+        pytest.skip("vLLM is installed here")
+
+
+def _settings(tmp_path, **env):
+    return read_settings({"OUT_DIR": str(tmp_path / "out"), "VIDEO_DIR": str(tmp_path / "v"), **env}, REPO)
+
+
+def test_launcher_backend_vllm(tmp_path):
+    argv = inference_argv(_settings(tmp_path, BACKEND="vllm", TENSOR_PARALLEL="2", ATTN_IMPL="sdpa", DTYPE="bfloat16"),
+                          tmp_path / "raw.json", None, 1)
+    assert argv[argv.index("--backend"):argv.index("--backend") + 4] == ["--backend", "vllm", "--tensor_parallel", "2"]
+    assert "--attn_implementation" not in argv and argv[argv.index("--torch_dtype") + 1] == "bfloat16"
+    assert "--backend" not in inference_argv(_settings(tmp_path), tmp_path / "raw.json", None, 1)
+    with pytest.raises(LaunchError, match="BACKEND=vllm runs vLLM in-process"):
+        _settings(tmp_path, BACKEND="vllm", SERVE_URL="http://127.0.0.1:8000/v1")
+    with pytest.raises(LaunchError, match="TENSOR_PARALLEL"):
+        _settings(tmp_path, TENSOR_PARALLEL="2")
+    with pytest.raises(LaunchError, match="BACKEND"):
+        _settings(tmp_path, BACKEND="sglang")
+
+
+def test_report_shows_the_in_process_engine():
+    from k9bench.report.markdown import server_text
+
+    engine = {"engine": "vllm", "in_process": True, "version": "0.32.0", "checkpoint": "/m", "dtype": "bfloat16",
+              "tensor_parallel": 2, "max_model_len": 8192, "prefix_caching": True}
+    assert server_text(engine) == ("in-process; engine vllm; version 0.32.0; checkpoint /m; dtype bfloat16; tensor_parallel 2; "
+                                   "max_model_len 8192; prefix_caching True")
