@@ -9,6 +9,7 @@ every module, that no import forms a cycle, and that library modules never see a
 the one :class:`k9bench.stage.Stage` contract.
 
 ======================================  ================================================================================================
+``k9bench.errors``                      the shared exit codes and StageError, the one-line refusal
 ``k9bench.stage``                       the one Stage contract: outputs, fingerprint, done() by content, run(); output check, locks, stop signals
 ``k9bench.settings``                    typed settings: one field = type, default, flag, help; flags generated; one fingerprint comparison
 ``k9bench.validators``                  argparse value types shared by every script
@@ -53,6 +54,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.runner``              the loop: batch by batch, each record checkpointed at once
 ``k9bench.inference.resume_check``        which earlier records a run may reuse
 ``k9bench.inference.data_parallel``       --data_parallel N: one worker process per GPU, then one merge
+``k9bench.inference.outcome``             what a finished run's records mean for its exit code (all failed: exit 1)
 ``k9bench.inference.batching``            batch planning, --batch_size auto
 ``k9bench.inference.pipeline``            CPU preparation ahead of the accelerator
 ``k9bench.inference.prefix_cache``        each video prefilled once for all its questions (the host side)
@@ -102,6 +104,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.pipeline``                    the launcher in Python (python -m k9bench.pipeline; run_eval.sh execs it):
 ``k9bench.pipeline.__main__``             python -m k9bench.pipeline
 ``k9bench.pipeline.env``                  environment variables read once, checked, frozen
+``k9bench.pipeline.flags``                the launcher's own flags (--dry_run, --help)
 ``k9bench.pipeline.scripts``              the scripts' own parsers, to check every *_ARGS first
 ``k9bench.pipeline.plan``                 which stages run and why (--dry_run)
 ``k9bench.pipeline.stages``               one step per stage, through the Stage contract

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench import CATEGORIES, LETTERS
+from k9bench.demo import DEMO_NAME, demo_rows
 from k9bench.hub import assignment, setting_name
 from k9bench.settings import setting
 from k9bench.youtube import InvalidYouTubeURL, is_valid_scene_name, parse_youtube_id
@@ -34,7 +35,6 @@ log = logging.getLogger(__name__)
 
 DEFAULT_DATASET = "ogmen/K9Bench"
 DEFAULT_SPLIT = "test"
-DEMO_NAME = "demo"
 
 LEGACY_CATEGORIES = {
     "causal_inference": "cause-effect analysis",
@@ -475,8 +475,6 @@ def _rows_from_disk(path: Path, split: str) -> list[dict]:
 def read_rows(source: str = DEFAULT_DATASET, split: str = DEFAULT_SPLIT) -> list[dict]:
     """Read raw (unvalidated) rows from any supported source."""
     if source == DEMO_NAME:
-        from k9bench.demo import demo_rows
-
         return demo_rows()
     path = Path(os.path.expanduser(source))
     if path.is_dir():

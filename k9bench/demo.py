@@ -44,6 +44,10 @@ DEMO_SOUNDTRACKS = {"demoVid0001": "sine", "demoVid0002": "noise"}
 """Scene name -> the soundtrack ``make_video`` gives it with ``soundtrack=True``; scenes not named stay silent."""
 
 
+DEMO_NAME = "demo"
+"""The bundled demo set's name (``--dataset_name demo``, ``DATASET_NAME=demo``)."""
+
+
 def demo_rows() -> list[dict]:
     """The demo rows, in the Hub schema."""
     text = resources.files("k9bench.data").joinpath("demo.jsonl").read_text(encoding="utf-8")
@@ -52,8 +56,6 @@ def demo_rows() -> list[dict]:
 
 def is_demo_dataset(dataset_name: str) -> bool:
     """True for the bundled demo set's name (``--dataset_name demo``)."""
-    from k9bench.dataset import DEMO_NAME
-
     return dataset_name == DEMO_NAME
 
 

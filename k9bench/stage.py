@@ -45,28 +45,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
+from k9bench.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, StageError
 from k9bench.settings import fingerprint_differences
 
 log = logging.getLogger("k9bench.stage")
 
-EXIT_OK = 0
-EXIT_FAILED = 1
-EXIT_USAGE = 2
-EXIT_INTERRUPTED = 75
-"""EX_TEMPFAIL: stopped by a signal with the progress saved; rerun the same command to resume."""
-
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
-
-
-class StageError(Exception):
-    """A problem the user must fix, told in one line (no traceback); ``exit_code`` is the script's exit."""
-
-    exit_code = EXIT_USAGE
-
-    def __init__(self, message: str, exit_code: int | None = None):
-        super().__init__(message)
-        if exit_code is not None:
-            self.exit_code = exit_code
 
 
 class OutputError(StageError):

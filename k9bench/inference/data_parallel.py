@@ -22,15 +22,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
-
 from k9bench.artifact_io import checkpoint_path, write_json_atomic
 from k9bench.artifacts import provenance
 from k9bench.layout import shard_path
-from k9bench.stage import EXIT_FAILED, EXIT_OK, Interrupted, StageError, deferred
-
-if TYPE_CHECKING:
-    from k9bench.inference.stage import InferenceStage
+from k9bench.inference.outcome import all_failed_exit
+from k9bench.stage import EXIT_FAILED, EXIT_OK, Interrupted, Stage, StageError, deferred
 
 log = logging.getLogger("k9bench.inference")
 
@@ -93,33 +89,28 @@ def _wait(processes: list[subprocess.Popen]) -> list[int]:
     return [p.returncode for p in processes]
 
 
-def shard_stages(stage: "InferenceStage") -> list["InferenceStage"]:
-    """The workers' stages (shard ``i`` of N each), as the parent sees them."""
+def shard_stages(stage: Stage) -> list[Stage]:
+    """The workers' stages (shard ``i`` of N each, of the stage's own class), as the parent sees them."""
     import dataclasses
-
-    from k9bench.inference.stage import InferenceStage
 
     config = stage.config
     workers = config.data.data_parallel
     output = str(stage.outputs()[0])
-    return [InferenceStage(dataclasses.replace(config, data=dataclasses.replace(config.data, num_shards=workers, shard_id=i, data_parallel=1),
+    return [type(stage)(dataclasses.replace(config, data=dataclasses.replace(config.data, num_shards=workers, shard_id=i, data_parallel=1),
                                                output=dataclasses.replace(config.output, output_file=output)),
                            stage.argv, redo_changed=stage.redo_changed) for i in range(workers)]
 
 
-def set_aside_changed_shards(stage: "InferenceStage") -> None:
+def set_aside_changed_shards(stage: Stage) -> None:
     """With ``redo_changed`` (the launcher): each shard file or checkpoint made with other settings is set aside
     here, before the workers start (they run from the command line, which has no such mode)."""
-    from k9bench.inference.stage import _Run
-
     if stage.redo_changed:
         for shard in shard_stages(stage):
-            _Run(shard).prepare()
+            shard.set_aside_if_changed()
 
 
-def run_data_parallel(stage: "InferenceStage") -> int:
+def run_data_parallel(stage: Stage) -> int:
     """Run the stage's N shard workers at once, then merge their files into the stage's output."""
-    from k9bench.inference.stage import _all_failed_exit
     from k9bench.merge import MergeError, merge_shards
 
     config = stage.config
@@ -155,7 +146,7 @@ def run_data_parallel(stage: "InferenceStage") -> int:
         write_json_atomic(output, result.artifact.to_dict())
     log.info("--data_parallel %d: merged %d shard file(s) into %s: %d record(s), %d failed", workers, workers, output,
              len(result.artifact.records), result.failed)
-    return _all_failed_exit([r.to_dict() for r in result.artifact.records], output)
+    return all_failed_exit([r.to_dict() for r in result.artifact.records], output)
 
 
 __all__ = ["WORKER_CODE", "run_data_parallel", "set_aside_changed_shards", "shard_stages", "visible_devices", "worker_argv"]

@@ -45,12 +45,13 @@ from k9bench.inference.planning import (
     preflight,
     shard_groups,
 )
+from k9bench.inference.outcome import all_failed_exit as _all_failed_exit
 from k9bench.inference.records import RunContext, failure_counts, final_meta
 from k9bench.inference.resume_check import expected, fingerprint, read_raw_records, record_fingerprint, shaped_like, stage_fingerprint
 from k9bench.inference.runner import Runner
 from k9bench.inference.settings import RunConfig
 from k9bench.resume import ResumableStage, ResumeRefused
-from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Interrupted, Stage, StageError, check_output, deferred
+from k9bench.stage import EXIT_USAGE, Interrupted, Stage, StageError, check_output, deferred
 
 log = logging.getLogger("k9bench.inference")
 
@@ -182,6 +183,11 @@ class InferenceStage(Stage):
         except StageError:
             prompt_sha = None
         return stage_fingerprint(self.config, short_model_name(self.config.model.model_name_or_path), prompt_sha)
+
+    def set_aside_if_changed(self) -> None:
+        """Set this stage's output and checkpoint aside when made with other settings (with ``redo_changed``;
+        :mod:`k9bench.inference.data_parallel` calls it for each shard before its workers start)."""
+        _Run(self).prepare()
 
     def run(self) -> int:
         work = _Run(self)
@@ -411,21 +417,6 @@ class _Run:
         log.info("wrote %s: %d record(s), %d failed%s", output, len(records), meta["failed_count"],
                  f" ({', '.join(f'{k}: {v}' for k, v in sorted(failures.items()))})" if failures else "")
         return _all_failed_exit([r.to_dict() for r in records], output)
-
-
-def _all_failed_exit(records: list[dict], output: Path) -> int:
-    """EXIT_FAILED when every record failed (nothing was answered), else EXIT_OK.
-
-    Scoring such a file would report 0% for a broken setup (no videos, a dead server), not for the
-    model, so the run says it cannot be trusted; the file is kept for inspection.
-    """
-    if not records or not all(r.get("error") is not None for r in records):
-        return EXIT_OK
-    classes = failure_counts(records)
-    log.error("every one of the %d question(s) failed (%s): this run cannot be trusted. %s is kept for "
-              "inspection; fix the cause and rerun the same command (failed records are retried).",
-              len(records), ", ".join(f"{k}: {v}" for k, v in sorted(classes.items())), output)
-    return EXIT_FAILED
 
 
 __all__ = ["InferenceStage", "build_parser", "checked_config_from_namespace", "config_from_argv", "main"]

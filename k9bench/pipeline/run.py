@@ -55,7 +55,7 @@ def repo_dir(env: dict) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from k9bench.pipeline import build_parser
+    from k9bench.pipeline.flags import build_parser
 
     args, stray = build_parser().parse_known_args(list(sys.argv[1:] if argv is None else argv))
     if args.help:
