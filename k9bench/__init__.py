@@ -101,6 +101,12 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.report.paired``                 --baseline: paired bootstrap over videos, exact McNemar
 ``k9bench.report.plots``                  the figures
 ``k9bench.report.stage``                  ReportStage (the Stage contract), its flags
+``k9bench.view``                        the static results page (docs/view.md): report_<tag>/index.html
+``k9bench.view.__main__``                 python -m k9bench.view RUN_OR_FILE... --output_dir DIR
+``k9bench.view.data``                     the page's data: every answer, agreement, common-question accuracy
+``k9bench.view.thumbs``                   thumbnails of the frames the model saw, through the frame cache
+``k9bench.view.page``                     the self-contained HTML (inline data, script and style)
+``k9bench.view.browser``                  headless system Chromium via Selenium (tests, bench, screenshots)
 ``k9bench.pipeline``                    the launcher in Python (python -m k9bench.pipeline; run_eval.sh execs it):
 ``k9bench.pipeline.__main__``             python -m k9bench.pipeline
 ``k9bench.pipeline.env``                  environment variables read once, checked, frozen

@@ -191,6 +191,9 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
     if stage_block is not None:
         summary["stage"] = stage_block
     written["json"] = str(write_json_atomic(report_dir / "report.json", summary))
+    from k9bench.view import report_page  # the results page beside report.md (docs/view.md)
+
+    written["page"] = str(report_page(report, report_dir))
     return written
 
 

@@ -1,0 +1,44 @@
+"""The static results page: ``report_<tag>/index.html`` (written by the report stage) and
+``python -m k9bench.view RUN_OR_FILE... --output_dir DIR`` for one or more runs.
+
+One self-contained HTML file (data inline, small hand-written JavaScript and CSS, no network) and a
+``frames/`` folder of thumbnails of the frames the model saw. :mod:`~k9bench.view.data` reads the runs,
+:mod:`~k9bench.view.thumbs` makes the strips through the frame cache, :mod:`~k9bench.view.page` writes
+the HTML; docs/view.md describes the page.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+DEFAULT_THUMBNAILS = 200
+"""Videos given a thumbnail strip unless ``--thumbnails`` says otherwise (about 40 KB each)."""
+
+
+def build_page(inputs: list, output_dir: str | Path, *, thumbnails: int | None = DEFAULT_THUMBNAILS, labels: list | None = None,
+               notes: list | None = None, report_json: str | Path | None = None, title: str = "K9-Bench results",
+               strict_judges: bool = True, judged: list | None = None) -> Path:
+    """Read ``inputs`` (files or folders), write ``output_dir/index.html`` and its ``frames/``; return the page's path.
+    Raises :class:`k9bench.artifacts.ArtifactError` (naming the file) on an unusable input."""
+    from k9bench.view.data import build_data, load_inputs, read_paired
+    from k9bench.view.page import write_page
+    from k9bench.view.thumbs import make_strips
+
+    runs = load_inputs(inputs, labels, strict_judges=strict_judges, judged=judged)
+    data = build_data(runs, notes=notes, paired=read_paired(report_json))
+    make_strips(runs, data, Path(output_dir), thumbnails)
+    return write_page(data, output_dir, title)
+
+
+def report_page(report, report_dir: str | Path) -> Path:
+    """``report_<tag>/index.html``: the page of a report's runs (their eval files, its judge files, its notes and
+    report.json's paired comparison), written by the report stage beside report.md. Judge files are shown beside
+    the run the report matched them to; one it matched to none is left off the page with a warning (the
+    report's own table has it)."""
+    report_dir = Path(report_dir)
+    return build_page([r.path for r in report.runs], report_dir, judged=[(j.path, j.label) for j in report.judges],
+                      labels=[r.label for r in report.runs], notes=list(report.notes), report_json=report_dir / "report.json",
+                      title=f"K9-Bench results: {report_dir.name}")
+
+
+__all__ = ["DEFAULT_THUMBNAILS", "build_page", "report_page"]

@@ -1,0 +1,289 @@
+"""The results page's data: one or more runs (raw, sim, eval or judge files, or run folders) read into
+one JSON-able dict that :mod:`k9bench.view.page` embeds in the page.
+
+Questions are keyed by ``idx``; each carries one answer per run (or none where a run lacks it). Across
+several runs the page also gets the agreement matrix (share of common questions on which two runs'
+verdicts agree) and each run's accuracy per category on the common questions only (the report's rule:
+the questions whose video every run had, :func:`k9bench.report.load.common_questions`).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from k9bench import CATEGORIES
+from k9bench.artifacts import ArtifactError, is_finite_number, load_records_artifact, read_json
+from k9bench.layout import next_stage_path, parse_artifact_name
+from k9bench.report.model import DURATION_BINS, NOT_COMPARABLE_MARK, duration_bin_label
+
+log = logging.getLogger("k9bench.view")
+
+STAGE_ORDER = ("eval", "sim", "raw")
+"""In a run folder, the most complete artifact of each run is shown."""
+
+JUDGE_AXES = ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")
+"""The judge's five scores, as its files name them."""
+
+LETTERS = "ABCDE"
+
+
+class ViewError(ArtifactError):
+    """An input of the page is unusable; the message names the file."""
+
+
+@dataclass
+class RunInput:
+    """One run as the page shows it."""
+
+    path: Path
+    stage: str
+    meta: dict
+    records: list
+    label: str = ""
+    judge: dict = field(default_factory=dict)
+    """idx -> the judge's entry (``scores`` and its reason)."""
+    judge_path: str | None = None
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _judge_entries(path: Path) -> dict:
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise ViewError(f"{path}: a judge file is a JSON list of entries; got {type(data).__name__}")
+    return {e["idx"]: e for e in data if isinstance(e, dict) and isinstance(e.get("idx"), int)}
+
+
+def _is_judge_file(path: Path) -> bool:
+    name = parse_artifact_name(path)
+    return (name is not None and name.stage == "judge") or path.name.startswith("judge_")
+
+
+def _folder_files(folder: Path) -> tuple[list[Path], list[Path]]:
+    """The runs of a folder (its most complete artifact per tag) and its judge files."""
+    by_tag: dict[str, Path] = {}
+    for stage in reversed(STAGE_ORDER):  # raw first, eval last: the last one written per tag wins
+        for path in sorted(folder.glob(f"{stage}_*.json")):
+            if path.name.endswith((".meta.json", "_skipped.json")):
+                continue
+            by_tag[path.name[len(stage) + 1:]] = path
+    judges = [p for p in sorted(folder.glob("judge_*.json")) if not p.name.endswith((".meta.json", "_skipped.json"))]
+    if not by_tag:
+        raise ViewError(f"{folder}: no raw_*, sim_* or eval_*.json file in this folder")
+    return list(by_tag.values()), judges
+
+
+def load_inputs(paths: list[str | Path], labels: list[str] | None = None, *, strict_judges: bool = True,
+                judged: list[tuple] | None = None) -> list[RunInput]:
+    """Every run named by ``paths`` (files or folders), judge files attached to the run they judged (one that
+    matches none raises, or with ``strict_judges=False`` is left out with a warning); ``judged`` gives
+    ``(judge file, run label)`` pairs matched already (the report's)."""
+    run_files, judge_files = [], []
+    for given in paths:
+        path = Path(given)
+        if path.is_dir():
+            runs, judges = _folder_files(path)
+            run_files += runs
+            judge_files += judges
+        elif not path.is_file():
+            raise ViewError(f"{path}: no such file or folder")
+        elif _is_judge_file(path):
+            judge_files.append(path)
+        else:
+            run_files.append(path)
+    if not run_files:
+        raise ViewError("no raw, sim or eval file given (a judge file is shown beside the run it judged)")
+    runs = []
+    for path in run_files:
+        art = load_records_artifact(path, allow_empty=False)
+        runs.append(RunInput(path=path, stage=art.stage, meta=art.meta, records=art.records))
+    for judge in judge_files:
+        matches = [r for r in runs if next_stage_path(r.path, "judge").name == judge.name]
+        if not matches and len(runs) == 1:
+            matches = runs
+        if len(matches) != 1 and not strict_judges:
+            log.warning("%s: matches no run of the page by name; its scores are left off the page", judge)
+            continue
+        if len(matches) != 1:
+            raise ViewError(f"{judge}: no run among the inputs is the one this judge file judged (name it judge_<tag>.json "
+                            "beside eval_<tag>.json)")
+        matches[0].judge, matches[0].judge_path = _judge_entries(judge), str(judge)
+    if labels and len(labels) != len(runs):
+        raise ViewError(f"--labels gives {len(labels)} names for {len(runs)} runs")
+    _label(runs, labels)
+    for judge, label in judged or []:  # the report's judge files, already matched to their runs' labels
+        match = next((r for r in runs if r.label == label), None)
+        if match is None:
+            log.warning("%s: matches no run of the page; its scores are left off the page", judge)
+        else:
+            match.judge, match.judge_path = _judge_entries(Path(judge)), str(judge)
+    return runs
+
+
+def _label(runs: list[RunInput], labels: list[str] | None) -> None:
+    from k9bench.report.load import run_name
+
+    for i, run in enumerate(runs):
+        if labels:
+            run.label = labels[i]
+            continue
+        models = {r.model_name for r in run.records if r.model_name}
+        raw = _dict(run.meta.get("input_meta")) or run.meta
+        run.label = run_name(sorted(models)[0] if models else str(raw.get("model_name") or run.path.stem), None)
+    seen: dict[str, int] = {}
+    for run in runs:
+        seen[run.label] = seen.get(run.label, 0) + 1
+    for run in runs:
+        if seen[run.label] > 1:
+            run.label = f"{run.label} [{run.path.stem}]"
+
+
+def _raw_meta(run: RunInput) -> dict:
+    return _dict(run.meta.get("input_meta")) if run.stage != "raw" else run.meta
+
+
+def inference_of(run: RunInput) -> dict:
+    """The raw file's ``inference`` block of a run."""
+    return _dict(_raw_meta(run).get("inference"))
+
+
+def video_dir_of(run: RunInput) -> Path | None:
+    """The folder the run read its videos from (``inference.dataset.video_dir``)."""
+    folder = _dict(inference_of(run).get("dataset")).get("video_dir")
+    return Path(folder) if folder else None
+
+
+def _settings(run: RunInput) -> dict:
+    """The run's settings and its standing against the paper, as report.md shows them."""
+    from k9bench.report.load import read_settings
+
+    meta = run.meta if run.stage != "raw" else {"input_meta": run.meta}
+    s = read_settings(meta, run.records, len(run.records))
+    rows = [("model", s.model_name_or_path), ("frames", "text only" if s.text_only else s.max_frames), ("fps", s.fps),
+            ("max pixels", s.max_pixels), ("prompt", s.prompt_placement), ("audio", s.audio), ("dataset", s.dataset),
+            ("embedding model", s.embedding_model), ("threshold", s.threshold), ("questions", len(run.records))]
+    return {"rows": [[k, str(v)] for k, v in rows if v is not None], "standing": s.standing,
+            "mark": NOT_COMPARABLE_MARK if s.differences else "", "differences": list(s.differences),
+            "unconfirmed": list(s.unconfirmed), "threshold": s.threshold}
+
+
+def duration_bin(seconds) -> str | None:
+    if not is_finite_number(seconds) or seconds < 0:
+        return None
+    for low, high in DURATION_BINS:
+        if low <= seconds < high:
+            return duration_bin_label(low, high)
+    return None
+
+
+def verdict(record) -> str:
+    """``failed``, ``correct``, ``wrong``, or ``none`` (a raw or sim file has no verdict yet)."""
+    if record.failed:
+        return "failed"
+    if record.is_correct is None:
+        return "none"
+    return "correct" if record.is_correct else "wrong"
+
+
+def _options(record) -> list[str]:
+    """The five options' texts (a record's ``"A. text"`` list, or a letter -> text dict), without their letters."""
+    import re
+
+    opts = record.options
+    if isinstance(opts, dict):
+        return [str(opts.get(k, "")) for k in LETTERS]
+    return [re.sub(r"^[A-E][.):]\s*", "", str(o)) for o in (opts or [])][:5]
+
+
+def _answer(run: RunInput, record) -> dict:
+    sims = record.cosine_similarities if isinstance(record.cosine_similarities, dict) else None
+    out = {"a": record.answer or "", "v": verdict(record)}
+    if sims:
+        out["x"] = [round(float(sims[k]), 4) if is_finite_number(sims.get(k)) else None for k in LETTERS]
+    if record.extra.get("evaluation_explanation"):
+        out["e"] = str(record.extra["evaluation_explanation"])
+    if record.failed:
+        out["f"] = record.error_class or "error"
+        out["err"] = str(record.error or "")[:300]
+    entry = run.judge.get(record.idx)
+    if entry is not None:
+        scores = _dict(entry.get("scores"))
+        out["j"] = [scores.get(a) for a in JUDGE_AXES]
+        reason = entry.get("cot") or entry.get("reason")
+        if reason:
+            out["jr"] = str(reason)[:1000]
+    return out
+
+
+def build_data(runs: list[RunInput], *, notes: list[str] | None = None, paired: dict | None = None) -> dict:
+    """The page's data: runs, questions with every run's answer, and the across-run tables."""
+    from k9bench.report.load import video_of
+
+    questions: dict[int, dict] = {}
+    for r_i, run in enumerate(runs):
+        vdir = video_dir_of(run)
+        for rec in run.records:
+            q = questions.get(rec.idx)
+            if q is None:
+                scene = video_of(rec)
+                video = rec.video or f"{scene}.mp4"
+                url = rec.extra.get("video_url") or (f"https://www.youtube.com/watch?v={scene}" if rec.scene_name else "")
+                q = questions[rec.idx] = {
+                    "i": rec.idx, "c": rec.question_category, "d": duration_bin(rec.extra.get("video_duration")),
+                    "s": scene, "file": str(vdir / video) if vdir else video, "u": url, "q": rec.question,
+                    "o": _options(rec), "g": rec.ground_truth, "r": [None] * len(runs)}
+            q["r"][r_i] = _answer(run, rec)
+    ordered = [questions[i] for i in sorted(questions)]
+    data = {
+        "runs": [{"label": r.label, "path": str(r.path), "stage": r.stage, "judge": r.judge_path, **_settings(r)} for r in runs],
+        "categories": list(CATEGORIES), "bins": [duration_bin_label(lo, hi) for lo, hi in DURATION_BINS],
+        "questions": ordered, "notes": [n for n in (notes or []) if n and n.strip()], "thumbs": {}, "frames_bytes": 0,
+        "thumb_notes": [], "paired": paired,
+    }
+    if len(runs) > 1:
+        data["across"] = across_runs(runs, ordered)
+    return data
+
+
+def across_runs(runs: list[RunInput], questions: list[dict]) -> dict:
+    """The agreement matrix and per-category accuracy on the common questions (those whose video every run
+    had, as :func:`k9bench.report.load.common_questions` counts them)."""
+    from k9bench.subset import VIDEO_ABSENT
+
+    have = [{rec.idx for rec in run.records if rec.error_class not in VIDEO_ABSENT} for run in runs]
+    common = set.intersection(*have)
+    rows = [q for q in questions if q["i"] in common]
+    n = len(runs)
+    agree = [[None] * n for _ in range(n)]
+    for a in range(n):
+        for b in range(n):
+            pairs = [(q["r"][a]["v"], q["r"][b]["v"]) for q in rows]
+            agree[a][b] = round(100.0 * sum(x == y for x, y in pairs) / len(pairs), 1) if pairs else None
+    by_cat = []
+    for r_i in range(n):
+        line = {}
+        for cat in [*CATEGORIES, "overall"]:
+            picked = [q for q in rows if cat == "overall" or q["c"] == cat]
+            line[cat] = round(100.0 * sum(q["r"][r_i]["v"] == "correct" for q in picked) / len(picked), 1) if picked else None
+        by_cat.append(line)
+    return {"common": len(common), "agreement": agree, "by_category": by_cat}
+
+
+def read_paired(report_json: str | Path | None) -> dict | None:
+    """``paired_comparison`` of a report.json (the report's ``--baseline``), or None."""
+    if not report_json:
+        return None
+    path = Path(report_json)
+    if not path.is_file():
+        return None
+    try:
+        value = read_json(path)
+    except ArtifactError as exc:
+        log.warning("%s: unreadable (%s); the page shows no paired comparison", path, exc)
+        return None
+    block = _dict(value).get("paired_comparison")
+    return block if isinstance(block, dict) and block else None

@@ -1,0 +1,144 @@
+"""The results page without a browser: its data (questions, answers, similarities, judge scores, failure
+class, thumbnails of the recorded frames), across runs, the report stage's index.html, bad inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from k9bench.view.__main__ import main
+from tests.view_fakes import DEMO_NOTE, demo_eval, demo_judge, frame_indices
+
+TAG = "tiny-m_mf4_n-1"
+
+
+def page_data(page: Path) -> dict:
+    text = page.read_text(encoding="utf-8")
+    start = text.index('<script type="application/json" id="k9data">') + len('<script type="application/json" id="k9data">')
+    return json.loads(text[start:text.index("</script>", start)].replace("<\\/", "</"))
+
+
+@pytest.fixture(scope="module")
+def demo_files(tmp_path_factory, demo_video_dir):
+    tmp = tmp_path_factory.mktemp("view")
+    indices = frame_indices(demo_video_dir)
+    ev = demo_eval(tmp / f"eval_{TAG}.json", demo_video_dir, failed=(11,), indices=indices)
+    other = demo_eval(tmp / "eval_other-m_mf4_n-1.json", demo_video_dir, model="other-m", shift=-1, indices=indices)
+    judge = demo_judge(tmp / f"judge_{TAG}.json")
+    return tmp, ev, other, judge, indices
+
+
+def test_demo_page_holds_every_question_with_its_frames(demo_files, tmp_path, capsys):
+    tmp, ev, _, judge, indices = demo_files
+    assert main([str(ev), str(judge), "--output_dir", str(tmp_path / "page"), "--note", DEMO_NOTE, "-q"]) == 0
+    page = Path(capsys.readouterr().out.strip())
+    assert page == tmp_path / "page" / "index.html"
+    html = page.read_text()
+    assert "<script src" not in html and "<link" not in html and "http://" not in html  # self-contained
+    data = page_data(page)
+    assert [q["i"] for q in data["questions"]] == list(range(12))
+    assert data["notes"] == [DEMO_NOTE]
+    run = data["runs"][0]
+    assert run["label"] == "tiny-m" and run["stage"] == "eval" and run["threshold"] == 0.5 and run["mark"]
+    for q in data["questions"]:
+        assert len(q["o"]) == 5 and not q["o"][0].startswith("A.") and q["g"] in "ABCDE"
+        answer = q["r"][0]
+        if q["i"] == 11:
+            assert answer["v"] == "failed" and answer["f"] == "decode_error" and "x" not in answer
+        else:
+            assert len(answer["x"]) == 5 and answer["v"] in ("correct", "wrong")
+        assert ("j" in answer) == (q["i"] in (0, 1, 2))
+        assert q["u"].startswith("https://") and q["file"].endswith(f"{q['s']}.mp4")
+    assert data["questions"][0]["r"][0]["j"] == [7, 6, 5, 8, 6] and data["questions"][0]["r"][0]["jr"] == "judge reason for 0"
+    # a strip per video, of frames the model saw (their recorded source indices), each a JPEG on disk
+    assert set(data["thumbs"]) == set(indices)
+    total = 0
+    for scene, strip in data["thumbs"].items():
+        assert 1 <= len(strip) <= 8
+        assert all(index in indices[scene][0] for _, index, _ in strip)
+        for name, _, _ in strip:
+            blob = (tmp_path / "page" / "frames" / name).read_bytes()
+            assert blob[:2] == b"\xff\xd8"
+            total += len(blob)
+    assert data["frames_bytes"] == total
+
+
+def test_thumbnails_are_bounded_and_can_be_turned_off(demo_files, tmp_path):
+    tmp, ev, _, _, _ = demo_files
+    assert main([str(ev), "--output_dir", str(tmp_path / "one"), "--thumbnails", "1", "-q"]) == 0
+    data = page_data(tmp_path / "one" / "index.html")
+    assert len(data["thumbs"]) == 1 and "first 1 of 3 videos" in data["thumb_notes"][0]
+    assert main([str(ev), "--output_dir", str(tmp_path / "none"), "--thumbnails", "0", "-q"]) == 0
+    data = page_data(tmp_path / "none" / "index.html")
+    assert data["thumbs"] == {} and data["frames_bytes"] == 0 and not (tmp_path / "none" / "frames").exists()
+
+
+def test_frames_other_than_the_recorded_ones_are_never_shown(demo_files, demo_video_dir, tmp_path):
+    tmp, _, _, _, indices = demo_files
+    wrong = {scene: ([i + 1 for i in idx], d) for scene, (idx, d) in indices.items()}
+    ev = demo_eval(tmp_path / f"eval_{TAG}.json", demo_video_dir, indices=wrong)
+    assert main([str(ev), "--output_dir", str(tmp_path / "page"), "-q"]) == 0
+    data = page_data(tmp_path / "page" / "index.html")
+    assert data["thumbs"] == {} and "3 video(s) decode to other frames" in data["thumb_notes"][0]
+
+
+def test_two_runs_show_agreement_and_common_question_accuracy(demo_files, tmp_path):
+    tmp, ev, other, _, _ = demo_files
+    assert main([str(ev), str(other), "--output_dir", str(tmp_path / "page"), "-q"]) == 0
+    data = page_data(tmp_path / "page" / "index.html")
+    assert [r["label"] for r in data["runs"]] == ["tiny-m", "other-m"]
+    verdicts = [[q["r"][k]["v"] for k in (0, 1)] for q in data["questions"]]
+    same = sum(a == b for a, b in verdicts)
+    across = data["across"]
+    assert across["common"] == 12
+    assert across["agreement"][0][1] == across["agreement"][1][0] == round(100 * same / 12, 1)
+    assert across["agreement"][0][0] == 100.0
+    correct = [sum(v[k] == "correct" for v in verdicts) for k in (0, 1)]
+    assert [line["overall"] for line in across["by_category"]] == [round(100 * c / 12, 1) for c in correct]
+    assert 0 < same < 12  # the other model answers the ground truth's text: some verdicts differ
+
+
+def test_a_run_folder_and_a_paired_comparison(demo_files, tmp_path):
+    tmp, _, _, _, _ = demo_files
+    report = tmp_path / "report.json"
+    report.write_text(json.dumps({"paired_comparison": {"difference": 8.3, "mcnemar_p": 0.5}}))
+    assert main([str(tmp), "--output_dir", str(tmp_path / "page"), "--report_json", str(report), "-q"]) == 0
+    data = page_data(tmp_path / "page" / "index.html")
+    assert sorted(r["label"] for r in data["runs"]) == ["other-m", "tiny-m"]
+    assert next(r for r in data["runs"] if r["label"] == "tiny-m")["judge"].endswith(f"judge_{TAG}.json")
+    assert data["paired"] == {"difference": 8.3, "mcnemar_p": 0.5}
+
+
+@pytest.mark.parametrize("make, expect", [
+    (lambda p: p / "missing.json", "no such file or folder"),
+    (lambda p: (p / "eval_x.json").write_text("{") and p / "eval_x.json", "eval_x.json"),
+    (lambda p: p, "no raw_*, sim_* or eval_*.json"),
+])
+def test_bad_inputs_are_one_line_and_exit_2(tmp_path, capsys, make, expect):
+    target = make(tmp_path)
+    assert main([str(target), "--output_dir", str(tmp_path / "page"), "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("view: ") and expect in err and "\n" not in err and "Traceback" not in err
+    assert not (tmp_path / "page" / "index.html").exists()
+
+
+def test_usage_errors_exit_2(tmp_path):
+    with pytest.raises(SystemExit) as exc:
+        main(["x.json", "--thumbnails", "-1"])
+    assert exc.value.code == 2
+
+
+def test_the_report_stage_writes_the_page_beside_report_md(tmp_path):
+    from k9bench.report import ReportStage, config_from_argv
+    from k9bench.stage import run_stage
+    from tests.test_report import make_eval
+
+    evals = [make_eval(tmp_path / f"eval_m{i}_mf32_n20.json", model=f"m{i}") for i in (1, 2)]
+    stage = ReportStage(config_from_argv(["--input_file", *map(str, evals), "--report_dir", str(tmp_path / "rep"), "--note", "N", "-q"]))
+    assert run_stage(stage) == 0
+    data = page_data(tmp_path / "rep" / "index.html")
+    assert (tmp_path / "rep" / "report.md").is_file()
+    assert [r["label"] for r in data["runs"]] == ["m1", "m2"] and data["notes"] == ["N"] and len(data["questions"]) == 20
+    assert data["across"]["common"] == 20
