@@ -59,7 +59,8 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.pipeline``            CPU preparation ahead of the accelerator
 ``k9bench.inference.prefix_cache``        each video prefilled once for all its questions (the host side)
 ``k9bench.inference.shared_decode``       the shared-prefix engine's device side: one prefix per video, preallocated cache
-``k9bench.inference.backend``             the backend interface and registry
+``k9bench.inference.backend``             the Backend base class (defaults for every optional capability)
+``k9bench.inference.registry``            the backends --backend names (importable without torch)
 ``k9bench.inference.hf``                  the transformers backend (device maps, offload, placement recorded)
 ``k9bench.inference.openai_backend``      the OpenAI-compatible backend
 ``k9bench.inference.vllm_backend``        ``--backend vllm``: vLLM in-process, fed our frames, in checkpointed chunks

@@ -8,6 +8,7 @@ import time
 import pytest
 
 from k9bench.inference.batching import (
+    DEFAULT_MAX_AUTO_BATCH,
     MemoryModel,
     auto_batch_size,
     estimate_video_tokens,
@@ -117,18 +118,54 @@ def test_auto_fits_free_memory_and_halves_on_out_of_memory():
     mem = MemoryModel(kv_bytes_per_token=147456, prompt_tokens=2800, max_new_tokens=64,
                       batch_overhead_bytes=4 * 2**30, row_overhead_bytes=0)
     choice = auto_batch_size(100 * 2**30, mem, device="cuda", max_batch=1000)
-    expected = (int(100 * 2**30 * 0.85) - 4 * 2**30) // mem.row_bytes()
-    assert choice.batch_size == expected > 100
-    assert auto_batch_size(100 * 2**30, mem, device="cuda").batch_size == 64  # the cap
+    usable = int(100 * 2**30 * 0.85)
+    assert mem.batch_bytes(choice.batch_size) <= usable < mem.batch_bytes(choice.batch_size + 1)
+    assert choice.batch_size > 100 and choice.inputs["batch_bytes"] == mem.batch_bytes(choice.batch_size)
+    assert auto_batch_size(100 * 2**30, mem, device="cuda", max_batch=64).batch_size == 64  # a cap
     assert auto_batch_size(100 * 2**30, mem, device="cuda", questions=12).batch_size == 12
     assert auto_batch_size(2 * 2**30, mem, device="cuda").batch_size == 1  # never below 1
-    c = auto_batch_size(100 * 2**30, mem, device="cuda")
+    c = auto_batch_size(100 * 2**30, mem, device="cuda", max_batch=64)
     assert c.halve() == 32 and c.halve() == 16
     assert c.to_dict()["history"] == [[64, "chosen"], [32, "out of memory"], [16, "out of memory"]]
     assert c.to_dict()["inputs"]["free_bytes"] == 100 * 2**30
     assert [halve_batch_size(n) for n in (1, 2, 3, 8)] == [1, 1, 1, 4]
     g = given_batch_size(8)
     assert g.batch_size == 8 and g.halve() == 4 and g.requested == "8"
+
+
+def test_auto_counts_each_video_prefix_once_and_the_kept_prefix_caches():
+    """The shared-prefix engine's layout: per video its prefix once in the batch cache and once as its kept
+    prefix cache (both live while the batch decodes), plus the prefix kept from the previous batch; per
+    question its suffix and new tokens. Not a prefix copy per question."""
+    kv = 1000
+    mem = MemoryModel(kv_bytes_per_token=kv, prompt_tokens=2100, max_new_tokens=64, suffix_tokens=100,
+                      questions_per_video=8, kept_prefixes=1, row_overhead_bytes=7, batch_overhead_bytes=5)
+    assert mem.prefix_tokens == 2000
+    # 32 questions of 8 per video: 4 whole videos, one more when the batch starts inside a video
+    assert mem.videos_in(32) == 5 and mem.videos_in(1) == 1
+    assert mem.batch_bytes(32) == kv * ((2 * 5 + 1) * 2000 + 32 * (100 + 64)) + 32 * 7 + 5
+    no_kept = MemoryModel(kv_bytes_per_token=kv, prompt_tokens=2100, max_new_tokens=64, suffix_tokens=100,
+                          questions_per_video=8, kept_prefixes=0, row_overhead_bytes=7, batch_overhead_bytes=5)
+    assert mem.batch_bytes(32) - no_kept.batch_bytes(32) == kv * 2000
+    # the same memory holds many more questions when each video's prefix serves 8 of them
+    one_each = MemoryModel(kv_bytes_per_token=kv, prompt_tokens=2100, max_new_tokens=64, suffix_tokens=100)
+    free = 40 * 2**20
+    shared = auto_batch_size(free, mem, device="cuda", max_batch=10_000).batch_size
+    alone = auto_batch_size(free, one_each, device="cuda", max_batch=10_000).batch_size
+    assert shared > 3 * alone
+    # the rule's answer is the largest batch whose bytes fit, found over the whole range
+    usable = int(free * 0.85)
+    assert mem.batch_bytes(shared) <= usable < mem.batch_bytes(shared + 1)
+    assert "questions per video" in auto_batch_size(free, mem, device="cuda").reason
+
+
+def test_the_auto_cap_is_what_memory_allows_up_to_at_least_256():
+    assert DEFAULT_MAX_AUTO_BATCH >= 256
+    mem = MemoryModel(kv_bytes_per_token=1000, prompt_tokens=2100, max_new_tokens=64, suffix_tokens=100, questions_per_video=8)
+    big = auto_batch_size(2**40, mem, device="cuda")
+    assert big.batch_size == DEFAULT_MAX_AUTO_BATCH and "capped" in big.reason
+    small = auto_batch_size(40 * 2**20, mem, device="cuda")
+    assert small.batch_size < DEFAULT_MAX_AUTO_BATCH and "capped" not in small.reason
 
 
 def test_memory_model_from_a_qwen3_vl_4b_sized_config():
@@ -138,9 +175,14 @@ def test_memory_model_from_a_qwen3_vl_4b_sized_config():
                            hidden_size=2560, intermediate_size=9728, vocab_size=151936)
     mem = memory_model_for(SimpleNamespace(text_config=text), dtype_bytes=2, prompt_tokens=2800, max_new_tokens=64)
     assert mem.kv_bytes_per_token == kv_bytes_per_token(36, 8, 128, 2) == 147456
-    # about 0.8 GiB per question row: an H200's ~130 GiB free holds the cap of 64 rows
+    # about 0.8 GiB per question row when every question has its own prefix (the generate path)
     assert 0.7 * 2**30 < mem.row_bytes() < 0.9 * 2**30
-    assert auto_batch_size(130 * 2**30, mem, device="cuda").batch_size == 64
+    alone = auto_batch_size(130 * 2**30, mem, device="cuda").batch_size
+    assert 64 < alone < 256
+    # with the engine, 6 questions per video share a prefix: an H200's ~130 GiB holds the cap
+    shared = memory_model_for(SimpleNamespace(text_config=text), dtype_bytes=2, prompt_tokens=2800, max_new_tokens=64,
+                              suffix_tokens=256, questions_per_video=6)
+    assert auto_batch_size(130 * 2**30, shared, device="cuda").batch_size == DEFAULT_MAX_AUTO_BATCH
 
 
 # --------------------------------------------------------------------------- AheadPipeline

@@ -33,7 +33,7 @@ class FakeOOM(RuntimeError):
     pass
 
 
-class FakeBackend:
+class FakeBackend(Backend):
     """Answers from a script; can raise OOM above a frame count, fail chosen questions, or signal itself."""
 
     name = "fake"

@@ -3,8 +3,9 @@
 - :mod:`k9bench.inference.settings`      the run's typed settings (one frozen dataclass per concern,
                                          composed into ``RunConfig``; the script's flags are generated
                                          from them; ``python -m k9bench.inference.settings`` lists them)
-- :mod:`k9bench.inference.backend`       the backend interface and registry (``--backend``); a backend
-                                         is built as ``Cls(config)``
+- :mod:`k9bench.inference.backend`       the ``Backend`` base class (every optional capability has a default)
+                                         and ``create_backend``; a backend is built as ``Cls(config)``
+- :mod:`k9bench.inference.registry`      the backends ``--backend`` names, importable without torch
 - :mod:`k9bench.inference.hf`            the Hugging Face transformers backend (device, dtype, attention:
                                          :mod:`k9bench.accelerator`)
 - :mod:`k9bench.inference.openai_backend` the OpenAI-compatible HTTP backend; its parts:

@@ -55,17 +55,20 @@ from k9bench.accelerator import (  # noqa: F401 (re-exported for callers of the 
     resolve_dtype,
     resolve_placement,
 )
-from k9bench.inference.backend import BackendError, GenerationOutput, GenerationRequest
+from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest
 from k9bench.inference.pipeline import PerThread
 from k9bench.inference.settings import OpenAISettings, RunConfig
 
 log = logging.getLogger(__name__)
 
 GENERATION_KEYS = ("do_sample", "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "num_beams")
+
+SUFFIX_TOKENS = 256
+"""``--batch_size auto``'s estimate of a question's own tokens after its video's shared prefix (question, options, turn end)."""
 """Generation settings recorded with every record."""
 
 
-class HFBackend:
+class HFBackend(Backend):
     """Local transformers model (see the module doc)."""
 
     name = "hf"
@@ -429,8 +432,14 @@ class HFBackend:
                 outputs[i] = out
         return outputs  # type: ignore[return-value]
 
-    def choose_batch_size(self, requested: int | str, *, questions: int, max_frames: int, max_pixels: int | None) -> Any:
-        """``--batch_size`` as a :class:`k9bench.inference.batching.BatchSizeChoice` (``auto``: the memory rule)."""
+    def prepares_batches(self) -> bool:
+        """True: batches span videos, prepared ahead (:meth:`prepare_batch`) and answered by :meth:`run_prepared`."""
+        return True
+
+    def choose_batch_size(self, requested: int | str, *, questions: int, max_frames: int, max_pixels: int | None,
+                          videos: int | None = None) -> Any:
+        """``--batch_size`` as a :class:`k9bench.inference.batching.BatchSizeChoice` (``auto``: the memory rule,
+        each of the ``videos`` videos' prefix counted once for its ``questions / videos`` questions)."""
         from k9bench.inference.batching import AUTO, auto_batch_size, estimate_video_tokens, given_batch_size, memory_model_for
         from k9bench.video import DEFAULT_MAX_PIXELS
 
@@ -457,8 +466,11 @@ class HFBackend:
         else:
             prompt = text_tokens
         dtype_bytes = torch.empty((), dtype=self.model.dtype).element_size()
+        shared = self.engine is not None  # the engine keeps one prefix per video; generate copies it per row
         memory = memory_model_for(self.model.config, dtype_bytes=dtype_bytes, prompt_tokens=prompt,
-                                  max_new_tokens=int(self.generation_config.max_new_tokens))
+                                  max_new_tokens=int(self.generation_config.max_new_tokens),
+                                  suffix_tokens=SUFFIX_TOKENS if shared else 0,
+                                  questions_per_video=questions / videos if shared and videos else 1.0)
         return auto_batch_size(int(free), memory, device=device, questions=questions)
 
     def run_stats(self) -> dict[str, Any]:

@@ -47,7 +47,7 @@ import re
 import threading
 from typing import Any
 
-from k9bench.inference.backend import BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
+from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
 from k9bench.inference.openai_request import ApiCallError, BatchPartlyFailed, RequestSettings, _merge
 from k9bench.inference.server_info import empty_server_block, note_fingerprint
 from k9bench.inference.settings import (  # noqa: F401 (re-exported: the flags' types and choices live in settings)
@@ -75,7 +75,7 @@ _CONTEXT_OVERFLOW = re.compile(
 # --------------------------------------------------------------------------- the backend
 
 
-class OpenAIBackend:
+class OpenAIBackend(Backend):
     """Chat completions over HTTP (see the module doc)."""
 
     name = "openai"
@@ -492,6 +492,10 @@ class OpenAIBackend:
 
     def recover_from_out_of_memory(self) -> None:
         pass  # nothing held on this side
+
+    def server_info(self) -> dict[str, Any] | None:
+        """What the server said about itself (``inference.backend.server``)."""
+        return self.server
 
     def max_batches_in_flight(self) -> int:
         """Batches the runner may keep generating at once: ``--concurrency`` (HTTP calls wait, they do not compute)."""

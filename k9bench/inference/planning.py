@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Iterator
 from k9bench.accelerator import placement_flags_problem
 from k9bench.layout import RESULTS_DIR, artifact_name, shard_path
 
+from k9bench.inference import registry
 from k9bench.inference.settings import MAX_FRAME_PIXELS, RunConfig
 
 if TYPE_CHECKING:
@@ -220,7 +221,7 @@ def check_model_path(config: RunConfig) -> str | None:
     from k9bench.hub import looks_like_local_path
 
     name = config.model.model_name_or_path
-    if config.model.backend == "hf" and looks_like_local_path(name):
+    if registry.entry(config.model.backend).local_weights and looks_like_local_path(name):
         path = Path(name).expanduser()
         if not path.exists():
             return f"--model_name_or_path {name}: no such folder (a local model path; a Hub id looks like org/name)"
@@ -246,7 +247,7 @@ def check_model_config(config: RunConfig) -> dict | None:
     Hub cache), before any weight loads; raise :class:`UsageError`. Returns the config read (None: not here)."""
     from k9bench.hub import read_model_config
 
-    if config.model.backend != "hf":
+    if not registry.entry(config.model.backend).local_weights:
         return None
     name = config.model.model_name_or_path
     model_config = read_model_config(name)

@@ -236,7 +236,7 @@ class SharedPrefixEngine:
 
     def __init__(self, model: Any, processor: Any, generation_config: Any, stop_ids: Iterable[int], *,
                  resize_in_processor: bool, keep_prefixes: int = 1, cache: str = "static",
-                 eos_check_every: int = DEFAULT_EOS_CHECK_EVERY, prefill_elements: int = DEFAULT_PREFILL_ELEMENTS):
+                 eos_check_every: int = DEFAULT_EOS_CHECK_EVERY, prefill_elements: int | None = DEFAULT_PREFILL_ELEMENTS):
         if cache not in CACHE_KINDS:
             raise ValueError(f"cache {cache!r}: one of {', '.join(CACHE_KINDS)}")
         reason = unsupported_reason(model, generation_config)

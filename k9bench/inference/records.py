@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from k9bench.answers import extract_answer, prompt_opens_thinking
 from k9bench.artifacts import QuestionRecord, now_iso, provenance
 
+from k9bench.inference import registry
 from k9bench.inference.backend import GenerationOutput
 from k9bench.inference.resume_check import masked
 from k9bench.inference.settings import RunConfig
@@ -201,7 +202,7 @@ def inference_block(config: RunConfig, *, describe: dict | None, image_patch_siz
 
     asdict = dataclasses.asdict
     text_only = config.frames.text_only
-    backend_settings = asdict(config.hf) if config.model.backend == "hf" else asdict(config.openai)
+    backend_settings = asdict(registry.backend_settings(config))
     dataset = {k: v for k, v in asdict(config.data).items() if k not in ("num_shards", "shard_id", "data_parallel")}
     return masked({
         "backend": describe,

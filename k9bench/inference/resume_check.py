@@ -18,6 +18,7 @@ from typing import Any
 from k9bench.redact import redact, redact_text
 from k9bench.settings import result_fingerprint
 
+from k9bench.inference import registry
 from k9bench.inference.settings import RunConfig
 
 BACKEND_SETTING_KEYS = ("dtype", "video_transport", "frame_size", "jpeg_quality", "image_detail", "request_params")
@@ -143,7 +144,7 @@ def stage_fingerprint(config: RunConfig, model_name: str, system_prompt_sha256: 
     record fingerprint the flags decide (:func:`fingerprint`), the model, the backend's result fields and which
     questions (dataset, range, shard)."""
     d = config.data
-    backend = config.hf if config.model.backend == "hf" else config.openai
+    backend = registry.backend_settings(config)
     out = {
         "records": expected(fingerprint(config, model_name, system_prompt_sha256 or "")),
         "model": result_fingerprint(config.model),

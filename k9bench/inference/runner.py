@@ -6,7 +6,7 @@
 
 Two paths:
 
-- batch size 1, or a backend without ``prepare_batch`` (the OpenAI backend): video by video, each
+- batch size 1, or a backend whose ``prepares_batches()`` is False (the OpenAI backend): video by video, each
   video's questions in batches of the batch size within that video (:meth:`Runner._run_by_video`);
   a background thread decodes the next videos' frames (:class:`FramePrefetcher`).
 - batch size > 1 with the HF backend (:meth:`Runner._run_planned`): batches that span videos
@@ -17,7 +17,8 @@ Two paths:
   :mod:`k9bench.inference.prefix_cache`; other models, or a batch the engine refuses: ``generate``,
   recorded with the reason). A video's frames are released after its last batch. The model's time
   waiting for the CPU is ``run_stats.prepare.wait_seconds``. A batch that runs out of memory halves
-  the batch size (``run_stats.batch_size.history``) and is rerun video by video at the new size.
+  the batch size (``run_stats.batch_size.history``) and is rerun video by video at the new size; the
+  batches already prepared ahead at the old size are planned again at the new size.
 
 Each video is decoded once (:class:`k9bench.frame_cache.FrameCache`), and its file hashed once, on the
 decoding thread (the record's ``video_file``); with ``--audio`` its soundtrack is read once too.
@@ -262,7 +263,7 @@ class Runner:
     def _audio_rate(self) -> int | None:
         if not self.config.frames.audio or self.config.frames.text_only:
             return None
-        rate = getattr(self.backend, "audio_sampling_rate", lambda: None)()
+        rate = self.backend.audio_sampling_rate()
         if rate is None:
             raise BackendError(f"--audio: backend {self.backend.name!r} says at which rate it takes a soundtrack")
         return int(rate)
@@ -295,11 +296,11 @@ class Runner:
         pending = [(g, qs) for g, qs in pending if qs]
         total = sum(len(qs) for _, qs in pending)
         log.info("%d question(s) to run over %d video(s); %d already done", total, len(pending), self.stats.resumed)
-        self.choice = self._choose_batch_size(total)
+        self.choice = self._choose_batch_size(total, len(pending))
         self.stats.batch_size = self.choice.to_dict()
         t0 = time.perf_counter()
         self.progress = ProgressLog("inference", total, unit="questions")
-        planned = self.choice.batch_size > 1 and callable(getattr(self.backend, "prepare_batch", None))
+        planned = self.choice.batch_size > 1 and self.backend.prepares_batches()
         try:
             pending = self._refuse_too_long(pending)
             if planned:
@@ -315,23 +316,13 @@ class Runner:
             self.progress = None
             self.stats.wall_seconds = time.perf_counter() - t0
             self.stats.batch_size = self.choice.to_dict()
-            backend_stats = getattr(self.backend, "run_stats", None)
-            if callable(backend_stats):
-                self.stats.decoding = backend_stats()
+            self.stats.decoding = self.backend.run_stats() or None
 
-    def _choose_batch_size(self, questions: int) -> Any:
-        """``--batch_size`` resolved by the backend (``auto``: its memory rule), else as given (``auto``: 1)."""
-        from k9bench.inference.batching import AUTO, BatchSizeChoice, given_batch_size
-
-        requested = self.config.generation.batch_size
-        choose = getattr(self.backend, "choose_batch_size", None)
-        if callable(choose):
-            f = self.config.frames
-            choice = choose(requested, questions=questions, max_frames=f.max_frames, max_pixels=f.max_pixels)
-        elif requested == AUTO:
-            choice = BatchSizeChoice(AUTO, 1, f"backend {self.backend.name}: auto means 1 question per batch", {}, [[1, "chosen"]])
-        else:
-            choice = given_batch_size(int(requested))
+    def _choose_batch_size(self, questions: int, videos: int) -> Any:
+        """``--batch_size`` resolved by the backend (``auto``: its memory rule; the base class: 1)."""
+        f = self.config.frames
+        choice = self.backend.choose_batch_size(self.config.generation.batch_size, questions=questions, videos=videos,
+                                                max_frames=f.max_frames, max_pixels=f.max_pixels)
         log.info("batch size %d (%s: %s)", choice.batch_size, choice.requested, choice.reason)
         return choice
 
@@ -343,7 +334,7 @@ class Runner:
         prefetch = FramePrefetcher(frame_cache) if frame_cache is not None else None
         depth = max(0, self.config.frames.prefetch_videos)
         rate = self._audio_rate()
-        in_flight = int(getattr(self.backend, "max_batches_in_flight", lambda: 1)() or 1)
+        in_flight = max(1, int(self.backend.max_batches_in_flight()))
         pipeline = BatchesInFlight(self._run_batch, prefetch, in_flight) if in_flight > 1 else None
         size = self.choice.batch_size
         try:
@@ -390,22 +381,31 @@ class Runner:
         rate = self._audio_rate()
         cursor = [0] * len(pending)
         choice = self.choice
+        issued: list[PlannedBatch] = []
+        """Batches handed to the pipeline and not yet answered (prepared or being prepared at their planned size)."""
 
         def batches() -> Iterator[PlannedBatch]:
-            # planned with the batch size in use; planned again for what is left after an out-of-memory halving
-            while True:
-                size = choice.batch_size
-                base = list(cursor)
-                remaining = [len(qs) - base[g] for g, (_, qs) in enumerate(pending)]
-                if not any(remaining):
-                    return
-                for planned in plan_batches(remaining, size):
-                    parts = tuple(BatchPart(p.group, p.start + base[p.group], p.stop + base[p.group]) for p in planned.parts)
-                    for p in parts:
-                        cursor[p.group] = p.stop
-                    yield PlannedBatch(parts, planned.release)
-                    if choice.batch_size != size:
-                        break
+            # planned with the batch size in use, from what no batch has taken yet (pulled on this thread)
+            size = choice.batch_size
+            base = list(cursor)
+            remaining = [len(qs) - base[g] for g, (_, qs) in enumerate(pending)]
+            for planned in plan_batches(remaining, size):
+                parts = tuple(BatchPart(p.group, p.start + base[p.group], p.stop + base[p.group]) for p in planned.parts)
+                for p in parts:
+                    cursor[p.group] = p.stop
+                batch = PlannedBatch(parts, planned.release)
+                issued.append(batch)
+                yield batch
+
+        def replan() -> int:
+            # after an out-of-memory halving: the batches prepared ahead at the old size go back, in order, to be
+            # planned again at the new size (they are the last ones taken of each video, so what is left stays contiguous)
+            for batch in issued:
+                for p in batch.parts:
+                    cursor[p.group] = min(cursor[p.group], p.start)
+            back = len(issued)
+            issued.clear()
+            return back
 
         workers = max(2, min(PREPARE_WORKERS_MAX, (os.cpu_count() or 2) // 2))
         depth = max(2, self.config.frames.prefetch_videos)
@@ -437,25 +437,37 @@ class Runner:
                     ready.prepare_error = exc
             return ready
 
-        ahead = AheadPipeline(prepare, workers=workers, depth=depth)
+        totals: dict[str, float] = {}
         try:
-            for item in ahead.run(batches()):
-                if item.error is not None:
-                    raise item.error
-                ready = item.value
-                for questions, exc in ready.failed:
-                    self._video_failed(questions, exc)
-                if ready.rows:
-                    self._answer_ready(ready)
-                if frame_cache is not None:
-                    for g in item.item.release:
-                        frame_cache.release(pending[g][0].path)
+            while True:
+                size = choice.batch_size
+                ahead = AheadPipeline(prepare, workers=workers, depth=depth)
+                try:
+                    for item in ahead.run(batches()):
+                        if item.error is not None:
+                            raise item.error
+                        issued.remove(item.item)
+                        ready = item.value
+                        for questions, exc in ready.failed:
+                            self._video_failed(questions, exc)
+                        if ready.rows:
+                            self._answer_ready(ready)
+                        if frame_cache is not None:
+                            for g in item.item.release:
+                                frame_cache.release(pending[g][0].path)
+                        if choice.batch_size != size:
+                            break
+                finally:
+                    ahead.close()
+                    _add_stats(totals, ahead.stats.to_dict())
+                if choice.batch_size == size:
+                    break
+                log.info("%d batch(es) prepared at %d question(s) planned again at %d", replan(), size, choice.batch_size)
         finally:
-            ahead.close()
             if decode_pool is not None:
                 decode_pool.shutdown(wait=False, cancel_futures=True)
-            self.stats.frame_wait_seconds = ahead.stats.wait_seconds
-            self.stats.prepare = {**ahead.stats.to_dict(), "decode_workers": workers if decode_pool else 0}
+            self.stats.frame_wait_seconds = totals.get("wait_seconds", 0.0)
+            self.stats.prepare = {**totals, "decode_workers": workers if decode_pool else 0}
 
     def _answer_ready(self, ready: "_ReadyBatch") -> None:
         failure = None
@@ -492,6 +504,16 @@ class Runner:
         for group, frames, audio, questions in by_video.values():
             for chunk in chunks(questions, size):
                 self._run_batch(group, chunk, frames, audio)
+
+
+def _add_stats(totals: dict, stats: dict) -> None:
+    """Sum one pipeline's :class:`~k9bench.inference.pipeline.PipelineStats` into ``totals`` (a run re-planned
+    after an out-of-memory error has one pipeline per batch size)."""
+    for key, value in stats.items():
+        if key in ("workers", "depth", "max_wait_seconds"):
+            totals[key] = max(totals.get(key, 0), value)
+        else:
+            totals[key] = totals.get(key, 0) + value
 
 
 PREPARE_WORKERS_MAX = 8

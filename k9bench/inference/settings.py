@@ -26,6 +26,7 @@ from k9bench.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
 from k9bench.audio import API_AUDIO_FORMATS
 from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.download_settings import DownloadConfig
+from k9bench.inference.registry import BACKEND_NAMES as REGISTRY_NAMES
 from k9bench.settings import default_of, setting
 from k9bench.validators import device_name, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
@@ -33,8 +34,8 @@ from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FR
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
 """The reference's model."""
 
-BACKEND_NAMES = ("hf", "openai", "vllm")
-"""``--backend`` choices (see :data:`k9bench.inference.backend.BACKENDS`)."""
+BACKEND_NAMES = REGISTRY_NAMES
+"""``--backend`` choices: the keys of :data:`k9bench.inference.registry.REGISTRY`."""
 
 DTYPES = DTYPE_CHOICES
 """Accepted ``--torch_dtype`` values (:data:`k9bench.accelerator.DTYPE_CHOICES`)."""

@@ -47,9 +47,33 @@ if TYPE_CHECKING:
 DEFAULT_EOS_CHECK_EVERY = 8
 """Decoding steps between two checks whether every row has stopped."""
 
-DEFAULT_PREFILL_ELEMENTS = 1 << 26
-"""Budget of attention scores (groups x heads x query tokens x key columns) per suffix-prefill forward:
-the questions' suffixes are prefilled in chunks of slots under it (sdpa's math kernel materialises them)."""
+CPU_PREFILL_ELEMENTS = 1 << 26
+"""Budget of attention scores (groups x heads x query tokens x key columns) per suffix-prefill forward off a
+GPU: the questions' suffixes are prefilled in chunks of slots under it (sdpa's math kernel materialises them)."""
+
+DEFAULT_PREFILL_ELEMENTS: int | None = None
+"""The engine's default budget: None, taken from the free memory on CUDA (:func:`prefill_budget`), else
+:data:`CPU_PREFILL_ELEMENTS`. A number is used as given on every device."""
+
+PREFILL_MEMORY_FRACTION = 0.5
+"""Share of the free GPU memory (read after the batch cache is allocated) the suffix prefill's scores may take."""
+
+SCORE_BYTES = 12
+"""GPU bytes per attention score of the math kernel: the scores and their softmax in float32, and the mask."""
+
+
+def prefill_budget(device: Any, given: int | None = None) -> int:
+    """Attention scores a suffix-prefill forward may hold: ``given`` when set; on CUDA
+    :data:`PREFILL_MEMORY_FRACTION` of the free memory (``torch.cuda.mem_get_info``) over :data:`SCORE_BYTES`,
+    never below :data:`CPU_PREFILL_ELEMENTS`; elsewhere :data:`CPU_PREFILL_ELEMENTS`."""
+    if given is not None:
+        return int(given)
+    if getattr(device, "type", str(device).split(":")[0]) != "cuda":
+        return CPU_PREFILL_ELEMENTS
+    import torch
+
+    free, _ = torch.cuda.mem_get_info(device)
+    return max(CPU_PREFILL_ELEMENTS, int(free * PREFILL_MEMORY_FRACTION) // SCORE_BYTES)
 
 DECODE_ATTENTION = "k9bench_grouped_sdpa"
 """The kernel of the engine's forwards (:func:`grouped_sdpa`, an arbitrary 4-D mask)."""
@@ -207,7 +231,7 @@ class SharedDecoder:
     """Greedy (or sampled) decoding of a batch of questions over shared prefixes (see the module doc)."""
 
     def __init__(self, model: Any, generation_config: Any, stop_ids: list[int], *, eos_check_every: int = DEFAULT_EOS_CHECK_EVERY,
-                 prefill_elements: int = DEFAULT_PREFILL_ELEMENTS):
+                 prefill_elements: int | None = DEFAULT_PREFILL_ELEMENTS):
         if eos_check_every < 1:
             raise ValueError("eos_check_every must be at least 1")
         self.model = model
@@ -218,6 +242,9 @@ class SharedDecoder:
         self.do_sample = bool(getattr(generation_config, "do_sample", False))
         self.eos_check_every = eos_check_every
         self.prefill_elements = prefill_elements
+        """Scores per suffix-prefill forward (None: :func:`prefill_budget` of the device at each batch)."""
+        self.last_prefill_chunk: int | None = None
+        """Slots per suffix-prefill forward in the last batch (for tests and stats)."""
         self.heads = int(getattr(model.config.get_text_config(), "num_attention_heads", 1) or 1)
 
     def decode(self, groups: list[PrefixState | None], rows: list[DecodeRow]) -> DecodeResult:
@@ -325,7 +352,8 @@ class SharedDecoder:
         device = ids.device
         n_groups, width = owner.shape
         per_slot = n_groups * self.heads * s_max * width
-        chunk = max(1, min(slots, self.prefill_elements // max(1, per_slot)))
+        chunk = max(1, min(slots, prefill_budget(device, self.prefill_elements) // max(1, per_slot)))
+        self.last_prefill_chunk = chunk
         last: list["torch.Tensor"] = []
         for first in range(0, slots, chunk):
             stop = min(slots, first + chunk)
@@ -380,5 +408,5 @@ class SharedDecoder:
         return seq.to(device)
 
 
-__all__ = ["DECODE_ATTENTION", "DEFAULT_EOS_CHECK_EVERY", "DecodeResult", "DecodeRow", "PrefixCacheError", "PrefixState",
-           "SharedDecoder", "attention_kernel", "grouped_sdpa", "model_input_device", "prefill"]
+__all__ = ["CPU_PREFILL_ELEMENTS", "DECODE_ATTENTION", "DEFAULT_EOS_CHECK_EVERY", "DEFAULT_PREFILL_ELEMENTS", "DecodeResult", "DecodeRow",
+           "PrefixCacheError", "PrefixState", "SharedDecoder", "attention_kernel", "grouped_sdpa", "model_input_device", "prefill", "prefill_budget"]

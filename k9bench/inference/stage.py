@@ -392,7 +392,7 @@ class _Run:
         if frames.max_pixels is not None and frames.max_pixels < floor:
             raise StageError(f"--max_pixels {frames.max_pixels} is below the per-frame minimum {floor} (--min_pixels, or qwen-vl-utils' "
                              f"default for patch size {patch}); raise --max_pixels or lower --min_pixels")
-        overrides = getattr(backend, "sampling_overrides", lambda: {})() or {}
+        overrides = backend.sampling_overrides() or {}
         sampling = SamplingSettings(fps=frames.fps, max_frames=frames.max_frames, max_pixels=frames.max_pixels,
                                     min_pixels=frames.min_pixels, image_patch_size=patch, decoder=frames.video_decoder, **overrides)
         try:
