@@ -48,7 +48,7 @@ def test_demo_page_holds_every_question_with_its_frames(demo_files, tmp_path, ca
         if q["i"] == 11:
             assert answer["v"] == "failed" and answer["f"] == "decode_error" and "x" not in answer
         else:
-            assert len(answer["x"]) == 5 and answer["v"] in ("correct", "wrong")
+            assert len(answer["x"]) == 5 and answer["v"] in ("correct", "wrong") and answer["e"].startswith("closest option")
         assert ("j" in answer) == (q["i"] in (0, 1, 2))
         assert q["u"].startswith("https://") and q["file"].endswith(f"{q['s']}.mp4")
     assert data["questions"][0]["r"][0]["j"] == [7, 6, 5, 8, 6] and data["questions"][0]["r"][0]["jr"] == "judge reason for 0"

@@ -204,8 +204,9 @@ def _answer(run: RunInput, record) -> dict:
     out = {"a": record.answer or "", "v": verdict(record)}
     if sims:
         out["x"] = [round(float(sims[k]), 4) if is_finite_number(sims.get(k)) else None for k in LETTERS]
-    if record.extra.get("evaluation_explanation"):
-        out["e"] = str(record.extra["evaluation_explanation"])
+    explanation = getattr(record, "evaluation_explanation", None) or record.extra.get("evaluation_explanation")
+    if explanation:
+        out["e"] = str(explanation)
     if record.failed:
         out["f"] = record.error_class or "error"
         out["err"] = str(record.error or "")[:300]
