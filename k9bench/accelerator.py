@@ -51,10 +51,13 @@ This module imports torch lazily: importing it costs nothing.
 from __future__ import annotations
 
 import gc
+import glob
 import importlib.util
 import json
 import logging
+import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -104,6 +107,71 @@ def on_gpu(device: str) -> bool:
 
 # ---------------------------------------------------------------------------
 # device
+
+
+_GPU_DRIVER_MARKERS = ("/proc/driver/nvidia", "/dev/nvidiactl", "/dev/kfd", "/dev/dxg")
+"""Files one of which a Linux machine that can run CUDA (NVIDIA, ROCm, WSL2) has, besides ``/dev/nvidiaN``."""
+
+
+def cuda_absent_reason(env: Any = None) -> str | None:
+    """Why no CUDA device can be visible to torch, known without importing it; None when unsure.
+
+    Only what is sure: ``CUDA_VISIBLE_DEVICES`` set to ``""``/``-1`` (every GPU hidden), or a Linux machine
+    with no GPU driver at all (no ``/dev/nvidia*``, ``/proc/driver/nvidia``, ROCm's ``/dev/kfd`` or WSL2's
+    ``/dev/dxg``). Anything else is left to :func:`resolve_device`, after torch is imported."""
+    env = os.environ if env is None else env
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None and visible.strip() in ("", "-1"):
+        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
+    if sys.platform.startswith("linux") and not any(os.path.exists(m) for m in _GPU_DRIVER_MARKERS) and not glob.glob("/dev/nvidia[0-9]*"):
+        return "this machine has no GPU driver (no /dev/nvidia*, /proc/driver/nvidia, /dev/kfd or /dev/dxg)"
+    return None
+
+
+def device_problem_without_torch(requested: str | None, *, flag: str = "--device", env: Any = None) -> str | None:
+    """The refusal :func:`resolve_device` would give, when it is sure without importing torch (a second, not
+    the 10 s of ``import torch``); None when the request may work (then :func:`resolve_device` decides).
+
+    ``cuda``/``cuda:N`` on a machine with no GPU driver or every GPU hidden, ``cuda:N`` beyond the GPUs
+    ``CUDA_VISIBLE_DEVICES`` lists, ``mps`` anywhere but macOS."""
+    env = os.environ if env is None else env
+    text = str(requested or "").strip()
+    match = _DEVICE_RE.match(text)
+    if not match:
+        return None  # auto, or a syntax error the flag's type and resolve_device report
+    kind, index = match.group(1), match.group(2)
+    if kind == "cuda":
+        why = cuda_absent_reason(env)
+        if why:
+            return f"{flag} {text}: no CUDA device is available ({why})"
+        visible = env.get("CUDA_VISIBLE_DEVICES")
+        if index is not None and visible is not None:
+            listed = [v for v in visible.split(",") if v.strip()]
+            if int(index[1:]) >= len(listed):
+                return f"{flag} {text}: at most {len(listed)} CUDA device(s) are visible (CUDA_VISIBLE_DEVICES={visible!r}; cuda:N counts from 0)"
+    if kind == "mps" and sys.platform != "darwin":
+        return f"{flag} mps: the MPS backend is Apple's (macOS only); this machine runs {sys.platform}"
+    return None
+
+
+def attention_problem_without_torch(requested: str | None, device: str | None, *, device_map: Any = None,
+                                    env: Any = None) -> str | None:
+    """The refusal :func:`resolve_attention` would give to an explicit flash_attention_2, when it is sure
+    without importing torch: the device is ``cpu``/``mps`` (or ``auto`` where no CUDA device can be,
+    :func:`cuda_absent_reason`), or flash-attn is not installed. None otherwise."""
+    if requested != REFERENCE_ATTENTION:
+        return None
+    fix = "; pass --attn_implementation sdpa to run anyway"
+    text = str(device or "auto").strip()
+    if not device_map:
+        if text.startswith(("cpu", "mps")):
+            return f"--attn_implementation flash_attention_2 was asked for but it needs a CUDA GPU (device is {text}){fix}"
+        why = cuda_absent_reason(env) if text == "auto" else None
+        if why:
+            return f"--attn_implementation flash_attention_2 was asked for but it needs a CUDA GPU (device auto is cpu here: {why}){fix}"
+    if not flash_attn_available():
+        return f"--attn_implementation flash_attention_2 was asked for but flash-attn is not installed{fix}"
+    return None
 
 
 def resolve_device(requested: str | None) -> str:

@@ -129,6 +129,13 @@ def check_model_source(name: str) -> None:
     from k9bench import hub
 
     setting = hub.setting_name("--embedding_model", "EMBEDDING_MODEL")
+    local = Path(os.path.expanduser(str(name).strip()))
+    if local.is_file():
+        raise EmbeddingError(f"{setting} {name}: a file, not a folder (a local embedding model is a sentence-transformers "
+                             "folder with modules.json or config.json, or give a Hub id such as owner/name)")
+    if local.is_dir() and not any((local / f).is_file() for f in ("modules.json", "config.json")):
+        raise EmbeddingError(f"{setting} {name}: the folder has neither modules.json nor config.json (a local embedding model "
+                             "is a sentence-transformers folder)")
     try:
         hub.check_model_source(name, what="embedding model", setting=setting, offline_model=hub.SMALL_EMBEDDING_MODEL)
     except hub.HubUnavailable as exc:
@@ -173,7 +180,11 @@ def load_embedding_model(
         name, device, dtype, attention, trust_remote_code, batch_size = (
             s.embedding_model, s.device, s.dtype, s.attn_implementation, s.trust_remote_code, s.batch_size)
     from k9bench import accelerator as acc
+    from k9bench.stage import EXIT_USAGE
 
+    problem = acc.device_problem_without_torch(device) or acc.attention_problem_without_torch(attention, device)
+    if problem:  # sure without torch: said before its 10 s import
+        raise EmbeddingError(problem, EXIT_USAGE)
     check_model_source(name)
     try:
         from sentence_transformers import SentenceTransformer

@@ -50,6 +50,10 @@ from k9bench.openai_endpoint import (  # noqa: F401 (re-exported: the judge and 
     PLACEHOLDER_KEY,
     BadBaseUrl,
     EndpointUnreachable,
+    RequestOverTime,
+    ResponseLimits,
+    ResponseTooLarge,
+    capped_transport,
     check_base_url,
     get_json,
     probe_endpoint,
@@ -315,6 +319,10 @@ def classify_error(exc: BaseException) -> tuple[str, bool, int | None, float | N
         if status == 408:
             return "timeout", True, status, retry_after
         return "client_error", False, status, None
+    if isinstance(exc, ResponseTooLarge):  # reading stopped at the cap; asking again would send it again
+        return "bad_response", False, None, None
+    if isinstance(exc, RequestOverTime):
+        return "timeout", True, None, None
     if isinstance(exc, UnusableReply):
         # a well-formed completion with a wrong field: the server answered; asking again pays again
         return "bad_response", False, None, None
@@ -328,10 +336,15 @@ def classify_error(exc: BaseException) -> tuple[str, bool, int | None, float | N
 # Client
 
 
-def make_openai_client(*, api_key: str, base_url: str | None = None, timeout: float = 60.0, **kwargs: Any):
-    """An ``openai.OpenAI`` client with the library's own retries off (``max_retries=0``)."""
+def make_openai_client(
+    *, api_key: str, base_url: str | None = None, timeout: float = 60.0, limits: ResponseLimits | None = None, **kwargs: Any
+):
+    """An ``openai.OpenAI`` client with the library's own retries off (``max_retries=0``), whose responses
+    are read under ``limits`` (:func:`capped_transport`: a size cap, and ``timeout`` s per attempt in all)."""
     import openai
 
+    if "http_client" not in kwargs:
+        kwargs["http_client"] = openai.DefaultHttpxClient(transport=capped_transport(timeout, limits), timeout=timeout)
     return openai.OpenAI(api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=0, **kwargs)
 
 
@@ -352,6 +365,7 @@ class ChatClient:
         client: Any = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        limits: ResponseLimits | None = None,
     ) -> None:
         from k9bench.redact import register_secret
 
@@ -360,7 +374,7 @@ class ChatClient:
             register_secret(api_key)  # masked in every kept text and (with the log filter) every log line
         self.retry = retry or RetryPolicy()
         self.timeout = timeout
-        self.client = client or make_openai_client(api_key=api_key, base_url=base_url, timeout=timeout)
+        self.client = client or make_openai_client(api_key=api_key, base_url=base_url, timeout=timeout, limits=limits)
         self._sleep = sleep
         self._rng = rng or random.Random()
         self._rng_lock = threading.Lock()

@@ -5,14 +5,22 @@ answers, and the small JSON GETs (``/v1/models``, ``/version``) the backend and 
 a :class:`~k9bench.stage.StageError`: one line, exit 2), instead of minutes of retried connections;
 :func:`probe_endpoint` tells within about its timeout whether anything answers
 (:class:`EndpointUnreachable` when nothing does). :func:`scrub` masks the key in any text we keep.
+
+Every response is read under :class:`ResponseLimits` (:func:`capped_transport` for the chat client,
+:func:`get_json` for the GETs): reading stops at ``max_bytes`` whatever the server claims
+(Content-Length or a chunked body with none: :class:`ResponseTooLarge`), and one attempt ends once
+``total_s`` have passed (:class:`RequestOverTime`), so a server that trickles bytes cannot hang a run.
 Everything is re-exported by :mod:`k9bench.openai_api`.
 """
 
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import dataclass
 from typing import Any
 
+from k9bench.settings import setting
 from k9bench.stage import StageError
 
 
@@ -61,6 +69,107 @@ def check_base_url(url: str | None, *, flag: str = "--base_url") -> str | None:
         raise BadBaseUrl(f"{flag}: {exc}") from None
 
 
+@dataclass(frozen=True)
+class ResponseLimits:
+    """How much of one HTTP response is read, and for how long (the judge and the OpenAI backend)."""
+
+    max_bytes: int = setting(32 * 1024 * 1024, "most bytes read of one response body (a chat reply is a few KiB)", cli=False)
+    total_s: float | None = setting(
+        None, "seconds one attempt may take in all, body included (None: the client's --timeout per attempt)", cli=False
+    )
+
+
+RESPONSE_LIMITS = ResponseLimits()
+"""The limits used when a caller gives none (tests lower them)."""
+
+
+class ResponseTooLarge(Exception):
+    """A response body over :attr:`ResponseLimits.max_bytes`; reading stopped at the cap (not retried)."""
+
+
+class RequestOverTime(Exception):
+    """One attempt that took longer in all than its limit (a server trickling bytes); retried like a timeout."""
+
+
+def _too_large(url: Any, max_bytes: int, claimed: Any) -> ResponseTooLarge:
+    said = f"; it claimed Content-Length {claimed}" if claimed else "; it sent no Content-Length"
+    return ResponseTooLarge(f"the response from {url} is over the {max_bytes}-byte cap, reading stopped there{said}")
+
+
+def _over_time(url: Any, total_s: float) -> RequestOverTime:
+    return RequestOverTime(f"the response from {url} took over {total_s:g} s in all (a server trickling bytes?); reading stopped")
+
+
+def capped_transport(total_s: float, limits: ResponseLimits | None = None):
+    """An ``httpx2`` transport whose responses stop at ``limits.max_bytes`` (:class:`ResponseTooLarge`) and
+    whose attempts end after ``limits.total_s`` (else ``total_s``) seconds in all (:class:`RequestOverTime`).
+
+    Bodies are asked for uncompressed (``Accept-Encoding: identity``) so the cap bounds what is decoded."""
+    import httpx2
+
+    limits = limits or RESPONSE_LIMITS
+    deadline_s = limits.total_s if limits.total_s is not None else total_s
+    max_bytes = limits.max_bytes
+
+    class _CappedStream(httpx2.SyncByteStream):
+        def __init__(self, inner: Any, url: Any, claimed: Any, ends_at: float) -> None:
+            self._inner, self._url, self._claimed, self._ends_at = inner, url, claimed, ends_at
+
+        def __iter__(self):
+            seen = 0
+            for chunk in self._inner:
+                seen += len(chunk)
+                if seen > max_bytes:
+                    raise _too_large(self._url, max_bytes, self._claimed)
+                if time.monotonic() > self._ends_at:
+                    raise _over_time(self._url, deadline_s)
+                yield chunk
+
+        def close(self) -> None:
+            self._inner.close()
+
+    class _CappedTransport(httpx2.BaseTransport):
+        def __init__(self) -> None:
+            self._inner = httpx2.HTTPTransport()
+
+        def handle_request(self, request: Any) -> Any:
+            ends_at = time.monotonic() + deadline_s
+            request.headers["Accept-Encoding"] = "identity"
+            response = self._inner.handle_request(request)
+            claimed = response.headers.get("content-length")
+            if claimed and claimed.isdigit() and int(claimed) > max_bytes:
+                response.stream.close()
+                raise _too_large(request.url, max_bytes, claimed)
+            response.stream = _CappedStream(response.stream, request.url, claimed, ends_at)
+            return response
+
+        def close(self) -> None:
+            self._inner.close()
+
+    return _CappedTransport()
+
+
+def read_capped(response: Any, url: str, *, timeout: float, limits: ResponseLimits | None = None) -> bytes:
+    """The body of a ``urllib`` response, read under ``limits`` (:class:`ResponseTooLarge`,
+    :class:`RequestOverTime` after ``limits.total_s`` or ``timeout`` seconds)."""
+    limits = limits or RESPONSE_LIMITS
+    deadline_s = limits.total_s if limits.total_s is not None else timeout
+    ends_at = time.monotonic() + deadline_s
+    claimed = response.headers.get("Content-Length") if getattr(response, "headers", None) is not None else None
+    parts: list[bytes] = []
+    seen = 0
+    while True:
+        chunk = response.read1(65536) if hasattr(response, "read1") else response.read(65536)
+        if not chunk:
+            return b"".join(parts)
+        seen += len(chunk)
+        if seen > limits.max_bytes:
+            raise _too_large(url, limits.max_bytes, claimed)
+        if time.monotonic() > ends_at:
+            raise _over_time(url, deadline_s)
+        parts.append(chunk)
+
+
 def _auth_headers(api_key: str | None) -> dict[str, str]:
     if api_key and api_key != PLACEHOLDER_KEY:
         return {"Authorization": f"Bearer {api_key}"}
@@ -77,9 +186,11 @@ def get_json(url: str, *, api_key: str | None = None, timeout: float = 5.0) -> t
     request = urllib.request.Request(url, headers={"Accept": "application/json", **_auth_headers(api_key)})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 - http(s) checked by the callers
-            status, raw = response.status, response.read()
+            status, raw = response.status, read_capped(response, url, timeout=timeout)
     except urllib.error.HTTPError as exc:
-        status, raw = exc.code, exc.read() if exc.fp is not None else b""
+        status, raw = exc.code, read_capped(exc, url, timeout=timeout) if exc.fp is not None else b""
+    except (ResponseTooLarge, RequestOverTime) as exc:
+        raise EndpointUnreachable(scrub(str(exc), api_key)) from None
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         raise EndpointUnreachable(f"nothing answers at {url} within {timeout:g} s ({scrub(str(reason), api_key)})") from None
@@ -102,4 +213,5 @@ def probe_endpoint(base_url: str, api_key: str | None = None, timeout: float = 5
     return status
 
 
-__all__ = ["PLACEHOLDER_KEY", "BadBaseUrl", "EndpointUnreachable", "check_base_url", "get_json", "probe_endpoint", "redact", "scrub"]
+__all__ = ["PLACEHOLDER_KEY", "RESPONSE_LIMITS", "BadBaseUrl", "EndpointUnreachable", "RequestOverTime", "ResponseLimits",
+           "ResponseTooLarge", "capped_transport", "read_capped", "check_base_url", "get_json", "probe_endpoint", "redact", "scrub"]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 
 
 def str2bool(value: str | bool) -> bool:
@@ -30,6 +31,9 @@ def http_url(text: str) -> str:
     from urllib.parse import urlsplit
 
     value = str(text).strip()
+    if not value and not os.environ.get("OPENAI_API_KEY", "").strip():  # `--base_url "$URL"` with URL unset, and no key
+        raise argparse.ArgumentTypeError("is empty and OPENAI_API_KEY is not set: export OPENAI_API_KEY=... for the OpenAI API "
+                                         "(and leave --base_url out), or give the server's URL, e.g. http://localhost:8000/v1")
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number

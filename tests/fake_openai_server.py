@@ -137,7 +137,10 @@ class Fault:
     waits that many seconds before answering at all (longer than the client's
     timeout makes a timeout). ``malformed`` answers 200 with a body that is not a
     chat completion (``body`` or a default non-JSON text). ``drop`` closes the
-    connection without a reply.
+    connection without a reply. ``huge`` answers 200 with that many bytes of body, written in
+    pieces (``chunked``: with no Content-Length, as ``Transfer-Encoding: chunked``; else a
+    Content-Length of ``claimed_length`` when set, the true size otherwise). ``trickle`` sends a
+    valid completion (of ``then``, default "A") one byte every ``trickle`` seconds.
     """
 
     status: int = 500
@@ -154,6 +157,14 @@ class Fault:
     """Close the connection without answering."""
     then: "Reply | str | None" = None
     """With ``stall``: what to answer after stalling (default: the error reply)."""
+    huge: int = 0
+    """Answer 200 with this many bytes of body (a JSON string's worth of ``x``), sent in 64 KiB pieces."""
+    chunked: bool = False
+    """With ``huge``: no Content-Length, ``Transfer-Encoding: chunked``."""
+    claimed_length: int | None = None
+    """With ``huge`` (not chunked): the Content-Length header to claim (default: the true size)."""
+    trickle: float = 0.0
+    """Send a valid completion one byte every this many seconds."""
 
 
 Outcome = Union[str, Reply, Fault]
@@ -395,6 +406,13 @@ class _Handler(BaseHTTPRequestHandler):
         fault = outcome
         if fault.stall and self.fake._wait(fault.stall):
             return
+        if fault.huge:
+            self._send_huge(fault)
+            return
+        if fault.trickle:
+            then = fault.then if isinstance(fault.then, Reply) else Reply(text=fault.then if fault.then is not None else "A")
+            self._send_trickle(json.dumps(self.fake._completion(req, then)).encode("utf-8"), fault.trickle)
+            return
         if fault.then is not None:
             self._answer(req, fault.then)
             return
@@ -417,6 +435,44 @@ class _Handler(BaseHTTPRequestHandler):
             kind = "rate_limit_exceeded" if fault.status == 429 else ("server_error" if fault.status >= 500 else "invalid_request_error")
             body = json.dumps({"error": {"message": f"fake {fault.status}", "type": kind, "code": kind}})
         self._send(fault.status, body.encode("utf-8"), headers=headers)
+
+    def _send_huge(self, fault: Fault) -> None:
+        piece = b"x" * 65536
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if fault.chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            else:
+                self.send_header("Content-Length", str(fault.claimed_length if fault.claimed_length is not None else fault.huge))
+            self.end_headers()
+            left = fault.huge
+            while left > 0 and not self.fake._stop.is_set():
+                data = piece[: min(left, len(piece))]
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data) if fault.chunked else data)
+                left -= len(data)
+            if fault.chunked:
+                self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass  # the client stopped reading (its cap): expected
+        self.close_connection = True
+
+    def _send_trickle(self, body: bytes, every: float) -> None:
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.flush()
+            for i in range(len(body)):
+                if self.fake._wait(every):
+                    break
+                self.wfile.write(body[i : i + 1])
+                self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            pass
+        self.close_connection = True
 
 
 @pytest.fixture

@@ -326,3 +326,133 @@ def test_a_full_disk_during_a_checkpoint_append_is_one_line_and_the_rerun_resume
     monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
     assert eval_video_llm.main(base(demo_video_dir, out, "--batch_size", "1")) == EXIT_OK
     assert backend.answered == 9 and sorted(r["idx"] for r in json.loads(out.read_text())["individual_results"]) == list(range(12))
+
+
+# --------------------------------------------------------------------------- issue 31 item 3
+
+
+def test_a_resume_whose_pending_questions_are_a_missing_videos_finishes(demo_video_dir, tmp_path, monkeypatch, capfd):
+    """Issue 31 item 3: a run over a folder missing one video, stopped before that video's questions, left only
+    them pending; the rerun was refused ("holds none of the 1 video(s)") forever. The folder is judged by the
+    whole run's videos: the rerun finishes, with failed records (missing_video) for those questions only."""
+    import shutil
+
+    from k9bench.artifacts import checkpoint_path
+    from k9bench.demo import demo_rows
+
+    videos = tmp_path / "videos"
+    shutil.copytree(demo_video_dir, videos)
+    last_scene = demo_rows()[-1]["video"] if "video" in demo_rows()[-1] else None
+    out = tmp_path / "raw.json"
+    backend = FakeBackend()
+    monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
+    assert eval_video_llm.main(base(videos, out, "--batch_size", "1")) == EXIT_OK
+    records = json.loads(out.read_text())["individual_results"]
+    missing = last_scene or records[-1]["video"]
+    mine = [r for r in records if r["video"] == missing]
+    assert mine and len(mine) < len(records)
+    (videos / missing).unlink()
+    # the state of a run stopped (a kill, a full disk) after every question whose video is there
+    part = checkpoint_path(out)
+    part.write_text("".join(json.dumps(r) + "\n" for r in records if r["video"] != missing))
+    out.unlink()
+    backend = FakeBackend()
+    monkeypatch.setattr(inference_stage, "create_backend", lambda config: backend)
+    capfd.readouterr()
+    assert eval_video_llm.main(base(videos, out, "--batch_size", "1")) == EXIT_OK, capfd.readouterr().err
+    assert backend.answered == 0
+    again = {r["idx"]: r for r in json.loads(out.read_text())["individual_results"]}
+    assert sorted(again) == sorted(r["idx"] for r in records)  # nothing lost
+    assert {i for i, r in again.items() if r.get("error")} == {r["idx"] for r in mine}
+    assert all("missing" in json.dumps(again[r["idx"]]).lower() or "not found" in again[r["idx"]]["error"].lower() for r in mine)
+    # a folder that holds none of the run's videos is still refused at once
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert eval_video_llm.main(base(empty, tmp_path / "other.json")) == EXIT_USAGE
+    assert "holds none of the 3 video(s)" in capfd.readouterr().err
+
+
+def test_an_empty_base_url_without_a_key_names_the_missing_key(tmp_path, monkeypatch, capfd):
+    """Issue 31 item 3: `--base_url ""` (a script's unset variable) with no OPENAI_API_KEY said "expected an http://
+    URL ... got ''"; it names the missing key now (exit 2, one line, before anything is read)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    try:
+        code = eval_video_llm.main(["--backend", "openai", "--api_model", "gpt-test", "--base_url", "", "--dataset_name", "demo",
+                                    "--output_file", str(tmp_path / "raw.json")])
+    except SystemExit as exc:  # argparse's own exit
+        code = exc.code
+    err = capfd.readouterr().err
+    assert code == EXIT_USAGE
+    lines = error_lines(err)
+    assert len(lines) == 1 and "--base_url" in lines[0] and "OPENAI_API_KEY is not set" in lines[0], err
+    assert os.listdir(tmp_path) == []
+
+
+TORCH_FREE = [
+    # (id, flags, env, words): refusals that are sure without torch, said before its import (issue 31 item 3)
+    ("cuda:7 with every GPU hidden", ["--device", "cuda:7"], {"CUDA_VISIBLE_DEVICES": ""}, ["--device cuda:7", "no CUDA device"]),
+    ("cuda:7 beyond the GPUs listed", ["--device", "cuda:7"], {"CUDA_VISIBLE_DEVICES": "0,1"}, ["--device cuda:7", "at most 2"]),
+    ("mps off macOS", ["--device", "mps"], {}, ["--device mps", "macOS"]),
+    ("flash_attention_2 on cpu", ["--device", "cpu", "--attn_implementation", "flash_attention_2"], {},
+     ["flash_attention_2", "needs a CUDA GPU (device is cpu)"]),
+    ("flash_attention_2 with every GPU hidden", ["--attn_implementation", "flash_attention_2"], {"CUDA_VISIBLE_DEVICES": "-1"},
+     ["flash_attention_2", "needs a CUDA GPU"]),
+]
+
+
+@pytest.mark.parametrize("extra, env, words", [c[1:] for c in TORCH_FREE], ids=[c[0] for c in TORCH_FREE])
+def test_checks_that_need_no_torch_come_before_it(no_model_load, tiny_model_dir, demo_video_dir, tmp_path, capfd, monkeypatch,
+                                                   extra, env, words):
+    import k9bench.accelerator as acc
+
+    if "mps" in extra and sys.platform == "darwin":
+        pytest.skip("macOS has MPS")
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    if env.get("CUDA_VISIBLE_DEVICES", "").strip() not in ("", "-1"):  # a machine whose GPU driver is there
+        monkeypatch.setattr(acc, "_GPU_DRIVER_MARKERS", (str(tmp_path),))
+
+    def no_torch(*args, **kwargs):
+        raise AssertionError("torch was asked (resolve_device/resolve_attention) before the refusal")
+
+    monkeypatch.setattr(acc, "resolve_device", no_torch)
+    monkeypatch.setattr(acc, "resolve_attention", no_torch)
+    out = tmp_path / "raw.json"
+    code = eval_video_llm.main(base(demo_video_dir, out, "--model_name_or_path", str(tiny_model_dir), *extra))
+    err = capfd.readouterr().err
+    assert code == EXIT_USAGE, err
+    lines = error_lines(err)
+    assert len(lines) == 1 and all(w in lines[0] for w in words), err
+    assert not no_model_load and not out.exists()
+
+
+def test_an_empty_model_folder_is_refused_before_the_model_loads(no_model_load, demo_video_dir, tmp_path, capfd, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    monkeypatch.chdir(tmp_path)
+    for name in ("empty", "./empty"):  # a bare name that is a folder here is what transformers loads
+        code = eval_video_llm.main(base(demo_video_dir, tmp_path / "raw.json", "--model_name_or_path", name))
+        lines = error_lines(capfd.readouterr().err)
+        assert code == EXIT_BACKEND and len(lines) == 1 and f"--model_name_or_path {name}" in lines[0] and "no config.json" in lines[0]
+    assert not no_model_load
+
+
+@pytest.mark.parametrize("extra", [["--device", "cuda:7"], ["--attn_implementation", "flash_attention_2"],
+                                   ["--model_name_or_path", "EMPTY"]], ids=["cuda:7", "flash_attention_2", "empty model folder"])
+def test_the_script_refuses_without_importing_torch(tmp_path, extra):
+    """The real script in a fresh process (no GPU visible): one line, well under the ~10 s `import torch` takes."""
+    (tmp_path / "empty").mkdir()
+    model = [] if "EMPTY" in extra else ["--model_name_or_path", "org/model"]
+    argv = [a.replace("EMPTY", str(tmp_path / "empty")) for a in extra]
+    code = ("import runpy, sys; sys.argv = sys.argv[1:]\n"
+            "try:\n    runpy.run_path(sys.argv[0], run_name='__main__')\n"
+            "finally:\n    print('TORCH' if 'torch' in sys.modules else 'NO-TORCH')\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", code, str(REPO / "eval_video_llm.py"), "--dataset_name", "demo", "--max_frames", "0",
+                           "--output_file", str(tmp_path / "raw.json"), "-q", *model, *argv],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "CUDA_VISIBLE_DEVICES": "", "HF_HUB_OFFLINE": "1"})
+    took = time.monotonic() - started
+    assert proc.returncode in (EXIT_USAGE, EXIT_BACKEND), proc.stderr
+    assert len(error_lines(proc.stderr)) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert proc.stdout.strip().endswith("NO-TORCH"), proc.stdout
+    assert took < 10

@@ -307,3 +307,17 @@ def test_a_full_disk_while_writing_the_lock_is_one_line_naming_it(workdir, serve
     assert "Traceback" not in err and len(lines) == 1, err
     assert f"{workdir / 'j.json.lock'}: cannot write: no space left on device" in lines[0] and "free in" in lines[0]
     assert snapshot(workdir) == before and not list(workdir.glob("*.lock")) and server.chat_requests() == []
+
+
+@pytest.mark.parametrize("base_url", [[], ["--base_url", ""]], ids=["no --base_url", "an empty --base_url"])
+def test_no_key_names_the_missing_key(tmp_path, monkeypatch, capsys, base_url):
+    """Issue 31 item 3: with no OPENAI_API_KEY, an empty --base_url (a script's unset variable) said "expected an
+    http:// URL ... got ''"; now, as without --base_url, the one line names the missing key (exit 2, no request)."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    write_eval(tmp_path / "eval.json", make_records(2))
+    before = snapshot(tmp_path)
+    code = call(["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "judge.json"), *base_url, "-q"])
+    lines = error_lines(capsys.readouterr().err)
+    assert code == 2 and len(lines) == 1 and "OPENAI_API_KEY is not set" in lines[0], lines
+    assert "got ''" not in lines[0]
+    assert snapshot(tmp_path) == before

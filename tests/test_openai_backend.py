@@ -25,7 +25,7 @@ from k9bench.inference.openai_backend import (
     encode_frames_jpeg,
     parse_frame_size,
 )
-from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK
+from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK, EXIT_USAGE
 from k9bench.prompts import load_prompt
 from tests.fake_openai_server import IMAGE_PART_TOKENS, FakeOpenAIServer, Fault, Reply, count_tokens, fake_openai  # noqa: F401
 
@@ -408,7 +408,7 @@ def test_context_overflow_is_retried_with_half_the_frames(fake_openai, ramp_dir,
 def test_missing_key_stops_before_any_request(tmp_path, demo_video_dir, capfd):
     code = eval_video_llm.main(["--backend", "openai", "--api_model", "gpt-4o", "--dataset_name", "demo",
                                 "--video_dir", str(demo_video_dir), "--output_file", str(tmp_path / "raw.json")])
-    assert code == EXIT_BACKEND
+    assert code == EXIT_USAGE  # issue 31 item 3: a usage error, said in the preflight (before the dataset is read)
     assert "OPENAI_API_KEY is not set" in capfd.readouterr().err
     assert not (tmp_path / "raw.json").exists()
 

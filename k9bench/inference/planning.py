@@ -168,8 +168,20 @@ def preflight(config: RunConfig) -> None:
         if not ok:
             raise UsageError(message)
     problem = placement_flags_problem(config.hf.device, config.hf.device_map, config.hf.max_memory)
+    if not problem and config.model.backend == "hf":  # what is sure without torch, before its 10 s import
+        from k9bench.accelerator import attention_problem_without_torch, device_problem_without_torch
+
+        problem = (device_problem_without_torch(config.hf.device) or
+                   attention_problem_without_torch(config.hf.attn_implementation, config.hf.device, device_map=config.hf.device_map))
     if problem:
         raise UsageError(problem)
+    if config.model.backend == "openai" and not config.openai.base_url:  # the OpenAI API itself needs the key: say so now
+        from k9bench.openai_api import MissingApiKey, resolve_api_key
+
+        try:
+            resolve_api_key(None)
+        except MissingApiKey as exc:
+            raise UsageError(str(exc)) from None
 
 
 def check_split(config: RunConfig) -> None:
@@ -192,9 +204,11 @@ def videos_present(groups: list[VideoGroup]) -> tuple[int, int]:
     return have, sum(len(g.questions) for g in groups)
 
 
-def check_videos(config: RunConfig, pending: list[VideoGroup]) -> None:
-    """Say how many of the questions to run have their video; raise :class:`UsageError` when none do (a wrong
-    ``--video_dir`` must not cost a model load), unless ``--auto_download`` will fetch them."""
+def check_videos(config: RunConfig, pending: list[VideoGroup], run: list[VideoGroup] | None = None) -> None:
+    """Say how many of the questions to run have their video; raise :class:`UsageError` when none of the whole
+    run's videos (``run``, default ``pending``) are there (a wrong ``--video_dir`` must not cost a model load),
+    unless ``--auto_download`` will fetch them. The folder is judged by the whole run, not by what is left: a
+    resume whose pending questions are only those of a missing video finishes (failed records, missing_video)."""
     d = config.data
     if config.frames.text_only or not pending or d.auto_download:
         return
@@ -207,6 +221,10 @@ def check_videos(config: RunConfig, pending: list[VideoGroup]) -> None:
     if not Path(d.video_dir).is_dir():
         raise UsageError(f"{where} is not a folder; {fix}")
     have, total = videos_present(pending)
+    if have == 0 and run is not None and videos_present(run)[0] > 0:
+        log.info("--video_dir %s: none of the %d video(s) left to run is there (e.g. %s); their %d question(s) will be failed "
+                 "records, missing_video (the run's other videos are there)", d.video_dir, len(pending), pending[0].path.name, total)
+        return
     if have == 0:
         raise UsageError(f"{where} holds none of the {len(pending)} video(s) of the {total} question(s) to run "
                          f"(e.g. {pending[0].path.name}); {fix}")
@@ -227,6 +245,9 @@ def check_model_path(config: RunConfig) -> str | None:
             return f"--model_name_or_path {name}: no such folder (a local model path; a Hub id looks like org/name)"
         if not path.is_dir():
             return f"--model_name_or_path {name}: not a folder (a local model is a folder with config.json and the weights)"
+    folder = Path(name).expanduser()  # a folder that exists is what transformers loads, whatever the name looks like
+    if config.model.backend == "hf" and folder.is_dir() and not (folder / "config.json").is_file():
+        return f"--model_name_or_path {name}: the folder has no config.json (a local model is a folder with config.json and the weights)"
     return None
 
 

@@ -259,7 +259,7 @@ class _Run:
             except DownloadInputError as exc:
                 raise StageError(f"--auto_download: {exc}") from None
         try:
-            check_videos(config, pending)
+            check_videos(config, pending, self.groups)  # the folder judged by the whole run's videos (a resume)
             check_model_config(config)
         except UsageError as exc:
             raise StageError(str(exc)) from None
