@@ -82,6 +82,8 @@ def test_demo_chain_in_process_writes_every_artifact(demo_run):
     md = (out / f"report_{TAG}" / "report.md").read_text()
     assert "these scores are MEANINGLESS" in md.split("## MCQ accuracy")[0] and "Judge scores" in md
     assert (out / f"report_{TAG}" / "accuracy_by_category.png").read_bytes()[:8] == PNG_MAGIC
+    page = out / f"report_{TAG}" / "index.html"  # the results page (docs/view.md), its path printed at the end
+    assert page.is_file() and f"results page: {page}" in log and len(list((page.parent / "frames").glob("*.jpg"))) >= 3
     assert not list(out.glob("*.partial.jsonl"))
 
 

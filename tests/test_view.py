@@ -142,3 +142,22 @@ def test_the_report_stage_writes_the_page_beside_report_md(tmp_path):
     assert (tmp_path / "rep" / "report.md").is_file()
     assert [r["label"] for r in data["runs"]] == ["m1", "m2"] and data["notes"] == ["N"] and len(data["questions"]) == 20
     assert data["across"]["common"] == 20
+
+
+def test_a_raw_file_shows_answers_without_verdicts(demo_files, tmp_path):
+    from k9bench.artifacts import read_json, write_json_atomic
+
+    tmp, ev, _, _, _ = demo_files
+    data = read_json(ev)
+    for key in ("threshold", "eval_mode", "category_wise_accuracy", "correct_count", "metadata"):
+        data.pop(key, None)
+    raw = {**data.pop("input_meta"), **data}
+    for rec in raw["individual_results"]:
+        for key in ("cosine_similarities", "is_correct", "evaluation_explanation", "eval_mode"):
+            rec.pop(key, None)
+    write_json_atomic(tmp_path / f"raw_{TAG}.json", raw)
+    assert main([str(tmp_path / f"raw_{TAG}.json"), "--output_dir", str(tmp_path / "page"), "-q"]) == 0
+    page = page_data(tmp_path / "page" / "index.html")
+    assert page["runs"][0]["stage"] == "raw"
+    assert {q["r"][0]["v"] for q in page["questions"]} == {"none", "failed"}
+    assert all("x" not in q["r"][0] for q in page["questions"]) and len(page["thumbs"]) == 3  # the frames come from the raw file
