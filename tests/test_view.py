@@ -161,3 +161,17 @@ def test_a_raw_file_shows_answers_without_verdicts(demo_files, tmp_path):
     assert page["runs"][0]["stage"] == "raw"
     assert {q["r"][0]["v"] for q in page["questions"]} == {"none", "failed"}
     assert all("x" not in q["r"][0] for q in page["questions"]) and len(page["thumbs"]) == 3  # the frames come from the raw file
+
+
+def test_a_decoder_missing_here_means_no_thumbnails_not_other_frames(demo_files, tmp_path, monkeypatch):
+    import k9bench.frame_cache as frame_cache
+    from k9bench.frame_sampling import DecoderUnavailable
+
+    def unavailable(name):
+        raise DecoderUnavailable(f"{name} is not installed")
+
+    monkeypatch.setattr(frame_cache, "check_decoder", unavailable)
+    tmp, ev, _, _, _ = demo_files
+    assert main([str(ev), "--output_dir", str(tmp_path / "page"), "-q"]) == 0
+    data = page_data(tmp_path / "page" / "index.html")
+    assert data["thumbs"] == {} and "decoder is not available here" in data["thumb_notes"][0]

@@ -55,20 +55,19 @@ def make_strips(runs, data: dict, out_dir: Path, limit: int | None) -> None:
     """Fill ``data["thumbs"]`` (scene -> frame file names, relative to the page) for at most ``limit``
     videos (None: all, 0: none), ``data["frames_bytes"]`` and ``data["thumb_notes"]``."""
     from k9bench.frame_sampling import VideoError
+    from k9bench.report.load import video_of
     from k9bench.view.data import inference_of, video_dir_of
 
     if limit == 0:
         data["thumb_notes"].append("thumbnails off (--thumbnails 0)")
         return
-    wanted: dict[str, tuple] = {}  # scene -> (run, record), first run that has the video's frame indices
+    wanted: dict[str, tuple] = {}  # scene -> (run, record, video file, sampling block): the first run with its frame indices
     for run in runs:
         frames = inference_of(run).get("frames")
         vdir = video_dir_of(run)
         if not isinstance(frames, dict) or vdir is None:
             continue
         for rec in run.records:
-            from k9bench.report.load import video_of
-
             scene = video_of(rec)
             if scene not in wanted and isinstance(rec.extra.get("frame_indices"), list) and rec.extra["frame_indices"]:
                 wanted[scene] = (run, rec, vdir / (rec.video or f"{scene}.mp4"), frames)
@@ -85,9 +84,16 @@ def make_strips(runs, data: dict, out_dir: Path, limit: int | None) -> None:
         key = id(run)
         if key not in caches:
             from k9bench.frame_cache import FrameCache
+            from k9bench.frame_sampling import DecoderUnavailable
 
-            caches[key] = FrameCache(_sampling(frames), disk_dir=frames.get("frame_cache_dir") or None)
+            try:
+                caches[key] = FrameCache(_sampling(frames), disk_dir=frames.get("frame_cache_dir") or None)
+            except DecoderUnavailable as exc:  # never another decoder: its frames could differ from the model's
+                caches[key] = None
+                data["thumb_notes"].append(f"{run.label}: no thumbnails, the run's decoder is not available here ({exc})")
         cache = caches[key]
+        if cache is None:
+            continue
         try:
             got = cache.get(video)
         except (VideoError, ValueError) as exc:  # ValueError: sampling settings the sampler refuses
@@ -110,7 +116,8 @@ def make_strips(runs, data: dict, out_dir: Path, limit: int | None) -> None:
         data["thumbs"][scene] = names
         cache.release(video)
     for cache in caches.values():
-        cache.close()
+        if cache is not None:
+            cache.close()
     if missing:
         data["thumb_notes"].append(f"{missing} video(s) not found or unreadable here: no thumbnails for them")
     if mismatched:
