@@ -73,6 +73,9 @@ def test_thumbnails_are_bounded_and_can_be_turned_off(demo_files, tmp_path):
     assert main([str(ev), "--output_dir", str(tmp_path / "none"), "--thumbnails", "0", "-q"]) == 0
     data = page_data(tmp_path / "none" / "index.html")
     assert data["thumbs"] == {} and data["frames_bytes"] == 0 and not (tmp_path / "none" / "frames").exists()
+    # a rebuild into the same folder leaves only its own frames there
+    assert main([str(ev), "--output_dir", str(tmp_path / "one"), "--thumbnails", "0", "-q"]) == 0
+    assert list((tmp_path / "one" / "frames").iterdir()) == []
 
 
 def test_frames_other_than_the_recorded_ones_are_never_shown(demo_files, demo_video_dir, tmp_path):

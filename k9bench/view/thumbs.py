@@ -51,6 +51,16 @@ def _save(pixels, path: Path) -> None:
         image.save(handle, format="JPEG", quality=JPEG_QUALITY)
 
 
+def _remove_stale(folder: Path, keep: set) -> None:
+    """Thumbnails an earlier page left in ``frames/`` (only our own ``vNNNN_NN.jpg`` names): the folder holds this page's."""
+    import re
+
+    if folder.is_dir():
+        for path in folder.glob("v*_*.jpg"):
+            if re.fullmatch(r"v\d{4}_\d{2}\.jpg", path.name) and path.name not in keep:
+                path.unlink()
+
+
 def make_strips(runs, data: dict, out_dir: Path, limit: int | None) -> None:
     """Fill ``data["thumbs"]`` (scene -> frame file names, relative to the page) for at most ``limit``
     videos (None: all, 0: none), ``data["frames_bytes"]`` and ``data["thumb_notes"]``."""
@@ -60,6 +70,7 @@ def make_strips(runs, data: dict, out_dir: Path, limit: int | None) -> None:
 
     if limit == 0:
         data["thumb_notes"].append("thumbnails off (--thumbnails 0)")
+        _remove_stale(out_dir / "frames", set())
         return
     wanted: dict[str, tuple] = {}  # scene -> (run, record, video file, sampling block): the first run with its frame indices
     for run in runs:
@@ -118,6 +129,7 @@ def make_strips(runs, data: dict, out_dir: Path, limit: int | None) -> None:
     for cache in caches.values():
         if cache is not None:
             cache.close()
+    _remove_stale(folder, {name for strip in data["thumbs"].values() for name, _, _ in strip})
     if missing:
         data["thumb_notes"].append(f"{missing} video(s) not found or unreadable here: no thumbnails for them")
     if mismatched:
