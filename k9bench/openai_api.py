@@ -53,11 +53,11 @@ from k9bench.openai_endpoint import (  # noqa: F401 (re-exported: the judge and 
     RequestOverTime,
     ResponseLimits,
     ResponseTooLarge,
-    capped_transport,
     check_base_url,
     get_json,
     probe_endpoint,
     redact,
+    response_limit_hooks,
     scrub,
 )
 
@@ -340,11 +340,11 @@ def make_openai_client(
     *, api_key: str, base_url: str | None = None, timeout: float = 60.0, limits: ResponseLimits | None = None, **kwargs: Any
 ):
     """An ``openai.OpenAI`` client with the library's own retries off (``max_retries=0``), whose responses
-    are read under ``limits`` (:func:`capped_transport`: a size cap, and ``timeout`` s per attempt in all)."""
+    are read under ``limits`` (:func:`response_limit_hooks`: a size cap, and ``timeout`` s per attempt in all)."""
     import openai
 
     if "http_client" not in kwargs:
-        kwargs["http_client"] = openai.DefaultHttpxClient(transport=capped_transport(timeout, limits), timeout=timeout)
+        kwargs["http_client"] = openai.DefaultHttpxClient(event_hooks=response_limit_hooks(timeout, limits), timeout=timeout)
     return openai.OpenAI(api_key=api_key, base_url=base_url or None, timeout=timeout, max_retries=0, **kwargs)
 
 

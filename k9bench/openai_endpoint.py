@@ -6,7 +6,7 @@ a :class:`~k9bench.stage.StageError`: one line, exit 2), instead of minutes of r
 :func:`probe_endpoint` tells within about its timeout whether anything answers
 (:class:`EndpointUnreachable` when nothing does). :func:`scrub` masks the key in any text we keep.
 
-Every response is read under :class:`ResponseLimits` (:func:`capped_transport` for the chat client,
+Every response is read under :class:`ResponseLimits` (:func:`response_limit_hooks` for the chat client,
 :func:`get_json` for the GETs): reading stops at ``max_bytes`` whatever the server claims
 (Content-Length or a chunked body with none: :class:`ResponseTooLarge`), and one attempt ends once
 ``total_s`` have passed (:class:`RequestOverTime`), so a server that trickles bytes cannot hang a run.
@@ -100,11 +100,12 @@ def _over_time(url: Any, total_s: float) -> RequestOverTime:
     return RequestOverTime(f"the response from {url} took over {total_s:g} s in all (a server trickling bytes?); reading stopped")
 
 
-def capped_transport(total_s: float, limits: ResponseLimits | None = None):
-    """An ``httpx2`` transport whose responses stop at ``limits.max_bytes`` (:class:`ResponseTooLarge`) and
-    whose attempts end after ``limits.total_s`` (else ``total_s``) seconds in all (:class:`RequestOverTime`).
+def response_limit_hooks(total_s: float, limits: ResponseLimits | None = None) -> dict:
+    """``httpx2`` event hooks under which every response stops at ``limits.max_bytes`` (:class:`ResponseTooLarge`)
+    and every attempt ends after ``limits.total_s`` (else ``total_s``) seconds in all (:class:`RequestOverTime`).
 
-    Bodies are asked for uncompressed (``Accept-Encoding: identity``) so the cap bounds what is decoded."""
+    Hooks, not a transport, so that the client's own transports (a proxy's from ``HTTPS_PROXY`` too) are capped
+    alike. Bodies are asked for uncompressed (``Accept-Encoding: identity``) so the cap bounds what is decoded."""
     import httpx2
 
     limits = limits or RESPONSE_LIMITS
@@ -128,25 +129,19 @@ def capped_transport(total_s: float, limits: ResponseLimits | None = None):
         def close(self) -> None:
             self._inner.close()
 
-    class _CappedTransport(httpx2.BaseTransport):
-        def __init__(self) -> None:
-            self._inner = httpx2.HTTPTransport()
+    def on_request(request: Any) -> None:
+        request.headers["Accept-Encoding"] = "identity"
+        request.k9bench_ends_at = time.monotonic() + deadline_s
 
-        def handle_request(self, request: Any) -> Any:
-            ends_at = time.monotonic() + deadline_s
-            request.headers["Accept-Encoding"] = "identity"
-            response = self._inner.handle_request(request)
-            claimed = response.headers.get("content-length")
-            if claimed and claimed.isdigit() and int(claimed) > max_bytes:
-                response.stream.close()
-                raise _too_large(request.url, max_bytes, claimed)
-            response.stream = _CappedStream(response.stream, request.url, claimed, ends_at)
-            return response
+    def on_response(response: Any) -> None:
+        request = response.request
+        claimed = response.headers.get("content-length")
+        if claimed and claimed.isdigit() and int(claimed) > max_bytes:
+            raise _too_large(request.url, max_bytes, claimed)
+        ends_at = getattr(request, "k9bench_ends_at", time.monotonic() + deadline_s)
+        response.stream = _CappedStream(response.stream, request.url, claimed, ends_at)
 
-        def close(self) -> None:
-            self._inner.close()
-
-    return _CappedTransport()
+    return {"request": [on_request], "response": [on_response]}
 
 
 def read_capped(response: Any, url: str, *, timeout: float, limits: ResponseLimits | None = None) -> bytes:
@@ -214,4 +209,4 @@ def probe_endpoint(base_url: str, api_key: str | None = None, timeout: float = 5
 
 
 __all__ = ["PLACEHOLDER_KEY", "RESPONSE_LIMITS", "BadBaseUrl", "EndpointUnreachable", "RequestOverTime", "ResponseLimits",
-           "ResponseTooLarge", "capped_transport", "read_capped", "check_base_url", "get_json", "probe_endpoint", "redact", "scrub"]
+           "ResponseTooLarge", "read_capped", "response_limit_hooks", "check_base_url", "get_json", "probe_endpoint", "redact", "scrub"]
