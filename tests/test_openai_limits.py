@@ -159,3 +159,16 @@ def test_the_judge_skips_the_entry_naming_the_url_and_scores_the_rest(tmp_path, 
         assert subjective_evals.main([*argv, "--base_url", server.base_url]) == 0
         assert [idx_of(r) for r in server.chat_requests()] == [1]
     assert [e["idx"] for e in json.loads((tmp_path / "judge.json").read_text())] == [0, 1, 2]
+
+
+def test_a_reply_through_a_proxy_is_capped_too(monkeypatch):
+    """The caps are the client's event hooks, not a transport: a proxy's transport (HTTP_PROXY) is capped alike.
+    The fake server stands in as the proxy (it answers the absolute-form request itself)."""
+    with FakeOpenAIServer(lambda req: Fault(huge=HUGE, chunked=True)) as server:
+        for name in ("NO_PROXY", "no_proxy", "ALL_PROXY", "all_proxy", "HTTPS_PROXY", "https_proxy"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{server.port}")
+        client = ChatClient(api_key=KEY, base_url="http://judge.example.invalid/v1", timeout=5.0, retry=RetryPolicy(max_retries=0))
+        result = client.chat([{"role": "user", "content": "hi"}], model="m")
+        assert server.chat_requests(), "the request did not go through the proxy"
+    assert not result.ok and "http://judge.example.invalid/v1/chat/completions is over the" in result.error
