@@ -12,7 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 
 DEFAULT_THUMBNAILS = 200
-"""Videos given a thumbnail strip unless ``--thumbnails`` says otherwise (about 40 KB each)."""
+"""Videos given a thumbnail strip by ``python -m k9bench.view`` unless ``--thumbnails`` says otherwise (at most 8
+small JPEGs per video)."""
+
+REPORT_THUMBNAILS = 50
+"""Videos given a strip on the report stage's page: each strip decodes its video once (as long as the inference
+stage's decode of it, bench_video.py in docs/measurements.md, unless the run's frame store holds it), so the report
+stays quick; ``python -m k9bench.view RUN --thumbnails N`` makes a page with more."""
 
 
 def build_page(inputs: list, output_dir: str | Path, *, thumbnails: int | None = DEFAULT_THUMBNAILS, labels: list | None = None,
@@ -37,8 +43,9 @@ def report_page(report, report_dir: str | Path) -> Path:
     report's own table has it)."""
     report_dir = Path(report_dir)
     return build_page([r.path for r in report.runs], report_dir, judged=[(j.path, j.label) for j in report.judges],
+                      thumbnails=REPORT_THUMBNAILS,
                       labels=[r.label for r in report.runs], notes=list(report.notes), report_json=report_dir / "report.json",
                       title=f"K9-Bench results: {report_dir.name}")
 
 
-__all__ = ["DEFAULT_THUMBNAILS", "build_page", "report_page"]
+__all__ = ["DEFAULT_THUMBNAILS", "REPORT_THUMBNAILS", "build_page", "report_page"]
