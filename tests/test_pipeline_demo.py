@@ -186,6 +186,8 @@ def test_serve_vllm_runs_the_demo_through_the_server_it_starts_and_stops(tiny_mo
         events.append("stop")
 
     monkeypatch.setattr(k9bench.serve, "serve_vllm", fake_serve_vllm)
+    # the preflight's `python -c "import vllm"` of the vLLM environment: a stand-in that succeeds
+    monkeypatch.setenv("K9BENCH_VLLM_PYTHON", shutil.which("true") or "/bin/true")
     demo_env(monkeypatch, tmp_path, tiny_model_dir, SERVE="vllm", SERVE_ARGS="--max-model-len 4096", REPORT="0")
     assert main([]) == 0, capsys.readouterr().out[-4000:]
     log = capsys.readouterr().out

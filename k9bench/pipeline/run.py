@@ -72,8 +72,6 @@ def main(argv: list[str] | None = None) -> int:
     repo = repo_dir(env)
     if not (repo / "eval_video_llm.py").is_file():
         return die(2, f"cannot find the k9bench scripts in '{repo}'; submit from the repository root or set K9BENCH_DIR")
-    if str(repo) not in sys.path:
-        sys.path.insert(0, str(repo))
     from k9bench.cli import setup_logging
 
     setup_logging(0)  # the redacting filter comes with it

@@ -164,56 +164,26 @@ class ScriptStage(Stage):
         return run_main(self.step.script, argv)
 
 
-def _download(step: Step) -> Stage:
-    from k9bench.download import DownloadStage, config_from_argv
+def _factories() -> dict[str, Callable[[Step], Stage]]:
+    from k9bench.pipeline.registry import STAGES
 
-    return DownloadStage(config_from_argv(list(step.argv)))
-
-
-def _inference(step: Step) -> Stage:
-    from k9bench.inference.stage import InferenceStage, config_from_argv
-
-    # records made with other settings are set aside and redone (the launcher's rerun), never mixed
-    return InferenceStage(config_from_argv(list(step.argv)), list(step.argv), redo_changed=True)
+    return {e.name: e.build for e in STAGES if e.build is not None}
 
 
-def _merge(step: Step) -> Stage:
-    from k9bench.merge import MergeStage
-
-    return MergeStage(list(step.inputs), step.outputs[0], expect_shards=len(step.inputs), argv=list(step.argv))
-
-
-def _scoring(step: Step) -> Stage:
-    from k9bench.scoring import CalculateStage, EvaluateStage, config_from_argv
-
-    cls = CalculateStage if step.name == "calculate" else EvaluateStage
-    return cls(config_from_argv(list(step.argv)))
-
-
-def _judge(step: Step) -> Stage:
-    from k9bench.judge import JudgeStage, config_from_argv
-
-    return JudgeStage(config_from_argv(list(step.argv)))
-
-
-def _report(step: Step) -> Stage:
-    from k9bench.report import ReportStage, config_from_argv
-
-    return ReportStage(config_from_argv(list(step.argv)))
-
-
-PACKAGE_STAGES: dict[str, Callable[[Step], Stage]] = {
-    "download": _download, "inference": _inference, "merge": _merge, "calculate": _scoring, "evaluate": _scoring,
-    "judge": _judge, "report": _report,
-}
+PACKAGE_STAGES: dict[str, Callable[[Step], Stage]] = _factories()
 """Steps run as their package's Stage class (built from the step's argv by the package's own
-``config_from_argv``): the class writes and reads its own stage block. A step not listed (or run with
-``run_argv``, e.g. through a server started for it) runs as a :class:`ScriptStage`."""
+``config_from_argv``, :mod:`k9bench.pipeline.registry`): the class writes and reads its own stage block. A
+step not listed (or run with ``run_argv``, e.g. through a server started for it) runs as a :class:`ScriptStage`."""
+
+_judge = PACKAGE_STAGES["judge"]
+"""The judge's factory (tests wire it alone)."""
 
 
 def make_stage(step: Step) -> Stage:
     """The Stage object that runs ``step``."""
-    factory = PACKAGE_STAGES.get("inference" if step.name.startswith("inference") else step.name)
+    from k9bench.pipeline.registry import entry
+
+    factory = PACKAGE_STAGES.get(entry(step.name).name)
     if factory is not None and step.run_argv is None and not step.served:
         return factory(step)
     return ScriptStage(step)
