@@ -122,3 +122,23 @@ def test_two_run_page_shows_the_disagreements(driver, pages):
     driver.find_element(By.CSS_SELECTOR, "#qtable tbody tr.qrow:not([hidden])").click()
     assert len(driver.find_elements(By.CSS_SELECTOR, "#detail .run")) == 2
     assert browser.console_errors(driver) == []
+
+
+def test_text_filter_and_sorting(driver, pages):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.open_page(driver, pages / "demo" / "index.html")
+    data = driver.execute_script("return JSON.parse(document.getElementById('k9data').textContent)")
+    box = driver.find_element(By.ID, "f-text")
+    box.send_keys("camera-like")
+    want = [q["i"] for q in data["questions"] if "camera-like" in q["q"].lower()]
+    assert want and visible_rows(driver) == len(want)
+    box.clear()
+    box.send_keys(" ")  # an input event with nothing to search for: every row again
+    assert visible_rows(driver) == 12
+    Select(driver.find_element(By.ID, "f-sort")).select_by_value("x")
+    first = driver.execute_script("return document.querySelector('#qtable tbody tr.qrow').id")
+    top = max((q for q in data["questions"] if q["r"][0].get("x")), key=lambda q: (max(q["r"][0]["x"]), -q["i"]))
+    assert first == f"row-{top['i']}"
+    assert browser.console_errors(driver) == []
