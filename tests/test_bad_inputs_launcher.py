@@ -118,7 +118,9 @@ def test_read_only_existing_out_dir_with_earlier_results_is_left_unchanged(env, 
 
 
 def test_batch_size_auto_and_audio_pass_the_preflight(env, tmp_path, capsys):
-    env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), BATCH_SIZE="auto", AUDIO="1")
+    # online for this check (nothing is fetched by a dry run): offline, the preflight refuses the uncached Hub defaults
+    offline = {var: "0" for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
+    env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), BATCH_SIZE="auto", AUDIO="1", **offline)
     assert main(["--dry_run"]) == 0
     out = capsys.readouterr().out
     assert "BATCH_SIZE       auto" in out

@@ -162,7 +162,8 @@ def test_bad_interpreter_or_repository_stops_the_wrapper(tmp_path, overrides, me
 def test_venv_is_used_without_activating_it(tmp_path):
     """VENV=<prefix>: its bin/python runs the pipeline (here the test's own venv, found from sys.executable)."""
     venv = Path(sys.executable).parent.parent
-    env = clean_env(OUT_DIR=str(tmp_path / "out"), VENV=str(venv))
+    # DEMO=1: the tests run offline, where the preflight refuses the default Hub model, embedding model and dataset
+    env = clean_env(OUT_DIR=str(tmp_path / "out"), VENV=str(venv), DEMO="1")
     env.pop("PYTHON")
     proc = run_launcher(env, tmp_path, 60, "--dry_run")
     assert proc.returncode == 0, proc.stdout

@@ -80,6 +80,20 @@ class StageEntry:
     """Exit code -> what it means for the run."""
     runs: str = ""
     """For a module without ``main``: its Stage class or function that runs a parsed config (by hand, as the script)."""
+    incomplete_note: str = ""
+    """Said when it ends "incomplete" (an exit in the step's ``incomplete_codes``); ``{output}`` is its output number
+    :attr:`note_output`."""
+    note_output: int = 0
+    incomplete_ends_run: str = ""
+    """When set, an incomplete end makes the whole run end with exit 1 (after the later stages), saying this."""
+    shared_lock: str = ""
+    """A lock file beside its first output that launches sharing that folder wait on (they run it one at a time)."""
+    adopts_unrecorded: bool = False
+    """An output made without a stage record (an older launcher, a hand run) is kept when it names the same run."""
+    refresh_inputs: bool = False
+    """Its inputs are found again just before it runs (the report: runs at other MAX_FRAMES, the judge file)."""
+    prints_accuracy: bool = False
+    """It prints the accuracy table on stdout when it runs."""
 
 
 STAGES: tuple[StageEntry, ...] = (
@@ -87,23 +101,29 @@ STAGES: tuple[StageEntry, ...] = (
     StageEntry("demo-videos", "demo", "k9bench.demo", exits={0: "written"}),
     StageEntry("download", "download_videos", "k9bench.download", _download, runs="DownloadStage",
                variables={"DATASET_NAME": "--dataset_name", "SPLIT": "--split", "VIDEO_DIR": "--output_dir", "MAX_SAMPLES": "--max_samples"},
-               exits={0: "done", 1: "some videos could not be fetched (DOWNLOAD_STRICT=0: the run goes on)", 2: "bad input"}),
+               exits={0: "done", 1: "some videos could not be fetched (DOWNLOAD_STRICT=0: the run goes on)", 2: "bad input"},
+               shared_lock=".run_eval.download.lock",
+               incomplete_note="some videos could not be fetched (see {output}); going on: their questions become failed "
+                               "'missing video' records, counted as wrong. DOWNLOAD_STRICT=1 stops here instead."),
     StageEntry("inference", "eval_video_llm", "k9bench.inference.stage", _inference, follows=("download",),
                variables={"MODEL_NAME": "--model_name_or_path", "DATASET_NAME": "--dataset_name", "SPLIT": "--split",
                           "VIDEO_DIR": "--video_dir", "MAX_FRAMES": "--max_frames", "MAX_SAMPLES": "--max_samples",
                           "BATCH_SIZE": "--batch_size", "DTYPE": "--torch_dtype", "ATTN_IMPL": "--attn_implementation"},
-               exits={0: "done", 1: "every question failed", 2: "bad input", 75: "stopped by a signal, progress saved"}),
+               exits={0: "done", 1: "every question failed", 2: "bad input", 75: "stopped by a signal, progress saved"},
+               adopts_unrecorded=True),
     StageEntry("merge", "merge", "k9bench.merge", _merge, follows=("inference",), exits={0: "done", 1: "a shard missing or unfinished"}),
     StageEntry("calculate", "evaluate_results", "k9bench.scoring", _calculate, follows=("inference", "merge"), runs="run_scoring",
                variables={"EMBEDDING_MODEL": "--embedding_model", "EMBED_BATCH_SIZE": "--batch_size", "DEVICE": "--device"},
                exits={0: "done", 2: "bad input"}),
     StageEntry("evaluate", "evaluate_results", "k9bench.scoring", _evaluate, follows=("calculate",), runs="run_scoring",
-               variables={"THRESHOLD": "--threshold"}, exits={0: "done", 2: "bad input"}),
+               variables={"THRESHOLD": "--threshold"}, exits={0: "done", 2: "bad input"}, prints_accuracy=True),
     StageEntry("judge", "subjective_evals", "k9bench.judge", _judge, follows=("evaluate",), runs="JudgeStage",
                variables={"JUDGE_MODEL": "--judge_model", "JUDGE_BASE_URL": "--base_url"},
-               exits={0: "done", 1: "entries left skipped (the report is still written; rerun to retry)", 2: "bad input"}),
+               exits={0: "done", 1: "entries left skipped (the report is still written; rerun to retry)", 2: "bad input"},
+               incomplete_note="some entries were skipped (see {output}); the report uses the judged ones; rerun to retry them",
+               note_output=1, incomplete_ends_run="entries in {output} were not judged; rerun the same command to retry them"),
     StageEntry("report", "evaluate_results", "k9bench.scoring", _report, follows=("evaluate", "judge"), runs="run_scoring",
-               variables={"PUBLISHED": "--published"}, exits={0: "done"}),
+               variables={"PUBLISHED": "--published"}, exits={0: "done"}, refresh_inputs=True),
 )
 """Every stage, in the order a run has them."""
 

@@ -115,7 +115,8 @@ class Launch:
         self.s, self.mode, self.layout, self.steps, self.env, self.repo = settings, mode, layout, steps, env, repo
         self.current: str | None = None
         self.ran: set[str] = set()
-        self.judge_incomplete = False
+        self.incomplete: list[Step] = []
+        """Steps that ended incomplete in a way that ends the run with exit 1 (judge entries skipped)."""
         self._signals = _SignalLog()
 
     # ----------------------------------------------------------------- the whole run
@@ -184,15 +185,20 @@ class Launch:
             else:
                 say(f"after every shard: K9_FINALIZE=1 NUM_SHARDS={self.mode.num_shards} bash run_eval.sh (same settings) merges and scores")
             return 0
-        if self.judge_incomplete:
-            skipped = next(s for s in self.steps if s.name == "judge").outputs[1]
-            return die(1, f"step judge incomplete: entries in {skipped} were not judged; rerun the same command to retry them")
+        if self.incomplete:
+            from k9bench.pipeline.registry import entry
+
+            step = self.incomplete[0]
+            e = entry(step.name)
+            return die(1, f"step {step.name} incomplete: {e.incomplete_ends_run.format(output=step.outputs[e.note_output])}")
         say(f"all steps done: {self.layout.path('eval')}")
         report = next((st for st in self.steps if st.name == "report"), None)
         if report is not None:  # the results page the report stage writes beside report.md (docs/view.md)
             say(f"results page: {Path(report.outputs[0]).parent / 'index.html'}")
         if self.s.demo and self.demo_note()[2]:
-            if "evaluate" in self.ran:
+            from k9bench.pipeline.registry import entry
+
+            if any(entry(name).prints_accuracy for name in self.ran):
                 say("DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%).")
             else:  # nothing was scored in this run, so no accuracy was printed above
                 say(f"DEMO finished (nothing changed, nothing rerun). Reminder: random weights, so the accuracy in "
@@ -218,7 +224,9 @@ class Launch:
         own = stage.done()
         if own is None and incomplete_marker(step).is_file():
             own = f"its last run ended with exit {incomplete_marker(step).read_text().strip()}: some entries to retry"
-        if own and isinstance(stage, ScriptStage) and stage.recorded() is None and step.name.startswith("inference") \
+        from k9bench.pipeline.registry import entry
+
+        if own and isinstance(stage, ScriptStage) and stage.recorded() is None and entry(step.name).adopts_unrecorded \
                 and all(p.exists() for p in step.outputs):
             own = self.adopt(step, stage)
         return own or (f"an earlier stage ran ({upstream})" if upstream else None)
@@ -245,7 +253,9 @@ class Launch:
         from k9bench.pipeline.stages import make_stage, supersede
 
         self.current = step.name
-        if step.name == "report":
+        from k9bench.pipeline.registry import entry
+
+        if entry(step.name).refresh_inputs:
             others = refresh_report(step, self.s, self.layout)
             if others:
                 say(f"step report: with {others} run(s) of the same model and questions at other MAX_FRAMES (frame-budget plot)")
@@ -285,12 +295,16 @@ class Launch:
     def download_lock(self, step: Step) -> Iterator[None]:
         """Launches sharing VIDEO_DIR (array tasks, two runs) download one at a time; the later one then finds
         the videos verified and fetches only what is still missing."""
-        if step.name != "download":
+        from k9bench.pipeline.registry import entry
+
+        lock = entry(step.name).shared_lock
+        if not lock:
             yield
             return
         from k9bench.stage import build_lock
 
-        with build_lock(Path(self.s["VIDEO_DIR"]) / ".run_eval.download.lock", what=f"the video cache {self.s['VIDEO_DIR']}", say=say):
+        folder = Path(step.outputs[0]).parent
+        with build_lock(folder / lock, what=f"the video cache {folder}", say=say):
             yield
 
     def execute(self, step: Step, stage) -> int:
@@ -326,13 +340,13 @@ class Launch:
         if code in (EXIT_INTERRUPTED, 130) or self.stop.requested:
             got = self.stop.received or self._signals.last() or signal.SIGTERM
             return self.interrupted(got)
-        if incomplete and step.name == "download":
-            say(f"step download: some videos could not be fetched (see {step.outputs[0]}); going on: their questions become "
-                "failed 'missing video' records, counted as wrong. DOWNLOAD_STRICT=1 stops here instead.")
-            return None
-        if incomplete and step.name == "judge":
-            self.judge_incomplete = True
-            say(f"step judge: some entries were skipped (see {step.outputs[1]}); the report uses the judged ones; rerun to retry them")
+        from k9bench.pipeline.registry import entry
+
+        e = entry(step.name)
+        if incomplete and e.incomplete_note:
+            say(f"step {step.name}: {e.incomplete_note.format(output=step.outputs[e.note_output])}")
+            if e.incomplete_ends_run:
+                self.incomplete.append(step)
             return None
         raise StepFailed(code, f"step {step.name} failed (exit {code}); fix it and rerun the same command: finished stages are skipped")
 
