@@ -235,3 +235,21 @@ def test_step_output_prefixes_lines_and_passes_launcher_lines(monkeypatch):
     out.flush()
     assert target.getvalue() == "[calculate] a\n[calculate] bc\n[run_eval 12:00:00] mine\n"
     assert sys.stdout is not out
+
+
+def test_an_empty_video_dir_is_named_as_video_dir_under_the_launcher(tiny_model_dir, tmp_path, monkeypatch, capfd):
+    from k9bench.inference.stage import main as infer
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    argv = ["--model_name_or_path", str(tiny_model_dir), "--dataset_name", "demo", "--video_dir", str(empty), "--max_frames", "4",
+            "--output_file", str(tmp_path / "raw.json"), "--device", "cpu"]
+    monkeypatch.setenv("K9BENCH_INTERFACE", "launcher")
+    assert infer(argv) == 2
+    err = [ln for ln in capfd.readouterr().err.splitlines() if "holds none" in ln]
+    assert len(err) == 1 and f"VIDEO_DIR={empty} holds none of the 3 video(s)" in err[0], err
+    assert "--video_dir" not in err[0] and "--auto_download" not in err[0]
+    monkeypatch.delenv("K9BENCH_INTERFACE")  # by hand, the flags the user typed
+    assert infer(argv) == 2
+    err = [ln for ln in capfd.readouterr().err.splitlines() if "holds none" in ln]
+    assert len(err) == 1 and f"--video_dir {empty} holds none" in err[0] and "--auto_download" in err[0]
