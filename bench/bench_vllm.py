@@ -75,17 +75,20 @@ def build_model(device: str, folder: Path) -> Path:
 
 def make_dataset(folder: Path, copies: int) -> tuple[Path, Path]:
     from k9bench.demo import demo_rows, make_demo_videos
+    from k9bench.youtube import parse_youtube_id
 
     videos = folder / "videos"
     make_demo_videos(videos)
     rows, idx = [], 0
     originals = sorted(videos.glob("*.mp4"))
+    number = {path.stem: i for i, path in enumerate(originals)}
     for c in range(copies):
         for path in originals:
-            if c:
-                shutil.copyfile(path, videos / f"{path.stem}c{c:03d}.mp4")
+            if c:  # an 11-character id of its own, as K9-Bench's scene names are
+                shutil.copyfile(path, videos / f"cp{c:05d}{number[path.stem]:04d}.mp4")
         for row in demo_rows():
-            scene = row["scene_name"] if c == 0 else f"{row['scene_name']}c{c:03d}"
+            original = row["scene_name"] or parse_youtube_id(row["video_url"])  # the loader takes it from the URL
+            scene = original if c == 0 else f"cp{c:05d}{number[original]:04d}"
             rows.append({**row, "idx": idx, "scene_name": scene, "video_url": f"https://www.youtube.com/watch?v={scene}"})
             idx += 1
     data = folder / "questions.jsonl"
@@ -94,6 +97,7 @@ def make_dataset(folder: Path, copies: int) -> tuple[Path, Path]:
 
 
 def common(model: Path, data: Path, videos: Path, out: Path, args) -> list[str]:
+    """The flags every route shares (the first two, ``--model_name_or_path M``, are dropped for the server's route)."""
     argv = ["--model_name_or_path", str(model), "--dataset_name", str(data), "--video_dir", str(videos), "--output_file", str(out),
             "--max_frames", str(args.max_frames), "--max_new_tokens", str(args.max_new_tokens), "--greedy", "-q"]
     return argv + (CPU_PIXELS if args.device == "cpu" else [])
@@ -140,10 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     model = build_model(args.device, work / "model")
     data, videos = make_dataset(work, args.copies)
+    questions = sum(1 for _ in data.open(encoding="utf-8"))
     print(f"model {model} ({'tiny head_dim 64' if args.device == 'cpu' else 'full-size random Qwen3-VL-4B'}), built in "
-          f"{time.monotonic() - t0:.0f} s; {12 * args.copies} questions over {3 * args.copies} videos, {args.max_frames} frames, "
+          f"{time.monotonic() - t0:.0f} s; {questions} questions over {3 * args.copies} videos, {args.max_frames} frames, "
           f"{args.max_new_tokens} new tokens, greedy", flush=True)
-    engine = ["--max_model_len", "8192"] + (["--enforce_eager"] if args.device == "cpu" else [])
+    max_len = "4096" if args.device == "cpu" else "8192"  # the tiny model's max_position_embeddings is 4096
+    engine = ["--max_model_len", max_len] + (["--enforce_eager"] if args.device == "cpu" else [])
     result: dict = {"device": args.device, "copies": args.copies, "max_frames": args.max_frames, "max_new_tokens": args.max_new_tokens}
     raws: dict = {}
     if "inprocess" in routes:
@@ -154,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     if "server" in routes:
         from k9bench.serve import serve_vllm
 
-        serve_args = ["--served-model-name", "bench", "--max-model-len", "8192", "--limit-mm-per-prompt", '{"image": 32, "video": 1}',
+        serve_args = ["--served-model-name", "bench", "--max-model-len", max_len, "--limit-mm-per-prompt", '{"image": 32, "video": 1}',
                       "--media-io-kwargs", '{"video": {"num_frames": -1}}', "--trust-request-mm-kwargs"]
         serve_args += ["--enforce-eager"] if args.device == "cpu" else []
         s0 = time.monotonic()
@@ -166,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 started = time.monotonic() - s0
                 raw, secs = run_script(sys.executable, ["--backend", "openai", "--api_model", "bench", "--base_url", url,
                                                         "--video_transport", "video", "--concurrency", "64", "--timeout", "1200",
-                                                        *common(model, data, videos, work / "server.json", args)],
+                                                        *common(model, data, videos, work / "server.json", args)[2:]],
                                        work / "server_client.log", env)
         finally:
             for k, v in saved.items():
