@@ -174,22 +174,7 @@ def output_lock(path: str | os.PathLike, *, flag: str | None = None) -> Iterator
         if same:
             break
         os.close(fd)
-    try:
-        os.ftruncate(fd, 0)
-        os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
-    except OSError as exc:  # a full disk: one line naming the lock file (artifact_io's full-disk message), no traceback
-        from k9bench.artifact_io import write_error
-
-        with contextlib.suppress(OSError):
-            os.unlink(target)
-        os.close(fd)
-        raise write_error(target, exc) from None
-    try:
-        yield target
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(target)
-        os.close(fd)
+    yield from _held(fd, target)
 
 
 @contextlib.contextmanager
@@ -224,6 +209,13 @@ def build_lock(lock: str | os.PathLike, *, what: str, say=None) -> Iterator[Path
         if same:
             break
         os.close(fd)  # the holder removed the file as it let go: take the lock on a fresh one
+    yield from _held(fd, target)
+
+
+def _held(fd: int, target: Path) -> Iterator[Path]:
+    """The common end of both locks, once ``fd`` holds the flock on ``target``: write the holder (pid,
+    host) into it, yield, and remove it on the way out. A full disk while writing the holder is one
+    line naming the lock file (artifact_io's full-disk message), never a traceback."""
     try:
         os.ftruncate(fd, 0)
         os.write(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname()}).encode())
