@@ -31,11 +31,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-AXES = ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")
-"""The five score keys the judge must return, spelled exactly."""
+from k9bench.published import AXIS_KEYS
 
-TABLE3_AXES = (("Logical", "Logic"), ("Factual", "Factuality"), ("Concise", "Conciseness"), ("Accuracy", "Accuracy"), ("Overall", "Overall"))
-"""(paper column, score key) in the order of the paper's Table 3."""
+AXES = ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")
+"""The five score keys the judge must return, spelled exactly, in the rubric's order (the same keys as
+:data:`k9bench.published.AXIS_KEYS`' values)."""
+
+TABLE3_AXES = tuple(AXIS_KEYS.items())
+"""(paper column, score key) in the order of the paper's Table 3 (:data:`k9bench.published.AXIS_KEYS`)."""
 
 SCORE_RANGE = (1, 10)
 """The rubric's range; outside it a score is kept and flagged (or refused with ``--strict_scores``)."""

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from k9bench import CATEGORIES
 from k9bench.artifacts import ArtifactError, is_finite_number, load_records_artifact, read_json
+from k9bench.judge.parse import AXES
 from k9bench.layout import next_stage_path, parse_artifact_name
 from k9bench.report.model import DURATION_BINS, NOT_COMPARABLE_MARK, duration_bin_label
 
@@ -23,8 +24,8 @@ log = logging.getLogger("k9bench.view")
 STAGE_ORDER = ("eval", "sim", "raw")
 """In a run folder, the most complete artifact of each run is shown."""
 
-JUDGE_AXES = ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")
-"""The judge's five scores, as its files name them."""
+JUDGE_AXES = AXES
+"""The judge's five scores, as its files name them (the judge's own keys, :data:`k9bench.judge.parse.AXES`)."""
 
 LETTERS = "ABCDE"
 
