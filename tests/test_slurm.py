@@ -206,10 +206,16 @@ def test_sbatch_array_with_merge_job_matches_the_single_job(slurm, single_job, t
     assert comparable_eval(out / f"eval_{TAG}.json") == comparable_eval(single_tmp / "out" / f"eval_{TAG}.json")
 
 
-def test_failed_array_task_cancels_the_merge_job(slurm, tmp_path):
+def test_failed_array_task_cancels_the_merge_job(slurm, tmp_path, tiny_model_dir):
     """The cluster has no kill_invalid_depend (as by default): the merge job's own
-    --kill-on-invalid-dep=yes must cancel it when a task fails, not leave it pending forever."""
-    env = clean_env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "missing.jsonl"),
+    --kill-on-invalid-dep=yes must cancel it when a task fails, not leave it pending forever. The dataset
+    file exists (a missing one is refused by the launcher's preflight, before any task state) but its row
+    is not a K9-Bench row, so each task fails at its first step."""
+    from k9bench.embedding import bundled_small_model_path
+
+    (tmp_path / "bad.jsonl").write_text('{"idx": 0, "broken": true}\n')
+    env = clean_env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "bad.jsonl"),
+                    MODEL_NAME=str(tiny_model_dir), EMBEDDING_MODEL=str(bundled_small_model_path()),
                     K9BENCH_DIR=str(REPO))
     env.update(PATH=slurm["PATH"], SLURM_CONF=slurm["SLURM_CONF"])
     array = submit(env, tmp_path, "--array=0-1")
