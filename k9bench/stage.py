@@ -147,12 +147,10 @@ def _holder(fd: int) -> str:
         return "another process"
 
 
-@contextlib.contextmanager
-def output_lock(path: str | os.PathLike, *, flag: str | None = None) -> Iterator[Path]:
-    """Hold the lock of one output for the block. A second process asking for the same output gets
-    :class:`LockHeld` at once. The lock is an ``flock`` on ``<output>.lock``, so a holder that died (even
-    by SIGKILL) holds nothing: its lock file is taken over. The file is removed on release."""
-    target = lock_path(path)
+def _acquire(target: Path, on_busy) -> int:
+    """An fd holding the ``flock`` on ``target`` (made if missing). When another process holds it,
+    ``on_busy(fd)`` is called: it raises (refuse) or blocks until the lock is had (wait). The file may have
+    been removed, and a new one made, between open and flock: then the lock is taken again on that one."""
     target.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
@@ -162,19 +160,32 @@ def output_lock(path: str | os.PathLike, *, flag: str | None = None) -> Iterator
             if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                 os.close(fd)
                 raise
-            who = _holder(fd)
-            os.close(fd)
-            what = f"{flag} {path}" if flag else str(path)
-            raise LockHeld(f"{what} is being written by {who} (lock {target}); wait for that run or stop it") from None
-        # The file may have been removed (and a new one made) between open and flock: retry on that one.
+            try:
+                on_busy(fd)
+            except BaseException:
+                os.close(fd)
+                raise
         try:
             same = os.fstat(fd).st_ino == os.stat(target).st_ino
         except FileNotFoundError:
             same = False
         if same:
-            break
-        os.close(fd)
-    yield from _held(fd, target)
+            return fd
+        os.close(fd)  # the holder removed the file as it let go: take the lock on a fresh one
+
+
+@contextlib.contextmanager
+def output_lock(path: str | os.PathLike, *, flag: str | None = None) -> Iterator[Path]:
+    """Hold the lock of one output for the block. A second process asking for the same output gets
+    :class:`LockHeld` at once. The lock is an ``flock`` on ``<output>.lock``, so a holder that died (even
+    by SIGKILL) holds nothing: its lock file is taken over. The file is removed on release."""
+    target = lock_path(path)
+
+    def refuse(fd: int) -> None:
+        what = f"{flag} {path}" if flag else str(path)
+        raise LockHeld(f"{what} is being written by {_holder(fd)} (lock {target}); wait for that run or stop it") from None
+
+    yield from _held(_acquire(target, refuse), target)
 
 
 @contextlib.contextmanager
@@ -184,33 +195,16 @@ def build_lock(lock: str | os.PathLike, *, what: str, say=None) -> Iterator[Path
     ``say`` (default: the log) is told once, ``waiting for <what>: built by pid N on host H (lock ...)``.
     An ``flock`` on the file ``lock``, so a holder that died holds nothing."""
     target = Path(lock)
-    target.parent.mkdir(parents=True, exist_ok=True)
     told = False
-    while True:
-        fd = os.open(target, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as exc:
-            if exc.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
-                os.close(fd)
-                raise
-            if not told:
-                (say or log.info)(f"waiting for {what}: being built by {_holder(fd)} (lock {target})")
-                told = True
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except BaseException:
-                os.close(fd)
-                raise
-        try:
-            same = os.fstat(fd).st_ino == os.stat(target).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
-            break
-        os.close(fd)  # the holder removed the file as it let go: take the lock on a fresh one
-    yield from _held(fd, target)
 
+    def wait(fd: int) -> None:
+        nonlocal told
+        if not told:
+            (say or log.info)(f"waiting for {what}: being built by {_holder(fd)} (lock {target})")
+            told = True
+        fcntl.flock(fd, fcntl.LOCK_EX)
+
+    yield from _held(_acquire(target, wait), target)
 
 def _held(fd: int, target: Path) -> Iterator[Path]:
     """The common end of both locks, once ``fd`` holds the flock on ``target``: write the holder (pid,
