@@ -36,7 +36,7 @@ Usage::
     python eval_video_llm.py --max_samples -1 --data_parallel 4
 
     # offline smoke test with the bundled demo set and a tiny random model
-    python -m k9bench.tiny_model /tmp/tiny && python -m k9bench.demo --video_dir /tmp/videos
+    python -m k9bench.tiny_model /tmp/tiny && python -m k9bench.data.demo --video_dir /tmp/videos
     python eval_video_llm.py --model_name_or_path /tmp/tiny --dataset_name demo --video_dir /tmp/videos \\
         --max_frames 4 --max_new_tokens 16 --max_samples -1
 

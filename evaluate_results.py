@@ -27,7 +27,7 @@ Correct when sim(answer, ground-truth option) > threshold and no other option is
 more similar (a tie counts as correct). Every answer string, empty or blank included, is decided by
 that rule, as the reference decides it (such answers are flagged and counted). Reads the reference's
 files too (lower-case ground-truth letters, its failed records). ``--subset FILE`` restricts the
-scoring to some questions (see k9bench.subset).
+scoring to some questions (see k9bench.data.subset).
 
 Exit status: 0; 2 for a bad flag value or an output that cannot be written (checked before anything
 is read or loaded); 1 for a bad input file (one line naming the file and record idx, found before the

@@ -28,7 +28,7 @@ sys.path[:0] = [str(REPO)]
 
 def build_parser() -> argparse.ArgumentParser:
     from k9bench.cli import ArgumentParser
-    from k9bench.download import DownloadConfig
+    from k9bench.download.stage import DownloadConfig
     from k9bench.settings import default_of
     from k9bench.validators import non_negative_float, positive_float, positive_int
 
@@ -42,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def run(videos: dict, folder: Path, workers: int, overrides: dict) -> tuple[float, dict]:
-    from k9bench.download import DownloadConfig, download_videos
+    from k9bench.download.stage import DownloadConfig, download_videos
 
     config = DownloadConfig(workers=workers, retries=0, timeout=30.0, progress=False, **overrides)
     start = time.perf_counter()
@@ -52,7 +52,7 @@ def run(videos: dict, folder: Path, workers: int, overrides: dict) -> tuple[floa
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
     from tests.video_server import Fmt, VideoServer, install_test_extractor
 
     overrides = install_test_extractor()

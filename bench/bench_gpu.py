@@ -175,7 +175,7 @@ def build_model(args, work: Path):
 
 
 def make_videos(args, folder: Path) -> list[Path]:
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
 
     width, height = (int(x) for x in args.video_size.lower().split("x"))
     patterns = ["testsrc2", "mandelbrot", "life", "smpte"]
@@ -202,7 +202,7 @@ def messages(question: str, with_video: bool) -> list[dict]:
 
 
 def sample_frames(args, path: Path):
-    from k9bench.video import sample
+    from k9bench.video.sampling import sample
 
     return sample(path, fps=args.fps, max_frames=args.max_frames, max_pixels=args.max_pixels, min_pixels=args.min_pixels,
                   image_patch_size=16)

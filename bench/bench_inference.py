@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 def make_dataset(folder: Path, videos: int, per_video: int) -> Path:
     """``videos`` generated clips and ``per_video`` questions each; returns the jsonl path."""
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
 
     rows = []
     patterns = ["testsrc2", "mandelbrot", "life", "smpte"]

@@ -61,7 +61,7 @@ def scene_name(v: int) -> str:
 
 def make_data(folder: Path, questions: int, per_video: int) -> tuple[Path, Path]:
     """Generated videos (2 s, 160x120) and a jsonl dataset of ``questions`` rows."""
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
 
     video_dir = folder / "videos"
     n_videos = -(-questions // per_video)

@@ -44,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from k9bench.scoring_settings import DEFAULT_BATCH_SIZE, DEFAULT_THRESHOLD  # noqa: E402  (light module)
+from k9bench.scoring.settings import DEFAULT_BATCH_SIZE, DEFAULT_THRESHOLD  # noqa: E402  (light module)
 
 WORDS = (
     "dog puppy tail ears wags barks sits lies runs jumps sniffs ball toy owner child cat garden sofa leash "
@@ -61,7 +61,7 @@ def synthetic_items(n: int, seed: int):
     option (and of one distractor), so that its similarities sit near the threshold and near ties.
     """
     from k9bench import LETTERS
-    from k9bench.embedding import ScoringItem
+    from k9bench.scoring.embedding import ScoringItem
 
     rnd = random.Random(seed)
 
@@ -134,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from k9bench.cli import setup_logging
-    from k9bench.embedding import batched_similarities, bundled_small_model_path, load_embedding_model, one_at_a_time_similarities
+    from k9bench.scoring.embedding import batched_similarities, bundled_small_model_path, load_embedding_model, one_at_a_time_similarities
 
     setup_logging(quiet=True)
     if args.threads > 0:

@@ -44,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--width", type=int, default=1280)
     p.add_argument("--height", type=int, default=720)
     p.add_argument("--calls_per_question", type=int, default=2, help="qwen-vl-utils calls per question in the reference pattern")
-    p.add_argument("--decoder", default=None, help="our decoder (default: k9bench.video.DEFAULT_DECODER)")
+    p.add_argument("--decoder", default=None, help="our decoder (default: k9bench.video.sampling.DEFAULT_DECODER)")
     p.add_argument("--max_frames", type=int, default=32)
     p.add_argument("--video_cache", default=os.path.join(tempfile.gettempdir(), "k9bench_bench_video"),
                    help="where the generated videos are kept between runs (default: %(default)s)")
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def make_videos(args) -> list[Path]:
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
 
     folder = Path(args.video_cache)
     folder.mkdir(parents=True, exist_ok=True)
@@ -97,7 +97,7 @@ def reference_frames(path: Path, max_frames: int):
 
 def time_disk_cache(paths: list[Path], decoder: str, max_frames: int) -> dict:
     """Seconds for a run that fills a fresh on-disk frame cache, then for one that reads it."""
-    from k9bench.frame_cache import FrameCache
+    from k9bench.video.cache import FrameCache
 
     with tempfile.TemporaryDirectory(prefix="k9bench_frames_") as tmp:
         t0 = time.perf_counter()
@@ -119,7 +119,7 @@ def time_disk_cache(paths: list[Path], decoder: str, max_frames: int) -> dict:
 
 def time_audio(paths: list[Path], sampling_rate: int = 16000) -> dict:
     """Seconds to read each soundtrack once (ffmpeg), then to read them all back from a disk store."""
-    from k9bench.frame_cache import FrameCache
+    from k9bench.video.cache import FrameCache
 
     with tempfile.TemporaryDirectory(prefix="k9bench_audio_") as tmp:
         per_video = []
@@ -145,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from qwen_vl_utils import vision_process
 
-    from k9bench.frame_cache import FrameCache
-    from k9bench.video import DEFAULT_DECODER
+    from k9bench.video.cache import FrameCache
+    from k9bench.video.sampling import DEFAULT_DECODER
 
     decoder = args.decoder or DEFAULT_DECODER
     backend = vision_process.get_video_reader_backend()
@@ -154,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     cache = FrameCache(decoder=decoder, max_frames=args.max_frames)
 
     # untimed warm-up: imports and first-call costs of both paths, on a small clip
-    from k9bench.ffmpeg import make_video
-    from k9bench.video import sample
+    from k9bench.video.ffmpeg import make_video
+    from k9bench.video.sampling import sample
 
     warm = Path(args.video_cache) / "warmup_320x240_4s.mp4"
     if not warm.exists():

@@ -41,7 +41,7 @@ def sentence(rng: random.Random, words: int) -> str:
 def synthetic_eval(path: Path, *, questions: int, videos: int, model: str, seed: int) -> Path:
     """A seeded eval file (SPEC section 2 keys) of ``questions`` questions over ``videos`` videos."""
     from k9bench import CATEGORIES
-    from k9bench.artifacts import write_json_atomic
+    from k9bench.artifact_io import write_json_atomic
 
     rng = random.Random(seed)
     q_rng = random.Random(0)  # the questions are the same in every run; the answers differ

@@ -4,7 +4,7 @@ All three go through ``eval_video_llm.py`` itself, in one process tree:
 
 * ``inprocess``: ``--backend vllm``, run by the vLLM environment's python (``--vllm_python``, default
   ``$K9BENCH_VLLM_PYTHON``);
-* ``server``: ``k9bench.serve.serve_vllm`` starts ``vllm serve`` on the same checkpoint (loopback only),
+* ``server``: ``k9bench.serving.serve.serve_vllm`` starts ``vllm serve`` on the same checkpoint (loopback only),
   answered with ``--backend openai --video_transport video``;
 * ``hf``: the transformers backend with ``--batch_size auto`` (the shared-prefix fast path), in this python.
 
@@ -74,8 +74,8 @@ def build_model(device: str, folder: Path) -> Path:
 
 
 def make_dataset(folder: Path, copies: int) -> tuple[Path, Path]:
-    from k9bench.demo import demo_rows, make_demo_videos
-    from k9bench.youtube import parse_youtube_id
+    from k9bench.data.demo import demo_rows, make_demo_videos
+    from k9bench.download.youtube import parse_youtube_id
 
     videos = folder / "videos"
     make_demo_videos(videos)
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         raws["inprocess"], result["inprocess"] = raw, figures(raw, secs)
         result["inprocess"]["engine"] = raw["inference"]["backend"]["engine"]
     if "server" in routes:
-        from k9bench.serve import serve_vllm
+        from k9bench.serving.serve import serve_vllm
 
         serve_args = ["--served-model-name", "bench", "--max-model-len", max_len, "--limit-mm-per-prompt", '{"image": 32, "video": 1}',
                       "--media-io-kwargs", '{"video": {"num_frames": -1}}', "--trust-request-mm-kwargs"]

@@ -43,7 +43,6 @@ import tempfile
 from pathlib import Path
 from typing import IO, Any, Callable, Iterator
 
-from k9bench.layout import checkpoint_path  # noqa: F401  (re-exported: the checkpoint beside an output)
 from k9bench.errors import EXIT_FAILED, EXIT_USAGE, StageError
 
 log = logging.getLogger(__name__)

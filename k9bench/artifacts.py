@@ -36,18 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from k9bench.artifact_io import (  # noqa: F401  (re-exported: callers import them from here)
-    ArtifactError,
-    CheckpointLog,
-    WriteFailed,
-    atomic_file,
-    checkpoint_path,
-    dumps,
-    read_json,
-    read_text,
-    write_json_atomic,
-    write_text_atomic,
-)
+from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.redact import redact, redact_argv
 
 log = logging.getLogger(__name__)

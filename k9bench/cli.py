@@ -35,8 +35,8 @@ def add_logging_args(parser: argparse.ArgumentParser) -> None:
 
 def add_dataset_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--dataset_name``, ``--split`` and ``--drop_invalid_rows``, the same in every script: generated
-    from :class:`k9bench.dataset.DatasetSettings`, where their defaults and help live."""
-    from k9bench.dataset import DatasetSettings  # light module, no heavy imports
+    from :class:`k9bench.data.dataset.DatasetSettings`, where their defaults and help live."""
+    from k9bench.data.dataset import DatasetSettings  # light module, no heavy imports
     from k9bench.settings import add_arguments
 
     add_arguments(parser, DatasetSettings)

@@ -41,18 +41,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from k9bench.artifacts import (
-    ArtifactError,
-    QuestionRecord,
-    is_finite_number,
-    RecordsArtifact,
-    load_records_artifact,
-    provenance,
-    write_json_atomic,
-)
+from k9bench.artifacts import QuestionRecord, is_finite_number, RecordsArtifact, load_records_artifact, provenance
+from k9bench.artifact_io import ArtifactError, write_json_atomic
 from k9bench.layout import checkpoint_path, shard_path
 from k9bench.scoring.rule import check_record, where_of
-from k9bench.scoring_settings import ScoringError
+from k9bench.scoring.settings import ScoringError
 from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, StageError, deferred, run_stage
 from k9bench.validators import positive_int
 

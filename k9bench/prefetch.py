@@ -10,13 +10,13 @@
    job loads it (``datasets.load_dataset``), which leaves it in the datasets cache;
 4. the videos of the selected questions (``--video_dir``, ``--max_samples``; ``VIDEO_DIR``,
    ``MAX_SAMPLES``) with ``--cookies``/``--cookies_from_browser`` for YouTube's bot checks: the download
-   stage itself (:class:`k9bench.download.DownloadStage`), so the job's download step finds every video
+   stage itself (:class:`k9bench.download.stage.DownloadStage`), so the job's download step finds every video
    present and verified (it fetches nothing).
 
 Each value defaults to the launcher's variable when it is set, so ``MODEL_NAME=... python -m
 k9bench.prefetch`` prepares what ``MODEL_NAME=... sbatch run_eval.sh`` reads. Local folders and the
 demo set need no fetching (said so). At the end every Hub item is looked up in the cache the way the
-job's preflight does it (:func:`k9bench.hub.is_cached`); when all are there it says that
+job's preflight does it (:func:`k9bench.models.hub.is_cached`); when all are there it says that
 ``HF_HUB_OFFLINE=1`` will work. The job must see the same ``HF_HOME`` (a shared file system).
 
 Exit status: 0 all fetched; 1 something could not be fetched (each named; rerun to retry);
@@ -95,10 +95,10 @@ class PrefetchReport:
 
 
 def _defaults() -> dict[str, str]:
-    from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
-    from k9bench.download_settings import DEFAULT_VIDEO_DIR
+    from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
+    from k9bench.download.settings import DEFAULT_VIDEO_DIR
     from k9bench.inference.settings import DEFAULT_MODEL
-    from k9bench.scoring_settings import DEFAULT_EMBEDDING_MODEL
+    from k9bench.scoring.settings import DEFAULT_EMBEDDING_MODEL
 
     base = {"model_name_or_path": DEFAULT_MODEL, "embedding_model": DEFAULT_EMBEDDING_MODEL, "dataset_name": DEFAULT_DATASET,
             "split": DEFAULT_SPLIT, "video_dir": DEFAULT_VIDEO_DIR, "max_samples": "-1"}
@@ -130,7 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def fetch_model(name: str, what: str) -> Outcome:
     """Snapshot a Hub model into the Hub cache (a local folder needs nothing)."""
-    from k9bench import hub
+    from k9bench.models import hub
 
     if not hub.is_hub_id(name):
         if os.path.isdir(os.path.expanduser(name)):
@@ -151,9 +151,9 @@ def fetch_model(name: str, what: str) -> Outcome:
 
 def fetch_dataset(name: str, split: str) -> Outcome:
     """Load the dataset once the way the job does (leaves it in the datasets cache)."""
-    from k9bench import hub
-    from k9bench.dataset import DatasetError, load_questions
-    from k9bench.demo import is_demo_dataset
+    from k9bench.models import hub
+    from k9bench.data.dataset import DatasetError, load_questions
+    from k9bench.data.demo import is_demo_dataset
 
     try:
         loaded = load_questions(name, split)
@@ -167,7 +167,7 @@ def fetch_dataset(name: str, split: str) -> Outcome:
 
 def fetch_videos(s: PrefetchSettings) -> Outcome:
     """The download stage for the selected questions (the job's download step then fetches nothing)."""
-    from k9bench.download import DownloadStage, config_from_argv
+    from k9bench.download.stage import DownloadStage, config_from_argv
     from k9bench.stage import run_stage
 
     code = run_stage(DownloadStage(config_from_argv(s.download_argv(), script="k9bench.prefetch")))
@@ -178,7 +178,7 @@ def fetch_videos(s: PrefetchSettings) -> Outcome:
 
 def offline_ready(report: PrefetchReport) -> list[str]:
     """The Hub items the job would not find in the cache (the job's own preflight test)."""
-    from k9bench import hub
+    from k9bench.models import hub
 
     return [f"{repo_type} {repo}" for s in report.steps if s.hub_item for repo, repo_type in [s.hub_item]
             if not hub.is_cached(repo, repo_type=repo_type)]
@@ -199,9 +199,9 @@ def prefetch(s: PrefetchSettings) -> PrefetchReport:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from k9bench import hub
+    from k9bench.models import hub
     from k9bench.cli import setup_logging
-    from k9bench.download import config_from_argv
+    from k9bench.download.stage import config_from_argv
     from k9bench.stage import StageError
 
     args = build_parser().parse_args(argv)

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Container, Iterable
 
-from k9bench.artifact_io import ArtifactError, CheckpointLog, checkpoint_path, write_json_atomic
+from k9bench.artifact_io import ArtifactError, CheckpointLog, write_json_atomic
+from k9bench.layout import checkpoint_path
 from k9bench.settings import fingerprint_differences
 
 log = logging.getLogger(__name__)

@@ -46,7 +46,7 @@ def http_url(text: str) -> str:
 
 def device_name(text: str) -> str:
     """``--device``: ``auto``, ``cpu``, ``cuda``, ``cuda:N`` or ``mps`` (its syntax only; whether that device is
-    there is checked when the run starts, :func:`k9bench.accelerator.resolve_device`)."""
+    there is checked when the run starts, :func:`k9bench.models.accelerator.resolve_device`)."""
     value = str(text).strip()
     if value not in ("auto", "cpu", "mps", "cuda") and not (value.startswith("cuda:") and value[5:].isdigit()
                                                              and value[5:].isascii()):

@@ -25,7 +25,7 @@ def repo_root() -> Path:
 @pytest.fixture(scope="session")
 def demo_video_dir(tmp_path_factory) -> Path:
     """The three demo videos, generated once per session."""
-    from k9bench.demo import make_demo_videos
+    from k9bench.data.demo import make_demo_videos
 
     folder = tmp_path_factory.mktemp("demo_videos")
     make_demo_videos(folder)
@@ -36,7 +36,7 @@ def demo_video_dir(tmp_path_factory) -> Path:
 def av_video_dir(tmp_path_factory) -> Path:
     """The demo videos with soundtracks (demoVid0001 a sine tone, demoVid0002 pink noise; demoVid0003
     silent), generated once per session."""
-    from k9bench.demo import make_demo_videos
+    from k9bench.data.demo import make_demo_videos
 
     folder = tmp_path_factory.mktemp("av_videos")
     make_demo_videos(folder, soundtrack=True)

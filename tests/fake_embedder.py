@@ -1,6 +1,6 @@
 """A stand-in for the embedding model in scoring tests that need no real model: deterministic
 bag-of-words vectors, the sentence-transformers ``encode`` signature the scoring stage calls, and a
-``load`` that replaces :func:`k9bench.embedding.load_embedding_model` (and counts its calls)."""
+``load`` that replaces :func:`k9bench.scoring.embedding.load_embedding_model` (and counts its calls)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import hashlib
 
 import numpy as np
 
-from k9bench.embedding import EmbeddingRun
+from k9bench.scoring.embedding import EmbeddingRun
 
 DIM = 64
 
@@ -32,7 +32,7 @@ class FakeEmbedder:
 
 
 class FakeLoader:
-    """Replaces ``k9bench.embedding.load_embedding_model``; ``calls`` counts the loads."""
+    """Replaces ``k9bench.scoring.embedding.load_embedding_model``; ``calls`` counts the loads."""
 
     def __init__(self):
         self.calls = 0

@@ -1,4 +1,4 @@
-"""A stand-in for ``python -m vllm.entrypoints.openai.api_server``, for k9bench.serve's tests.
+"""A stand-in for ``python -m vllm.entrypoints.openai.api_server``, for k9bench.serving.serve's tests.
 
 Run as ``fake_vllm_server.py --model M --host H --port P [...]``; ``FAKE_VLLM_MODE`` says how it
 behaves: ``ok`` (answers ``GET /v1/models`` after ``FAKE_VLLM_DELAY`` seconds), ``die`` (writes a few

@@ -1,10 +1,10 @@
-"""k9bench.accelerator: device, dtype and attention policy, the flash_attention_2 -> sdpa fallback, out of memory."""
+"""k9bench.models.accelerator: device, dtype and attention policy, the flash_attention_2 -> sdpa fallback, out of memory."""
 
 import pytest
 import torch
 
-from k9bench import accelerator as acc
-from k9bench.accelerator import AcceleratorError, AttentionChoice
+from k9bench.models import accelerator as acc
+from k9bench.models.accelerator import AcceleratorError, AttentionChoice
 
 NO_GPU = not torch.cuda.is_available()
 

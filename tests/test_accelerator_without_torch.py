@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from k9bench import accelerator as acc
+from k9bench.models import accelerator as acc
 
 
 @pytest.fixture
@@ -73,6 +73,6 @@ def test_flash_attention_2_where_it_cannot_run(driver, monkeypatch, device, devi
 def test_it_imports_no_torch():
     import subprocess
 
-    code = ("import sys, k9bench.accelerator as a; a.device_problem_without_torch('cuda:7'); "
+    code = ("import sys, k9bench.models.accelerator as a; a.device_problem_without_torch('cuda:7'); "
             "a.attention_problem_without_torch('flash_attention_2', 'auto'); print('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60).stdout.strip() == "False"

@@ -10,18 +10,14 @@ import time
 import pytest
 
 from k9bench.artifacts import (
-    ArtifactError,
-    CheckpointLog,
     JudgeEntry,
     QuestionRecord,
     RecordsArtifact,
     SkippedEntry,
-    WriteFailed,
     load_records_artifact,
     provenance,
-    read_json,
-    write_json_atomic,
 )
+from k9bench.artifact_io import ArtifactError, CheckpointLog, WriteFailed, read_json, write_json_atomic
 
 RAW_KEYS = ["idx", "question_category", "video", "ground_truth", "response", "answer", "scene_name",
             "question", "options", "prompt", "model_name", "max_frames", "timestamp"]
@@ -161,7 +157,7 @@ def test_checkpoint_discards_torn_line_and_dedups(tmp_path):
 
 WRITER = r"""
 import sys, time
-from k9bench.artifacts import CheckpointLog
+from k9bench.artifact_io import CheckpointLog
 log = CheckpointLog(sys.argv[1])
 done = log.load()
 for i in range(int(sys.argv[2])):
@@ -227,7 +223,7 @@ def test_a_path_under_a_file_names_the_file(tmp_path):
 
 
 def test_read_text_refuses_bad_bytes_and_empty_files(tmp_path):
-    from k9bench.artifacts import read_text
+    from k9bench.artifact_io import read_text
 
     (tmp_path / "p.txt").write_bytes(b"caf\xe9")
     with pytest.raises(ArtifactError, match=r"p\.txt: not UTF-8 text \(byte 0xe9 at offset 3\)"):

@@ -1,4 +1,4 @@
-"""k9bench.audio and FrameCache.get_audio: a video's soundtrack, read once, at the processor's rate."""
+"""k9bench.video.audio and FrameCache.get_audio: a video's soundtrack, read once, at the processor's rate."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from k9bench.audio import AudioError, NoAudioStream, read_audio
-from k9bench.ffmpeg import make_video, run_ffmpeg
-from k9bench.video import FrameCache
+from k9bench.video.audio import AudioError, NoAudioStream, read_audio
+from k9bench.video.ffmpeg import make_video, run_ffmpeg
+from k9bench.video.cache import FrameCache
 
 
 @pytest.fixture(scope="module")
@@ -70,7 +70,7 @@ def test_audio_only_file_gives_audio(tmp_path):
 
 
 def test_frame_cache_reads_each_soundtrack_once_and_remembers_failures(monkeypatch, clips):
-    import k9bench.frame_cache as fc
+    import k9bench.video.cache as fc
 
     calls = []
     real = fc.read_audio
@@ -93,7 +93,7 @@ def test_frame_cache_reads_each_soundtrack_once_and_remembers_failures(monkeypat
 
 
 def test_disk_store_round_trip_and_damage(monkeypatch, clips, tmp_path, caplog):
-    import k9bench.frame_cache as fc
+    import k9bench.video.cache as fc
 
     disk = tmp_path / "cache"
     first = FrameCache(disk_dir=disk).get_audio(clips["noise"], 16000)
@@ -107,7 +107,7 @@ def test_disk_store_round_trip_and_damage(monkeypatch, clips, tmp_path, caplog):
     monkeypatch.undo()
     entry.write_bytes(entry.read_bytes()[:100])  # truncated
     third = FrameCache(disk_dir=disk)
-    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.video.cache"):
         again = third.get_audio(clips["noise"], 16000)
     assert "damaged" in caplog.text and third.stats.damaged == 1 and third.stats.audio_reads == 1
     np.testing.assert_array_equal(first.samples, again.samples)
@@ -115,7 +115,7 @@ def test_disk_store_round_trip_and_damage(monkeypatch, clips, tmp_path, caplog):
 
 def test_make_video_default_output_is_unchanged(monkeypatch, tmp_path):
     """No soundtrack by default, and audio=True still writes the same 440 Hz / 16 kHz sine as before."""
-    import k9bench.ffmpeg as ff
+    import k9bench.video.ffmpeg as ff
 
     seen = []
     def fake_run(args, **kw):
@@ -136,7 +136,7 @@ def test_audio_reaching_the_processor_has_the_expected_length_and_rate(tmp_path,
     """Through the tiny Qwen2.5-Omni processor: the feature extractor gets 3 s at 16 kHz, mono."""
     from transformers import AutoProcessor
 
-    from k9bench.frame_policy import policy_for
+    from k9bench.video.policy import policy_for
     from k9bench.tiny_model import build_tiny
 
     processor = AutoProcessor.from_pretrained(build_tiny("qwen2_5_omni", tmp_path / "omni"))
@@ -167,7 +167,7 @@ def test_audio_reaching_the_processor_has_the_expected_length_and_rate(tmp_path,
 def test_input_audio_part_for_openai_compatible_endpoints(clips, fmt, tmp_path):
     import base64
 
-    from k9bench.audio import encode_audio, input_audio_part
+    from k9bench.video.audio import encode_audio, input_audio_part
 
     audio = read_audio(clips["sine"], 16000)
     part = input_audio_part(audio, fmt)
@@ -186,7 +186,7 @@ def test_input_audio_part_for_openai_compatible_endpoints(clips, fmt, tmp_path):
 def test_prefetch_reads_the_soundtrack_in_background(monkeypatch, clips):
     import threading
 
-    import k9bench.frame_cache as fc
+    import k9bench.video.cache as fc
 
     threads = []
     real = fc.read_audio

@@ -99,7 +99,7 @@ def test_the_same_command_with_good_input_does_generate(workspace):
 
 def test_library_callers_get_the_same_checks(tmp_path):
     """A DownloadConfig built in code (eval_video_llm.py --auto_download) is checked by the same rules."""
-    from k9bench.download import DownloadConfig, DownloadInputError, download_videos
+    from k9bench.download.stage import DownloadConfig, DownloadInputError, download_videos
 
     for bad, needle in [
         (dict(timeout=float("nan")), "timeout must be a finite number"),

@@ -49,7 +49,7 @@ def base(video_dir: Path, out: Path | str, *extra: str) -> list[str]:
 
 
 def _dataset_file(folder: Path) -> str:
-    from k9bench.demo import demo_rows
+    from k9bench.data.demo import demo_rows
 
     path = folder / "questions.json"
     path.write_text(json.dumps(demo_rows()))
@@ -188,7 +188,7 @@ def test_a_second_run_on_the_same_output_is_refused_at_once(no_model_load, demo_
 
 
 def test_a_megabyte_question_is_a_failed_record_not_a_hang(demo_video_dir, tmp_path, monkeypatch):
-    from k9bench.demo import demo_rows
+    from k9bench.data.demo import demo_rows
     from k9bench.inference.planning import MAX_QUESTION_CHARS
 
     rows = demo_rows()[:3]
@@ -293,7 +293,7 @@ def test_a_full_disk_during_a_checkpoint_append_is_one_line_and_the_rerun_resume
     finished records valid on disk; the rerun answers only the other 9."""
     import errno
 
-    from k9bench.artifacts import checkpoint_path
+    from k9bench.layout import checkpoint_path
 
     out = tmp_path / "raw.json"
     part = checkpoint_path(out)
@@ -337,8 +337,8 @@ def test_a_resume_whose_pending_questions_are_a_missing_videos_finishes(demo_vid
     whole run's videos: the rerun finishes, with failed records (missing_video) for those questions only."""
     import shutil
 
-    from k9bench.artifacts import checkpoint_path
-    from k9bench.demo import demo_rows
+    from k9bench.layout import checkpoint_path
+    from k9bench.data.demo import demo_rows
 
     videos = tmp_path / "videos"
     shutil.copytree(demo_video_dir, videos)
@@ -403,7 +403,7 @@ TORCH_FREE = [
 @pytest.mark.parametrize("extra, env, words", [c[1:] for c in TORCH_FREE], ids=[c[0] for c in TORCH_FREE])
 def test_checks_that_need_no_torch_come_before_it(no_model_load, tiny_model_dir, demo_video_dir, tmp_path, capfd, monkeypatch,
                                                    extra, env, words):
-    import k9bench.accelerator as acc
+    import k9bench.models.accelerator as acc
 
     if "mps" in extra and sys.platform == "darwin":
         pytest.skip("macOS has MPS")

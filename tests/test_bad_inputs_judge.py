@@ -240,7 +240,7 @@ def test_openai_backend_gets_the_same_clear_reason():
     ``'int' object has no attribute 'strip'``."""
     import random
 
-    from k9bench.openai_api import ChatClient, RetryPolicy
+    from k9bench.serving.openai_api import ChatClient, RetryPolicy
 
     with FakeOpenAIServer(lambda req: completion(5)) as s:
         client = ChatClient(api_key=KEY, base_url=s.base_url, retry=RetryPolicy(max_retries=2, backoff_base=0.01), rng=random.Random(0))
@@ -255,7 +255,7 @@ def test_null_content_is_an_empty_reply_not_a_failure(server):
     """Reply(text=None) (a null content) stays an empty reply, not a failure."""
     import random
 
-    from k9bench.openai_api import ChatClient, RetryPolicy
+    from k9bench.serving.openai_api import ChatClient, RetryPolicy
 
     server.responder = lambda req: Reply(None)
     client = ChatClient(api_key=KEY, base_url=server.base_url, retry=RetryPolicy(max_retries=0), rng=random.Random(0))

@@ -14,7 +14,7 @@ import time
 import pytest
 
 import evaluate_results
-import k9bench.embedding
+import k9bench.scoring.embedding
 import k9bench.scoring
 
 OPTS = ["A. the dog sits", "B. the dog runs", "C. the dog sleeps", "D. the dog barks at a cat", "E. the dog eats"]
@@ -35,7 +35,7 @@ def model_loads(monkeypatch):
         calls.append(args)
         raise AssertionError("the embedding model was loaded")
 
-    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", fake_load)
+    monkeypatch.setattr(k9bench.scoring.embedding, "load_embedding_model", fake_load)
     return calls
 
 
@@ -365,7 +365,7 @@ def test_a_full_disk_after_the_embedding_pass_is_one_line_and_the_rerun_succeeds
     from tests.fake_embedder import FakeLoader
 
     loader = FakeLoader()
-    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", loader)
+    monkeypatch.setattr(k9bench.scoring.embedding, "load_embedding_model", loader)
     real_replace = os.replace
     monkeypatch.setattr(os, "replace", enospc)
     before = snapshot(tmp_path)

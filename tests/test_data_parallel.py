@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.artifacts import checkpoint_path
+from k9bench.layout import checkpoint_path
 from k9bench.inference.data_parallel import visible_devices, worker_argv
 from k9bench.inference.runner import EXIT_OK
 from k9bench.tiny_model import build_tiny_qwen3vl

@@ -4,8 +4,8 @@ import json
 import pytest
 
 from k9bench import CATEGORIES
-from k9bench.dataset import DatasetError, load_questions, normalize_category, unique_videos
-from k9bench.demo import demo_rows
+from k9bench.data.dataset import DatasetError, load_questions, normalize_category, unique_videos
+from k9bench.data.demo import demo_rows
 
 GOOD = {
     "idx": 7,
@@ -223,8 +223,8 @@ def test_json_file_written_by_datasets_to_json_loads(tmp_path):
 def test_demo_videos_are_silent_unless_a_soundtrack_is_asked_for(tmp_path, monkeypatch):
     """Today's demo videos are made exactly as before (no audio argument at all); with soundtrack=True
     two scenes get one (sine, noise) and the third stays silent."""
-    import k9bench.ffmpeg
-    from k9bench.demo import DEMO_SOUNDTRACKS, DEMO_VIDEOS, make_demo_videos
+    import k9bench.video.ffmpeg
+    from k9bench.data.demo import DEMO_SOUNDTRACKS, DEMO_VIDEOS, make_demo_videos
 
     calls = {}
 
@@ -233,7 +233,7 @@ def test_demo_videos_are_silent_unless_a_soundtrack_is_asked_for(tmp_path, monke
         path.write_bytes(b"x")
         return path
 
-    monkeypatch.setattr(k9bench.ffmpeg, "make_video", fake_make_video)
+    monkeypatch.setattr(k9bench.video.ffmpeg, "make_video", fake_make_video)
     make_demo_videos(tmp_path / "silent")
     assert calls == DEMO_VIDEOS  # the same settings, no audio key
     calls.clear()
@@ -247,8 +247,8 @@ def test_demo_videos_are_silent_unless_a_soundtrack_is_asked_for(tmp_path, monke
 
 @pytest.mark.slow
 def test_demo_soundtracks_are_real(tmp_path):
-    from k9bench.audio import NoAudioStream, read_audio
-    from k9bench.demo import make_demo_videos
+    from k9bench.video.audio import NoAudioStream, read_audio
+    from k9bench.data.demo import make_demo_videos
 
     paths = {p.stem: p for p in make_demo_videos(tmp_path, soundtrack=True)}
     for scene in ("demoVid0001", "demoVid0002"):

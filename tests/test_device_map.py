@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench import accelerator as acc
+from k9bench.models import accelerator as acc
 from k9bench.inference.runner import EXIT_OK
 from k9bench.tiny_model import build_tiny_qwen3vl
 

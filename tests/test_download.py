@@ -1,4 +1,4 @@
-"""download_videos.py and k9bench.download, offline.
+"""download_videos.py and k9bench.download.stage, offline.
 
 A local HTTP server (tests/video_server.py) serves generated videos; a yt-dlp extractor
 plugin (tests/ytdlp_test_plugins) answers real YouTube URL forms from it. yt-dlp is
@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from k9bench.download import (
+from k9bench.download.stage import (
     WORK_DIRNAME,
     DownloadConfig,
     DownloadInputError,
@@ -28,8 +28,8 @@ from k9bench.download import (
     download_videos,
     ydl_params,
 )
-from k9bench.ffmpeg import make_video, run_ffmpeg
-from k9bench.verify import read_top_level_boxes, verify_video
+from k9bench.video.ffmpeg import make_video, run_ffmpeg
+from k9bench.download.verify import read_top_level_boxes, verify_video
 from tests.video_server import TEST_EXTRACTOR, Fmt, VideoServer, install_test_extractor
 
 REPO = Path(__file__).resolve().parent.parent
@@ -260,7 +260,7 @@ def test_ytdlp_warnings_reach_the_manifest_and_the_log_once(server, sources, ove
     server.add(vid(37), [Fmt("m", sources["mp4"], mode="http404")], warning="n challenge solving failed")
     server.add(vid(38), [Fmt("m", sources["mp4"])])
     videos = {s: f"https://youtu.be/{s}" for s in (vid(35), vid(36), vid(37), vid(38))}
-    with caplog.at_level(logging.WARNING, logger="k9bench.download"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.download.stage"):
         report = download_videos(videos, tmp_path, config(overrides, workers=1))
     manifest = {e["scene_name"]: e for e in json.loads((tmp_path / "download_manifest.json").read_text())["videos"]}
     for scene in (vid(35), vid(36)):
@@ -318,7 +318,7 @@ def test_a_folder_named_like_a_video_fails_that_video_only(server, sources, over
 
 
 def test_unexpected_os_error_on_one_video_does_not_stop_the_run(server, sources, overrides, tmp_path, monkeypatch):
-    import k9bench.download_one as kd
+    import k9bench.download.one as kd
 
     server.add(vid(34), [Fmt("m", sources["mp4"])])
     server.add(vid(19), [Fmt("m", sources["mp4"])])
@@ -388,7 +388,7 @@ def test_a_second_run_into_the_same_folder_waits_for_the_first(server, sources, 
     holder = os.open(out, os.O_RDONLY)  # stands in for the first run
     fcntl.flock(holder, fcntl.LOCK_EX)
     reports = []
-    with caplog.at_level(logging.INFO, logger="k9bench.download"):
+    with caplog.at_level(logging.INFO, logger="k9bench.download.stage"):
         second = threading.Thread(target=lambda: reports.append(download_videos(videos, out, config(overrides))))
         second.start()
         time.sleep(1.0)
@@ -450,7 +450,7 @@ _DRIVER = """
 import json, sys
 sys.path[:0] = [{repo!r}]
 from tests.video_server import install_test_extractor
-from k9bench.download import DownloadConfig, download_videos
+from k9bench.download.stage import DownloadConfig, download_videos
 overrides = install_test_extractor()
 videos, out = json.loads(sys.argv[1]), sys.argv[2]
 download_videos(videos, out, DownloadConfig(workers=1, retries=0, timeout=30, progress=False, **overrides))
@@ -535,7 +535,7 @@ def test_unwritable_output_folder_is_refused(tmp_path):
 
 
 def test_missing_ffmpeg_and_cookies_are_refused(tmp_path, monkeypatch):
-    import k9bench.ffmpeg as ff
+    import k9bench.video.ffmpeg as ff
 
     def no_ffmpeg():
         raise ff.FFmpegNotFound("ffmpeg was not found: install it on PATH or pip install imageio-ffmpeg")
@@ -603,7 +603,7 @@ def test_no_downloadable_format_is_not_called_unavailable(text):
 def test_cli_demo_videos_present_are_skipped(demo_video_dir, overrides, tmp_path, monkeypatch):
     import download_videos
 
-    import k9bench.download as kd
+    import k9bench.download.stage as kd
 
     monkeypatch.setattr(kd, "DownloadConfig", functools.partial(kd.DownloadConfig, **overrides))
     out = tmp_path / "videos"
@@ -629,7 +629,7 @@ def _write_rows(path: Path, urls: list[str]) -> Path:
 
 def test_cli_downloads_unique_videos_and_exits_1_on_failure(server, sources, overrides, tmp_path, monkeypatch):
     import download_videos
-    import k9bench.download as kd
+    import k9bench.download.stage as kd
 
     # The script builds its own DownloadConfig: pin it to the test extractor.
     monkeypatch.setattr(kd, "DownloadConfig", functools.partial(kd.DownloadConfig, **overrides))
@@ -656,7 +656,7 @@ def test_cli_downloads_unique_videos_and_exits_1_on_failure(server, sources, ove
 def test_cli_flags_reach_the_download_config(tmp_path, monkeypatch):
     """Every download flag of the script lands in DownloadConfig (yt-dlp parameters are checked below)."""
     import download_videos
-    import k9bench.download as kd
+    import k9bench.download.stage as kd
 
     seen = {}
 

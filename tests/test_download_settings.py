@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 import download_videos
-from k9bench.dataset import DatasetSettings
-from k9bench.download import DownloadConfig, DownloadJob
+from k9bench.data.dataset import DatasetSettings
+from k9bench.download.stage import DownloadConfig, DownloadJob
 from k9bench.settings import default_of
 
 REPO = Path(__file__).resolve().parent.parent
-DOWNLOAD_MODULES = ("k9bench.download", "k9bench.download_failures", "k9bench.ytdlp", "k9bench.manifest",
-                    "k9bench.download_settings", "k9bench.download_checks", "k9bench.download_run", "k9bench.download_one")
+DOWNLOAD_MODULES = ("k9bench.download.stage", "k9bench.download.failures", "k9bench.download.ytdlp", "k9bench.download.manifest",
+                    "k9bench.download.settings", "k9bench.download.checks", "k9bench.download.run", "k9bench.download.one")
 PARTS = DOWNLOAD_MODULES[1:]
 SETTINGS_CLASSES = (DatasetSettings, DownloadJob, DownloadConfig)
 
@@ -77,7 +77,7 @@ def test_out_of_range_values_are_refused_when_parsed(argv, capsys):
 
 
 def test_main_hands_frozen_settings_to_the_engine(tmp_path, monkeypatch):
-    import k9bench.download as kd
+    import k9bench.download.stage as kd
 
     seen = {}
 
@@ -112,7 +112,7 @@ def test_manifest_records_the_settings_by_field_name():
 
 def test_config_from_argv_gives_frozen_settings_all_the_way_down():
     """The stage is built from frozen dataclasses only: no Namespace reaches the engine."""
-    from k9bench.download import DownloadRun, DownloadStage, config_from_argv
+    from k9bench.download.stage import DownloadRun, DownloadStage, config_from_argv
 
     run = config_from_argv(["--dataset_name", "demo", "--workers", "2", "--max_samples", "5"])
     assert isinstance(run, DownloadRun) and run.argv[-1] == "5"
@@ -132,7 +132,7 @@ def test_config_from_argv_gives_frozen_settings_all_the_way_down():
 
 
 def test_the_split_modules_do_not_import_each_other_in_a_loop():
-    """The parts never import the front (k9bench.download), not even for type checking, and the
+    """The parts never import the front (k9bench.download.stage), not even for type checking, and the
     settings import no part of the engine: no circle (issue 20: download <-> ytdlp was one)."""
     def imports(name: str) -> set[str]:
         tree = ast.parse(Path(importlib.import_module(name).__file__).read_text())
@@ -145,20 +145,20 @@ def test_the_split_modules_do_not_import_each_other_in_a_loop():
         return out
 
     for name in PARTS:
-        assert "k9bench.download" not in imports(name), name
-    engine = {"k9bench.ytdlp", "k9bench.download_run", "k9bench.download_one", "k9bench.download_checks"}
-    assert not imports("k9bench.download_settings") & engine
-    assert "k9bench.download_settings" in imports("k9bench.ytdlp")  # where DownloadConfig now lives
+        assert "k9bench.download.stage" not in imports(name), name
+    engine = {"k9bench.download.ytdlp", "k9bench.download.run", "k9bench.download.one", "k9bench.download.checks"}
+    assert not imports("k9bench.download.settings") & engine
+    assert "k9bench.download.settings" in imports("k9bench.download.ytdlp")  # where DownloadConfig now lives
     code = "import sys; import {m}; assert 'yt_dlp' not in sys.modules and 'datasets' not in sys.modules"
     import subprocess
 
-    for name in DOWNLOAD_MODULES + ("k9bench.hub",):
+    for name in DOWNLOAD_MODULES + ("k9bench.models.hub",):
         subprocess.run([sys.executable, "-c", code.format(m=name)], check=True, cwd=REPO)
 
 
 def test_the_old_import_paths_still_work():
-    """Callers in other modules (the runner's --auto_download, the tests) import from k9bench.download."""
-    from k9bench.download import (  # noqa: F401
+    """Callers in other modules (the runner's --auto_download, the tests) import from k9bench.download.stage."""
+    from k9bench.download.stage import (  # noqa: F401
         FAILURE_CLASSES,
         MANIFEST_NAME,
         WORK_DIRNAME,
@@ -169,7 +169,7 @@ def test_the_old_import_paths_still_work():
         download_videos,
         ydl_params,
     )
-    from k9bench.download_failures import DownloadInputError as same
+    from k9bench.download.failures import DownloadInputError as same
     from k9bench.stage import StageError
 
     assert DownloadInputError is same and issubclass(DownloadInputError, ValueError)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import download_videos
-from k9bench.download import DownloadConfig, DownloadStage, config_from_argv, download_videos as fetch_videos
-from k9bench.ffmpeg import make_video
+from k9bench.download.stage import DownloadConfig, DownloadStage, config_from_argv, download_videos as fetch_videos
+from k9bench.video.ffmpeg import make_video
 from tests.test_download import server  # noqa: F401 (fixture: the local video server)
 from tests.video_server import TEST_EXTRACTOR, Fmt, install_test_extractor
 
@@ -36,7 +36,7 @@ def source(tmp_path_factory) -> Path:
 @pytest.fixture
 def no_online_fetch(monkeypatch):
     """Any attempt to run yt-dlp fails the test (the demo set is never looked for online)."""
-    import k9bench.download_one as one
+    import k9bench.download.one as one
 
     def refuse(*args, **kwargs):
         raise AssertionError("yt-dlp was asked for a demo video")
@@ -107,7 +107,7 @@ def test_a_run_over_fewer_videos_or_a_killed_run_keeps_the_others_entries(server
 def test_progress_reaches_a_log_at_each_tenth(tmp_path, caplog, no_online_fetch, monkeypatch):
     monkeypatch.delenv("K9BENCH_NO_PROGRESS", raising=False)
     caplog.set_level(logging.INFO, logger="k9bench.progress")
-    from k9bench.demo import demo_generators
+    from k9bench.data.demo import demo_generators
 
     videos = {s: f"https://www.youtube.com/watch?v={s}" for s in DEMO_SCENES}
     fetch_videos(videos, tmp_path, DownloadConfig(workers=1), generators=demo_generators())
@@ -121,7 +121,7 @@ def test_a_long_video_still_gives_a_line_every_interval(tmp_path, caplog, monkey
     """While one video takes long, a line still comes every K9BENCH_PROGRESS_INTERVAL seconds."""
     import time
 
-    from k9bench.demo import make_demo_video
+    from k9bench.data.demo import make_demo_video
 
     monkeypatch.delenv("K9BENCH_NO_PROGRESS", raising=False)
     monkeypatch.setenv("K9BENCH_PROGRESS_INTERVAL", "1")
@@ -153,7 +153,7 @@ def test_two_demo_downloads_are_byte_identical(tmp_path, no_online_fetch):
 
 
 def test_two_demo_generations_are_byte_identical(tmp_path):
-    from k9bench.demo import make_demo_videos
+    from k9bench.data.demo import make_demo_videos
 
     for soundtrack in (False, True):
         paths = [make_demo_videos(tmp_path / f"{n}{soundtrack}", soundtrack=soundtrack) for n in "ab"]
@@ -162,7 +162,7 @@ def test_two_demo_generations_are_byte_identical(tmp_path):
 
 
 def test_a_corrupt_demo_video_is_made_again_not_fetched(tmp_path, no_online_fetch):
-    from k9bench.download import fetch_for_questions
+    from k9bench.download.stage import fetch_for_questions
 
     out = tmp_path / "v"
     videos = {s: f"https://www.youtube.com/watch?v={s}" for s in DEMO_SCENES}
@@ -177,7 +177,7 @@ def test_a_corrupt_demo_video_is_made_again_not_fetched(tmp_path, no_online_fetc
 
 
 def test_auto_download_of_the_demo_set_with_soundtracks(tmp_path, no_online_fetch, av_video_dir):
-    from k9bench.download import fetch_for_questions
+    from k9bench.download.stage import fetch_for_questions
 
     videos = {s: f"https://youtu.be/{s}" for s in DEMO_SCENES}
     report = fetch_for_questions(videos, tmp_path, DownloadConfig(progress=False), dataset_name="demo", soundtrack=True)
@@ -187,7 +187,7 @@ def test_auto_download_of_the_demo_set_with_soundtracks(tmp_path, no_online_fetc
 
 
 def test_other_datasets_are_never_made_locally(tmp_path, monkeypatch):
-    import k9bench.download as kd
+    import k9bench.download.stage as kd
 
     seen = {}
 
@@ -232,7 +232,7 @@ def test_a_second_download_of_the_same_output_refuses_at_once(tmp_path, capsys, 
 def test_a_stop_signal_keeps_the_finished_videos_and_exits_75(tmp_path, monkeypatch, no_online_fetch):
     import signal
 
-    import k9bench.demo as demo
+    import k9bench.data.demo as demo
 
     real = demo.make_demo_video
     made = []

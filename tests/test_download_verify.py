@@ -1,4 +1,4 @@
-"""k9bench.verify: which files count as a good {scene}.mp4, table-driven."""
+"""k9bench.download.verify: which files count as a good {scene}.mp4, table-driven."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from k9bench.ffmpeg import make_video
-from k9bench.verify import check_box_layout, probe_media, read_top_level_boxes, verify_video
+from k9bench.video.ffmpeg import make_video
+from k9bench.download.verify import check_box_layout, probe_media, read_top_level_boxes, verify_video
 
 SMALL = {"duration": 1.0, "fps": 10, "width": 96, "height": 64}
 

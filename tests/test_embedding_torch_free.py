@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import evaluate_results
-from k9bench import accelerator as acc
-from k9bench import embedding
+from k9bench.models import accelerator as acc
+from k9bench.scoring import embedding
 from tests.test_evaluate_results import raw_file  # noqa: F401 (fixture)
 
 REPO = Path(__file__).resolve().parent.parent

@@ -5,7 +5,7 @@ import json
 import pytest
 
 import evaluate_results
-from k9bench.embedding import bundled_small_model_path
+from k9bench.scoring.embedding import bundled_small_model_path
 
 CATS = ["posture analysis", "action sequence", "context analysis", "cause-effect analysis", "interaction analysis"]
 OPTS = ["A. the dog sits", "B. the dog runs", "C. the dog sleeps", "D. the dog barks at a cat", "E. the dog eats"]
@@ -350,11 +350,11 @@ def test_uncached_hub_embedding_model_offline_fails_fast_in_one_line(tmp_path, r
 
 
 def test_scoring_stages_are_done_by_content_and_fingerprint(tmp_path, raw_file, monkeypatch, capsys):
-    import k9bench.embedding
+    import k9bench.scoring.embedding
     from k9bench.scoring import CalculateStage, EvaluateStage, config_from_argv
     from tests.fake_embedder import FakeLoader
 
-    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", FakeLoader())
+    monkeypatch.setattr(k9bench.scoring.embedding, "load_embedding_model", FakeLoader())
     sim, ev = tmp_path / "sim_x.json", tmp_path / "eval_x.json"
     argv = ["--mode", "all", "--input_file", str(raw_file), "--output_file", str(ev), "--bootstrap_resamples", "0"]
 

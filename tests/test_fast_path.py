@@ -186,7 +186,7 @@ def test_sigterm_between_cross_video_batches_then_resume(tiny, demo_video_dir, t
     import os
     import signal
 
-    from k9bench.artifacts import checkpoint_path
+    from k9bench.layout import checkpoint_path
     from k9bench.inference.hf import HFBackend
     from k9bench.inference.runner import EXIT_INTERRUPTED
 

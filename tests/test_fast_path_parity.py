@@ -39,7 +39,7 @@ def questions(n: int) -> list[str]:
 @pytest.fixture(scope="module")
 def long_videos(tmp_path_factory) -> list[Path]:
     """A 300 s clip and a 40 s one, tiny frames at 1 fps (cheap to make and decode)."""
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
 
     folder = tmp_path_factory.mktemp("long")
     return [make_video(folder / "long300.mp4", duration=300, fps=1, width=64, height=48),
@@ -54,7 +54,7 @@ def model(request, tmp_path_factory) -> Loaded:
 
 
 def requests(model: Loaded, videos: list[Path], per_video: int, max_frames: int = 16) -> list[GenerationRequest]:
-    from k9bench.video import sample
+    from k9bench.video.sampling import sample
 
     out = []
     for v, path in enumerate(videos):

@@ -1,4 +1,4 @@
-"""k9bench.frame_policy: the frame and audio handling chosen by the processor's type."""
+"""k9bench.video.policy: the frame and audio handling chosen by the processor's type."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from k9bench.audio import Audio
-from k9bench.frame_policy import FramePolicy, policy_for
-from k9bench.video import Frames
+from k9bench.video.audio import Audio
+from k9bench.video.policy import FramePolicy, policy_for
+from k9bench.video.sampling import Frames
 
 
 def _fake(name: str, **attrs):
@@ -74,7 +74,7 @@ def test_decision_follows_the_processor_type_not_the_model_name():
 
 
 def test_unknown_video_processor_resizes_itself_with_a_warning(caplog):
-    with caplog.at_level(logging.WARNING, logger="k9bench.frame_policy"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.video.policy"):
         policy = policy_for(_processor("P", _fake("OddVideoProcessor", patch_size=14, merge_size=3)))
     assert policy.rule == "processor_resizes" and "no known frame rule" in caplog.text
     assert policy.sampling_overrides() == {}

@@ -1,4 +1,4 @@
-"""k9bench.hub: an uncached Hub id with no network fails within seconds, in one line naming the fix.
+"""k9bench.models.hub: an uncached Hub id with no network fails within seconds, in one line naming the fix.
 
 The real Hub is never reached: pytest-socket allows loopback only, and the probes below go to
 servers on 127.0.0.1 (one that never answers, one that answers) or to the default endpoint,
@@ -14,8 +14,8 @@ import time
 
 import pytest
 
-from k9bench import hub
-from k9bench.dataset import DatasetError, load_questions
+from k9bench.models import hub
+from k9bench.data.dataset import DatasetError, load_questions
 
 
 @pytest.fixture(autouse=True)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.artifacts import checkpoint_path
+from k9bench.layout import checkpoint_path
 from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK
 from k9bench.prompts import sha256
 from k9bench.tiny_model import build_tiny_qwen3vl
@@ -231,7 +231,7 @@ def test_a_video_dir_holding_none_of_the_videos_is_refused_before_the_model_load
 def test_auto_download_makes_the_demo_videos_locally_and_a_corrupt_one_again(tiny, demo_video_dir, tmp_path, monkeypatch):
     """Issue 25: the demo set with an empty --video_dir and --auto_download: the three videos are made here (yt-dlp
     is never asked) and every question is answered; a torn video is made again on the next run."""
-    import k9bench.download_one as download_one
+    import k9bench.download.one as download_one
 
     def refuse(*args, **kwargs):
         raise AssertionError("yt-dlp was asked for a demo video")

@@ -51,7 +51,7 @@ def test_progress_lines_in_a_batch_log(use_backend, demo_video_dir, tmp_path, ca
 
 
 def test_progress_counts_failures(use_backend, demo_video_dir, tmp_path, capfd, monkeypatch):
-    from k9bench.dataset import load_questions
+    from k9bench.data.dataset import load_questions
 
     monkeypatch.setenv("K9BENCH_PROGRESS_INTERVAL", "1000")
     bad = load_questions("demo").questions[0].question
@@ -102,7 +102,7 @@ def test_a_resumed_run_still_lists_the_videos_of_earlier_records(use_backend, de
 
 def test_reference_prompts_are_confirmed_by_hash(use_backend, demo_video_dir, tmp_path, monkeypatch):
     """A stand-in text of ours plays the reference's system prompt (its hash swapped in); one character off is not it."""
-    import k9bench.published as published
+    import k9bench.data.published as published
 
     text = "A stand-in system prompt written for this test."
     monkeypatch.setattr(published, "REFERENCE_SYSTEM_PROMPT_SHA256", hashlib.sha256(text.encode()).hexdigest())
@@ -178,7 +178,7 @@ def test_a_smaller_selection_of_a_finished_file_leaves_the_file_and_its_block_al
 def test_redo_changed_redoes_a_file_made_from_another_dataset(use_backend, demo_video_dir, tmp_path):
     """The records' own fingerprint does not name the dataset; the stage block does: the launcher's mode redoes a
     file made from another dataset with the same idx values, instead of reusing its answers."""
-    from k9bench.demo import demo_rows
+    from k9bench.data.demo import demo_rows
     from k9bench.inference.stage import InferenceStage, config_from_argv
     from k9bench.stage import run_stage
 

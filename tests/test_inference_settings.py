@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.artifacts import checkpoint_path
+from k9bench.layout import checkpoint_path
 from k9bench.inference.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from k9bench.inference.settings import (
     SECTIONS,
@@ -34,9 +34,9 @@ def config_of(*argv: str) -> RunConfig:
 
 
 def test_frame_defaults_are_the_video_modules_own(use_backend, demo_video_dir, tmp_path):
-    """A run without frame flags samples exactly what k9bench.video.sample does by default (the flags' defaults
+    """A run without frame flags samples exactly what k9bench.video.sampling.sample does by default (the flags' defaults
     are the video module's, not a copy that could drift)."""
-    from k9bench.video import sample
+    from k9bench.video.sampling import sample
 
     use_backend(FakeBackend())
     out = tmp_path / "raw.json"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.artifacts import checkpoint_path
-from k9bench.dataset import load_questions
+from k9bench.layout import checkpoint_path
+from k9bench.data.dataset import load_questions
 from k9bench.inference import planning
 from k9bench.inference import records as records_module
 from k9bench.inference import stage as inference_stage
@@ -224,7 +224,7 @@ def test_sharded_runs_cover_everything_once(use_backend, demo_video_dir, tmp_pat
 def test_auto_download_passes_every_video_of_the_pending_questions(use_backend, demo_video_dir, tmp_path, monkeypatch):
     """The downloader gets every video of the questions still to run (it skips a verified file and replaces a
     corrupt one), with the demo set's local generators, cookies and workers."""
-    import k9bench.download as download
+    import k9bench.download.stage as download
 
     video_dir = tmp_path / "videos"
     video_dir.mkdir()

@@ -260,7 +260,7 @@ def test_build_tasks_older_threshold_layout_and_failed_records(tmp_path):
 
 
 def test_cross_check_reports_each_differing_field():
-    from k9bench.dataset import load_questions
+    from k9bench.data.dataset import load_questions
 
     questions = load_questions("demo").questions
     q = questions[0]

@@ -16,7 +16,7 @@ import pytest
 
 import subjective_evals
 from k9bench import CATEGORIES, LETTERS
-from k9bench.artifacts import checkpoint_path
+from k9bench.layout import checkpoint_path
 from tests.fake_openai_server import FakeOpenAIServer, Fault, Reply, RecordedRequest
 
 SECRET = "sk-test-e2e-77aa88bb99cc-never-write-me"
@@ -423,7 +423,7 @@ def test_bad_inputs_exit_2_with_a_clear_message(tmp_path, server, capsys):
 
 
 def test_dataset_cross_check_reports_mismatches(tmp_path, server, capsys):
-    from k9bench.dataset import load_questions
+    from k9bench.data.dataset import load_questions
 
     questions = load_questions("demo").questions[:3]
     records = []
@@ -604,7 +604,7 @@ def test_temperature_is_sent_and_recorded_only_when_given(tmp_path, server):
 
 
 def test_dataset_questions_without_an_answer_are_skipped_as_missing_model_answer(tmp_path, server, capsys):
-    from k9bench.dataset import load_questions
+    from k9bench.data.dataset import load_questions
 
     questions = load_questions("demo").questions
     answered = [q for q in questions if q.idx % 3 != 1]
@@ -633,7 +633,8 @@ def test_dataset_questions_without_an_answer_are_skipped_as_missing_model_answer
 
 
 def test_reference_failed_records_are_failed_at_inference_not_a_crash(tmp_path, server):
-    from k9bench.artifacts import ArtifactError, QuestionRecord
+    from k9bench.artifacts import QuestionRecord
+    from k9bench.artifact_io import ArtifactError
 
     try:
         QuestionRecord.from_dict({"example_id": 2, "error": "CUDA out of memory"})
@@ -655,7 +656,7 @@ def test_a_judge_prompt_matching_the_reference_hash_is_recorded_as_confirmed(tmp
     (a stand-in template and its own hash swapped in; nothing of the reference is stored here)."""
     import hashlib
 
-    from k9bench import published
+    from k9bench.data import published
 
     stand_in = "Judge this.\nQ: {question}\nRight: {correct_answer}\nGiven: {model_output}\nCoT: then {{'Logic': X}}\n"
     filled = stand_in.format(question="{question}", correct_answer="{correct_answer}", model_output="{model_output}")

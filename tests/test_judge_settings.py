@@ -196,7 +196,7 @@ def test_resume_accepts_files_written_before_fingerprints(tmp_path, server):
 def test_engine_runs_from_settings_objects_alone(tmp_path, server):
     """run_judge needs no parser: settings objects, a task set and a client factory."""
     from k9bench.judge import build_tasks
-    from k9bench.openai_api import ChatClient
+    from k9bench.serving.openai_api import ChatClient
     from k9bench.prompts import load_prompt
 
     write_eval(tmp_path / "eval.json", make_records(3))

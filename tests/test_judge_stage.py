@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import subjective_evals
-from k9bench.artifacts import checkpoint_path
+from k9bench.layout import checkpoint_path
 from tests.fake_openai_server import FakeOpenAIServer, Fault
 from tests.test_judge_run import FAST, good, idx_of, make_records, write_eval
 from tests.test_judge_run import SECRET as KEY
@@ -223,7 +223,7 @@ def test_a_full_disk_during_a_checkpoint_append_is_one_line_and_the_rerun_resume
     what was appended stays valid and the rerun sends only the rest."""
     import errno
 
-    from k9bench.artifacts import CheckpointLog
+    from k9bench.artifact_io import CheckpointLog
 
     real_append = CheckpointLog.append
     calls = {"n": 0}

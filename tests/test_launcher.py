@@ -118,7 +118,7 @@ def test_two_launchers_started_together_the_second_refuses_at_once(tmp_path, tin
 def test_ctrl_c_during_inference_stops_at_once_with_the_checkpoint(tmp_path, tiny_model_dir):
     """Ctrl-C (SIGINT to the whole group) reaches the pipeline itself (the wrapper execs it): inference
     checkpoints and stops, exit 130 (the resume from that checkpoint: tests/test_pipeline_demo.py)."""
-    from k9bench.demo import make_demo_videos
+    from k9bench.data.demo import make_demo_videos
 
     make_demo_videos(tmp_path / "videos")
     env = demo_env(tmp_path, tiny_model_dir, REPORT="0")

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from k9bench import CATEGORIES
-from k9bench.artifacts import checkpoint_path, write_json_atomic
+from k9bench.artifact_io import write_json_atomic
+from k9bench.layout import checkpoint_path
 from k9bench.merge import MergeError, main, merge_shards
 
 

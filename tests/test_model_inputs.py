@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.dataset import load_questions
+from k9bench.data.dataset import load_questions
 from k9bench.inference.backend import GenerationRequest
 from k9bench.inference.runner import build_messages
 from k9bench.inference.settings import config_from_namespace, resolve
@@ -46,7 +46,7 @@ def question():
 
 @pytest.fixture(scope="module")
 def frames(backend, question, demo_video_dir: Path):
-    from k9bench.video import sample
+    from k9bench.video.sampling import sample
 
     return sample(demo_video_dir / question.video, fps=1.0, max_frames=4, max_pixels=16384, min_pixels=2048,
                   image_patch_size=backend.frame_patch_size())

@@ -1,4 +1,4 @@
-"""k9bench.openai_api against the local fake server, driven by the real openai client."""
+"""k9bench.serving.openai_api against the local fake server, driven by the real openai client."""
 
 from __future__ import annotations
 
@@ -9,18 +9,17 @@ import time
 
 import pytest
 
-from k9bench.openai_api import (
-    PLACEHOLDER_KEY,
+from k9bench.serving.openai_api import (
     ChatClient,
     MissingApiKey,
     RetryPolicy,
     Usage,
     parse_retry_after,
-    redact,
     resolve_api_key,
     run_concurrent,
     sum_usage,
 )
+from k9bench.serving.endpoint import PLACEHOLDER_KEY, redact
 from tests.fake_openai_server import FakeOpenAIServer, Fault, Reply, fake_openai, sequence  # noqa: F401 (fixture)
 
 SECRET = "sk-test-9f8e7d6c5b4a-do-not-leak"
@@ -118,7 +117,7 @@ def test_429_with_retry_after_is_honoured(fake_openai, caplog):
         retry=RetryPolicy(max_retries=2, backoff_base=0.01, backoff_max=0.05),
     )
     client._sleep = lambda s: (sleeps.append(s), time.sleep(s))
-    with caplog.at_level(logging.WARNING, logger="k9bench.openai_api"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.serving.openai_api"):
         result = client.chat(MSGS, model="m", label="idx 4")
     assert result.ok and result.text == "fine" and result.attempts == 2
     assert sleeps == [pytest.approx(0.3)]
@@ -141,7 +140,7 @@ def test_429_with_retry_after_is_honoured(fake_openai, caplog):
 def test_transient_failures_are_retried_until_success(fake_openai, caplog, faults, kind):
     fake_openai.responder = sequence(*faults, "recovered")
     sleeps: list = []
-    with caplog.at_level(logging.WARNING, logger="k9bench.openai_api"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.serving.openai_api"):
         result = make_client(fake_openai, retries=4, timeout=0.4, sleeps=sleeps).chat(MSGS, model="m")
     assert result.ok and result.text == "recovered"
     assert result.attempts == len(faults) + 1 == len(fake_openai.chat_requests())
@@ -162,7 +161,7 @@ def test_other_4xx_are_not_retried(fake_openai, status):
 def test_permanent_failure_gives_up_after_max_retries(fake_openai, caplog):
     fake_openai.responder = lambda req: Fault(500)
     sleeps: list = []
-    with caplog.at_level(logging.WARNING, logger="k9bench.openai_api"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.serving.openai_api"):
         result = make_client(fake_openai, retries=2, sleeps=sleeps).chat(MSGS, model="m", label="idx 9")
     assert not result.ok and result.error_kind == "server_error" and result.status_code == 500
     assert result.attempts == 3 and len(sleeps) == 2 and len(fake_openai.chat_requests()) == 3
@@ -264,7 +263,7 @@ def test_usage_from_response_reads_counts(usage, expected):
     ],
 )
 def test_usage_that_is_not_numeric_is_refused_with_the_field(usage, fragment):
-    from k9bench.openai_api import UnusableReply
+    from k9bench.serving.openai_api import UnusableReply
 
     with pytest.raises(UnusableReply) as info:
         Usage.from_response(usage)
@@ -272,7 +271,7 @@ def test_usage_that_is_not_numeric_is_refused_with_the_field(usage, fragment):
 
 
 def test_scrub_masks_the_key_userinfo_and_registered_secrets():
-    from k9bench.openai_api import scrub
+    from k9bench.serving.endpoint import scrub
 
     text = f"key {SECRET} at http://u:p4ss-word-1@host/v1"
     assert scrub(text, SECRET) == "key *** at http://***@host/v1"
@@ -285,7 +284,7 @@ def test_scrub_masks_the_key_userinfo_and_registered_secrets():
 
 @pytest.mark.parametrize("url", ["localhost:8000/v1", "127.0.0.1:8000", "ftp://host/v1", "http://", "http://host:port/v1", "//host/v1"])
 def test_a_url_without_http_scheme_and_host_is_one_line_exit_2(url):
-    from k9bench.openai_api import BadBaseUrl, check_base_url
+    from k9bench.serving.endpoint import BadBaseUrl, check_base_url
 
     with pytest.raises(BadBaseUrl) as info:
         check_base_url(url, flag="--judge_base_url")
@@ -296,7 +295,7 @@ def test_a_url_without_http_scheme_and_host_is_one_line_exit_2(url):
 
 
 def test_a_good_url_is_kept():
-    from k9bench.openai_api import check_base_url
+    from k9bench.serving.endpoint import check_base_url
 
     assert check_base_url("http://localhost:8000/v1/") == "http://localhost:8000/v1"
     assert check_base_url(" https://api.example.com/v1 ") == "https://api.example.com/v1"
@@ -304,7 +303,7 @@ def test_a_good_url_is_kept():
 
 
 def test_probe_answers_with_the_status_of_a_server_that_is_up():
-    from k9bench.openai_api import probe_endpoint
+    from k9bench.serving.endpoint import probe_endpoint
     from tests.fake_openai_server import FakeOpenAIServer
 
     with FakeOpenAIServer() as server:
@@ -315,7 +314,7 @@ def test_probe_of_a_closed_port_fails_at_once():
     import socket
     import time
 
-    from k9bench.openai_api import EndpointUnreachable, probe_endpoint
+    from k9bench.serving.endpoint import EndpointUnreachable, probe_endpoint
 
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -331,7 +330,7 @@ def test_probe_of_a_server_that_never_answers_gives_up_after_its_timeout():
     import socket
     import time
 
-    from k9bench.openai_api import EndpointUnreachable, probe_endpoint
+    from k9bench.serving.endpoint import EndpointUnreachable, probe_endpoint
 
     with socket.socket() as sock:  # listens, accepts into the backlog, never replies
         sock.bind(("127.0.0.1", 0))

@@ -17,14 +17,9 @@ import pytest
 
 import eval_video_llm
 from k9bench.inference.backend import BackendError
-from k9bench.inference.openai_backend import (
-    VIDEO_FPS_MAX_FRAMES,
-    ApiCallError,
-    BatchPartlyFailed,
-    OpenAIBackend,
-    encode_frames_jpeg,
-    parse_frame_size,
-)
+from k9bench.inference.openai_backend import ApiCallError, BatchPartlyFailed, OpenAIBackend
+from k9bench.inference.settings import VIDEO_FPS_MAX_FRAMES, parse_frame_size
+from k9bench.inference.video_transport import encode_frames_jpeg
 from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK, EXIT_USAGE
 from k9bench.prompts import load_prompt
 from tests.fake_openai_server import IMAGE_PART_TOKENS, FakeOpenAIServer, Fault, Reply, count_tokens, fake_openai  # noqa: F401
@@ -40,7 +35,7 @@ QUESTION_RE = re.compile(r"Q(\d+): ")
 @pytest.fixture(scope="module")
 def ramp_dir(tmp_path_factory) -> Path:
     """Two 6 s clips at 10 fps whose luma grows by 40 per second."""
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
 
     folder = tmp_path_factory.mktemp("ramp_videos")
     for scene, cb in RAMPS.items():
@@ -368,7 +363,7 @@ def test_resume_refuses_other_request_settings(fake_openai, ramp_dir, ramp_datas
 def test_server_gone_mid_run_stops_instead_of_failing_every_question(fake_openai, demo_video_dir, tmp_path, capfd):
     """After unreachable_limit (10 at concurrency 1) requests in a row cannot connect, the run stops (exit 3)
     with every finished question checkpointed; the rerun finishes the rest."""
-    from k9bench.artifacts import checkpoint_path
+    from k9bench.layout import checkpoint_path
     from k9bench.inference.runner import EXIT_BACKEND
 
     seen: list[int] = []
@@ -429,7 +424,7 @@ def test_encoded_frames_are_cached_per_video_and_dropped_with_it():
 
     import torch
 
-    from k9bench.video import Frames
+    from k9bench.video.sampling import Frames
 
     from k9bench.inference.video_transport import MediaBuilder
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.artifacts import checkpoint_path
+from k9bench.layout import checkpoint_path
 from k9bench.inference.runner import EXIT_OK
 from tests.fake_openai_server import FakeOpenAIServer, Fault, fake_openai  # noqa: F401
 

@@ -1,6 +1,6 @@
 """Issue 31 item 3: a server that answers with a huge body, or trickles its bytes, hangs nothing.
 
-Every response is read under :class:`k9bench.openai_endpoint.ResponseLimits`: reading stops at the byte cap
+Every response is read under :class:`k9bench.serving.endpoint.ResponseLimits`: reading stops at the byte cap
 whatever the server claims (a Content-Length, or a chunked body with none), and an attempt ends once its time
 is up. The caps are lowered here (a 1 MB cap, 1 s attempts) so that each test takes about a second."""
 
@@ -15,10 +15,11 @@ import pytest
 
 import eval_video_llm
 import subjective_evals
-from k9bench import openai_endpoint
+from k9bench.serving import endpoint as openai_endpoint
 from k9bench.inference.runner import EXIT_OK
-from k9bench.openai_api import ChatClient, EndpointUnreachable, RetryPolicy, get_json
-from k9bench.openai_endpoint import ResponseLimits
+from k9bench.serving.openai_api import ChatClient, RetryPolicy
+from k9bench.serving.endpoint import EndpointUnreachable, get_json
+from k9bench.serving.endpoint import ResponseLimits
 from tests.fake_openai_server import FakeOpenAIServer, Fault
 from tests.test_judge_run import FAST, good, idx_of, make_records, write_eval
 

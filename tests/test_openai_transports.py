@@ -24,7 +24,7 @@ ANSWER = json.dumps({"reasoning": "r", "answer": "a"})
 @pytest.fixture(scope="module")
 def ramp_dir(tmp_path_factory) -> Path:
     """One 6 s clip at 10 fps whose luma grows by 40 per second."""
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
 
     folder = tmp_path_factory.mktemp("ramp")
     make_video(folder / "rampVid0001.mp4", duration=6, fps=10, width=96, height=64,

@@ -167,11 +167,11 @@ def test_demo_with_audio_end_to_end(tmp_path, monkeypatch, capsys):
 
 def test_serve_vllm_runs_the_demo_through_the_server_it_starts_and_stops(tiny_model_dir, tmp_path, monkeypatch, capsys):
     """SERVE=vllm wiring with the fake OpenAI-compatible server standing in for vLLM (the real server is
-    tests marked vllm): k9bench.serve's context manager is entered around inference only, the questions go
+    tests marked vllm): k9bench.serving.serve's context manager is entered around inference only, the questions go
     there through --backend openai with the video transport, and the server is stopped afterwards."""
     import contextlib
 
-    import k9bench.serve
+    import k9bench.serving.serve
     from tests.fake_openai_server import FakeOpenAIServer
 
     events: list[str] = []
@@ -185,7 +185,7 @@ def test_serve_vllm_runs_the_demo_through_the_server_it_starts_and_stops(tiny_mo
             yield server.base_url
         events.append("stop")
 
-    monkeypatch.setattr(k9bench.serve, "serve_vllm", fake_serve_vllm)
+    monkeypatch.setattr(k9bench.serving.serve, "serve_vllm", fake_serve_vllm)
     # the preflight's `python -c "import vllm"` of the vLLM environment: a stand-in that succeeds
     monkeypatch.setenv("K9BENCH_VLLM_PYTHON", shutil.which("true") or "/bin/true")
     demo_env(monkeypatch, tmp_path, tiny_model_dir, SERVE="vllm", SERVE_ARGS="--max-model-len 4096", REPORT="0")

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from k9bench import hub
-from k9bench.ffmpeg import make_video
+from k9bench.models import hub
+from k9bench.video.ffmpeg import make_video
 from k9bench.prefetch import ENV as prefetch_env
 from k9bench.prefetch import main
 from tests.video_server import Fmt, VideoServer, install_test_extractor
@@ -59,15 +59,15 @@ def test_demo_prefetch_then_the_jobs_offline_checks_pass(hub_cache, tmp_path, ca
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     for name in (MODEL, EMBEDDING):
         hub.check_model_source(name, what="model", setting="--model_name_or_path")
-    from k9bench.download import DownloadStage, config_from_argv
+    from k9bench.download.stage import DownloadStage, config_from_argv
 
     job_download = DownloadStage(config_from_argv(["--dataset_name", "demo", "--output_dir", str(tmp_path / "videos")]))
     assert job_download.done() is None
 
 
 def test_a_hub_dataset_and_its_videos_with_cookies(hub_cache, tmp_path, capfd, monkeypatch):
-    import k9bench.dataset as dataset
-    import k9bench.download as kd
+    import k9bench.data.dataset as dataset
+    import k9bench.download.stage as kd
 
     overrides = install_test_extractor()
     monkeypatch.setattr(kd, "DownloadConfig", functools.partial(kd.DownloadConfig, **overrides))

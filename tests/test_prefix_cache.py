@@ -1,7 +1,7 @@
 """The shared video prefix (k9bench.inference.prefix_cache): token-identical greedy answers to batch size 1.
 
 The reference is what the HF backend does for one question: the processor on the whole prompt with
-the video (frames as k9bench.video.sample gives them, no second resize), then ``model.generate``.
+the video (frames as k9bench.video.sampling.sample gives them, no second resize), then ``model.generate``.
 The engine answers the same 12 demo questions in batches that span videos, each video prefilled
 once; responses, token counts and finish reasons must be equal, on CPU in float32 with the tiny
 random models (Qwen3-VL, Qwen2.5-VL, a Thinking-style template), with a frame budget larger than
@@ -95,14 +95,14 @@ def qwen3(tmp_path_factory) -> Loaded:
 
 @pytest.fixture(scope="module")
 def demo_questions():
-    from k9bench.dataset import load_questions
+    from k9bench.data.dataset import load_questions
 
     return load_questions("demo", "train").questions
 
 
 def requests_for(model: Loaded, questions, video_dir: Path | None, max_frames: int, placement: str = "system") -> list[GenerationRequest]:
     """One request per demo question; each video sampled once, as the runner does."""
-    from k9bench.video import sample
+    from k9bench.video.sampling import sample
 
     frames: dict = {}
     out = []
@@ -278,7 +278,7 @@ def test_planner_pipeline_and_engine_together_as_the_runner_would(qwen3, demo_qu
     worker threads ahead of the model, frames released as the plan says: the batch-size-1 answers."""
     from k9bench.inference.batching import plan_batches
     from k9bench.inference.pipeline import AheadPipeline
-    from k9bench.video import FrameCache
+    from k9bench.video.cache import FrameCache
 
     groups: dict[str, list] = {}
     for q in demo_questions:

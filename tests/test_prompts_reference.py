@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from k9bench import published
+from k9bench.data import published
 from k9bench.prompts import load_prompt
 from k9bench.prompts.__main__ import main
 

@@ -8,7 +8,7 @@ import pytest
 
 import evaluate_results
 from k9bench.artifacts import QuestionRecord, load_records_artifact
-from k9bench.embedding import bundled_small_model_path, scoring_dtype
+from k9bench.scoring.embedding import bundled_small_model_path, scoring_dtype
 
 CATS = ["posture analysis", "action sequence", "context analysis", "cause-effect analysis", "interaction analysis"]
 OPTS = ["A. the dog sits", "B. the dog runs", "C. the dog sleeps", "D. the dog barks at a cat", "E. the dog eats"]
@@ -102,7 +102,7 @@ def test_reference_failed_record_is_read_by_every_reader(tmp_path):
     ({"example_id": 3}, "no 'error' marking a failed sample"),
 ])
 def test_example_id_without_a_usable_failure_is_still_refused(row, message):
-    from k9bench.artifacts import ArtifactError
+    from k9bench.artifact_io import ArtifactError
 
     with pytest.raises(ArtifactError, match=message):
         QuestionRecord.from_dict(row, where="f.json: record #4")
@@ -166,10 +166,10 @@ def test_our_sim_file_with_failed_records_reads_in_the_reference_loop_and_they_s
     """Issue 24: a failed record of ours carries cosine_similarities (0.0 for each option) next to its
     error, so the reference's evaluate, which reads every record's similarities, reads the file, and
     the failed records stay wrong at every threshold. (A stand-in embedder: no model needed.)"""
-    import k9bench.embedding
+    import k9bench.scoring.embedding
     from tests.fake_embedder import FakeLoader
 
-    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", FakeLoader())
+    monkeypatch.setattr(k9bench.scoring.embedding, "load_embedding_model", FakeLoader())
     recs = [raw_record(0, "the dog sits", "A"), raw_record(1, "the dog runs", "B", CATS[1]),
             {**raw_record(2, "", "C"), "response": "", "error": "CUDA out of memory", "error_class": "oom"},
             {"example_id": 3, "error": "Video not found: x.mp4"},  # the reference's own failed-sample form
@@ -202,7 +202,7 @@ def test_default_dtype_is_float32_on_gpu_and_cpu():
 
 @pytest.mark.slow
 def test_bf16_opt_in_is_recorded():
-    from k9bench.embedding import load_embedding_model
+    from k9bench.scoring.embedding import load_embedding_model
 
     _, run = load_embedding_model(str(bundled_small_model_path()), device="cpu", dtype="bfloat16")
     assert run.dtype == "bfloat16" and run.batch_invariant is False and run.dtype_reason == "--dtype"

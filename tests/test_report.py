@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from k9bench import CATEGORIES
-from k9bench.artifacts import write_json_atomic
-from k9bench.published import PUBLISHED_ACCURACY, find_published_accuracy, normalize_model_name
+from k9bench.artifact_io import write_json_atomic
+from k9bench.data.published import PUBLISHED_ACCURACY, find_published_accuracy, normalize_model_name
 from k9bench.report import (
     ReportError,
     ReportSettings,

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from k9bench import CATEGORIES, published
-from k9bench.artifacts import write_json_atomic
-from k9bench.published import PAPER_SETUP
+from k9bench import CATEGORIES
+
+from k9bench.data import published
+from k9bench.artifact_io import write_json_atomic
+from k9bench.data.published import PAPER_SETUP
 from k9bench.report import NOT_COMPARABLE_MARK, build_report, frame_series, frame_sweep_files, load_run, write_report
 
 MINILM = "sentence-transformers/all-MiniLM-L6-v2"

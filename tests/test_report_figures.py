@@ -9,7 +9,7 @@ import pytest
 from matplotlib.container import BarContainer
 
 from k9bench import CATEGORIES
-from k9bench.published import PUBLISHED_ACCURACY
+from k9bench.data.published import PUBLISHED_ACCURACY
 from k9bench.report import build_report, write_report
 from k9bench.report.markdown import judge_markdown, leaderboard_markdown
 from k9bench.report.plots import STAMP_GID, category_figure, duration_figure, frames_figure, series_styles

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from k9bench import CATEGORIES
-from k9bench.artifacts import write_json_atomic
+from k9bench.artifact_io import write_json_atomic
 from k9bench.report import build_report, config_from_argv, run_report, write_report
 from k9bench.report.model import BATCH_CAVEAT, ReportError, model_display_name
 from k9bench.report.paired import resolve_baseline

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from k9bench import published
+from k9bench.data import published
 from k9bench.report import build_report, load_judge, load_run, write_report
 from tests.test_report import make_judge
 from tests.test_report_comparable import PROMPT_HASH, inference_block, write_eval

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from k9bench.artifacts import ArtifactError
+from k9bench.artifact_io import ArtifactError
 
 from k9bench.resume import ResumableStage, ResumeRefused
 from k9bench.settings import fingerprint_differences

@@ -334,7 +334,7 @@ def test_bootstrap_in_chunks_equals_one_draw_and_is_bounded():
 
 
 def test_evaluate_takes_the_settings_object():
-    from k9bench.scoring_settings import EvalSettings
+    from k9bench.scoring.settings import EvalSettings
 
     art = RecordsArtifact(records=[rec(1, "A", sims_=sims(0.45, 0.1, 0.2, 0.3, 0.4)), rec(2, "B", sims_=sims(0.1, 0.9, 0.2, 0.3, 0.4))])
     out = evaluate(art, EvalSettings(threshold=0.4, bootstrap_resamples=0, sensitivity_thresholds=(0.2,)))
@@ -375,10 +375,10 @@ def test_a_sim_file_made_from_the_reference_failed_record_reads_in_its_evaluate_
     import json
 
     import evaluate_results
-    import k9bench.embedding
+    import k9bench.scoring.embedding
     from tests.fake_embedder import FakeLoader
 
-    monkeypatch.setattr(k9bench.embedding, "load_embedding_model", FakeLoader())
+    monkeypatch.setattr(k9bench.scoring.embedding, "load_embedding_model", FakeLoader())
     base = {"question_category": "posture analysis", "question": "What does the dog do?", "options": OPTS, "model_name": "M",
             "max_frames": 8}
     recs = [{**base, "idx": 0, "video": "v0.mp4", "scene_name": "v0", "ground_truth": "A", "answer": "sits", "response": "sits"},

@@ -4,14 +4,14 @@ import json
 
 import pytest
 
-from k9bench.embedding import (
+from k9bench.scoring.embedding import (
     ScoringItem,
     batched_similarities,
     bundled_small_model_path,
     load_embedding_model,
     one_at_a_time_similarities,
 )
-from k9bench.scoring_settings import ScoringError
+from k9bench.scoring.settings import ScoringError
 
 pytestmark = pytest.mark.slow
 

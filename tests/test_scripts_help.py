@@ -49,7 +49,7 @@ def _installed_only_env() -> dict:
     return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP")}
 
 
-@pytest.mark.parametrize("module", ["k9bench.layout", "k9bench.prefetch", "k9bench.demo", "k9bench.prompts"])
+@pytest.mark.parametrize("module", ["k9bench.layout", "k9bench.prefetch", "k9bench.data.demo", "k9bench.prompts"])
 def test_the_package_tools_run_from_any_folder(tmp_path, module):
     """Issue 25 item 3: after the README's install step, ``cd /tmp && python -m k9bench.layout --help`` works."""
     args = [sys.executable, "-m", module, "--help"] if module != "k9bench.prompts" else [sys.executable, "-m", module, "from-reference", "--help"]
@@ -63,7 +63,7 @@ def test_the_package_tools_run_from_any_folder(tmp_path, module):
 
 def test_the_installed_package_finds_its_data_files(tmp_path):
     """The prompts and the demo set are read as package data, from wherever the package is installed."""
-    code = ("from k9bench.prompts import load_prompt; from k9bench.demo import demo_rows; "
+    code = ("from k9bench.prompts import load_prompt; from k9bench.data.demo import demo_rows; "
             "print(len(load_prompt('system_prompt')[0]) > 0, len(load_prompt('judge_prompt')[0]) > 0, len(demo_rows()))")
     proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_installed_only_env(), capture_output=True, text=True,
                           timeout=60)

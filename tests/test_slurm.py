@@ -115,7 +115,7 @@ def read_log(cwd: Path, name: str) -> str:
 
 @pytest.fixture(scope="module")
 def shared_videos(tmp_path_factory) -> Path:
-    from k9bench.demo import make_demo_videos
+    from k9bench.data.demo import make_demo_videos
 
     folder = tmp_path_factory.mktemp("slurm_videos")
     make_demo_videos(folder)
@@ -211,7 +211,7 @@ def test_failed_array_task_cancels_the_merge_job(slurm, tmp_path, tiny_model_dir
     --kill-on-invalid-dep=yes must cancel it when a task fails, not leave it pending forever. The dataset
     file exists (a missing one is refused by the launcher's preflight, before any task state) but its row
     is not a K9-Bench row, so each task fails at its first step."""
-    from k9bench.embedding import bundled_small_model_path
+    from k9bench.scoring.embedding import bundled_small_model_path
 
     (tmp_path / "bad.jsonl").write_text('{"idx": 0, "broken": true}\n')
     env = clean_env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), DATASET_NAME=str(tmp_path / "bad.jsonl"),

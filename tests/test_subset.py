@@ -10,7 +10,7 @@ import pytest
 
 from k9bench import CATEGORIES
 from k9bench.report import build_report, run_report, write_report
-from k9bench.subset import SubsetError, load_subset, main, read_subset, subset_sha256
+from k9bench.data.subset import SubsetError, load_subset, main, read_subset, subset_sha256
 from tests.test_report import make_eval, report_args
 
 GONE, ABSENT = "vid00000001", "vid00000002"

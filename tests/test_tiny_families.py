@@ -1,14 +1,14 @@
 """Every tiny family builds offline, loads with the Auto classes and generates greedily on CPU
-from frames sampled by k9bench.video, handed over the way k9bench.frame_policy says."""
+from frames sampled by k9bench.video, handed over the way k9bench.video.policy says."""
 
 from __future__ import annotations
 
 import pytest
 
-from k9bench.ffmpeg import make_video
-from k9bench.frame_policy import policy_for
+from k9bench.video.ffmpeg import make_video
+from k9bench.video.policy import policy_for
 from k9bench.tiny_model import FAMILIES, FAMILY_ALIASES, build_tiny, main
-from k9bench.video import FrameCache, SamplingSettings
+from k9bench.video.cache import FrameCache, SamplingSettings
 
 pytestmark = pytest.mark.slow  # each family builds a model (a second or two) and generates on CPU
 

@@ -1,4 +1,4 @@
-"""k9bench.video and k9bench.frame_cache: sampling rules, errors, decoder choice, the frame caches."""
+"""k9bench.video and k9bench.video.cache: sampling rules, errors, decoder choice, the frame caches."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from k9bench.ffmpeg import make_video, run_ffmpeg
-from k9bench.frame_cache import FrameCache, SamplingSettings
-from k9bench.video import (
+from k9bench.video.ffmpeg import make_video, run_ffmpeg
+from k9bench.video.cache import FrameCache, SamplingSettings
+from k9bench.video.sampling import (
     DECODERS,
     DEFAULT_DECODER,
     DEFAULT_MIN_PIXELS,
@@ -199,7 +199,7 @@ def test_default_decoder_is_documented_choice():
 
 
 def _count_samples(monkeypatch) -> list[str]:
-    import k9bench.frame_cache as fc
+    import k9bench.video.cache as fc
 
     calls: list[str] = []
     real = fc.sample
@@ -234,7 +234,7 @@ def test_concurrent_gets_of_one_video_decode_it_once(monkeypatch, clips):
     import threading
     import time
 
-    import k9bench.frame_cache as fc
+    import k9bench.video.cache as fc
 
     calls: list[str] = []
     real = fc.sample
@@ -412,7 +412,7 @@ def test_damaged_disk_entry_is_redecoded_and_logged(monkeypatch, clips, tmp_path
         entry.write_bytes(bytes(raw))
     calls = _count_samples(monkeypatch)
     cache = FrameCache(disk_dir=disk)
-    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.video.cache"):
         again = cache.get(clips["short"])
     assert calls == [str(clips["short"])]
     assert cache.stats.damaged == 1 and cache.stats.decodes == 1
@@ -430,16 +430,17 @@ def test_disk_entry_for_other_key_is_rejected(clips, tmp_path, caplog):
     entry_short = other.entry_path(clips["short"])
     entry_av = other.entry_path(clips["av"])
     entry_av.write_bytes(entry_short.read_bytes())  # an entry copied under the wrong name
-    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.video.cache"):
         f = other.get(clips["av"])
     assert "key mismatch" in caplog.text and other.stats.damaged == 1
     assert f.total_frames == 100  # the av clip: 4 s at 25 fps
 
 
-def test_video_module_reexports_frame_cache():
+def test_the_video_package_reexports_nothing():
+    """Callers import each name from the module that defines it (issue 28: no re-export shims)."""
     import k9bench.video as video
 
-    assert video.FrameCache is FrameCache and video.SamplingSettings is SamplingSettings
+    assert not hasattr(video, "FrameCache") and not hasattr(video, "sample")
 
 
 def test_unwritable_disk_cache_is_logged_not_fatal(monkeypatch, clips, tmp_path, caplog):
@@ -451,7 +452,7 @@ def test_unwritable_disk_cache_is_logged_not_fatal(monkeypatch, clips, tmp_path,
     monkeypatch.setattr(np, "savez", full_disk)
     disk = tmp_path / "frames"
     cache = FrameCache(disk_dir=disk)
-    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.video.cache"):
         f = cache.get(clips["short"])
     assert f.num_frames == 4
     assert cache.stats.disk_write_errors == 1 and "no space left" in caplog.text.lower()
@@ -463,7 +464,7 @@ def test_unusable_disk_cache_dir_is_logged_recorded_and_not_fatal(monkeypatch, c
     calls = _count_samples(monkeypatch)
     blocker = tmp_path / "not_a_dir"
     blocker.write_text("x")
-    with caplog.at_level(logging.WARNING, logger="k9bench.frame_cache"):
+    with caplog.at_level(logging.WARNING, logger="k9bench.video.cache"):
         cache = FrameCache(disk_dir=blocker)
     assert "cannot be used" in caplog.text and "not_a_dir" in caplog.text
     assert cache.get(clips["short"]).num_frames == 4 and calls == [str(clips["short"])]
@@ -474,7 +475,7 @@ def test_unusable_disk_cache_dir_is_logged_recorded_and_not_fatal(monkeypatch, c
 
 
 def test_pixel_bounds_below_the_minimum_are_a_clear_settings_error(tmp_path):
-    from k9bench.video import check_pixel_bounds, sample
+    from k9bench.video.sampling import check_pixel_bounds, sample
 
     with pytest.raises(ValueError, match="max_pixels=16384 is below min_pixels"):
         sample(tmp_path / "never_opened.mp4", max_pixels=16384)
@@ -499,16 +500,16 @@ def _k9bench_imports(module_file: Path) -> set[str]:
 
 
 def test_frame_modules_import_one_way():
-    """frame_sampling <- frame_cache <- video: no lower module imports a higher one (issue 12)."""
+    """video.sampling <- video.cache <- video.policy: no lower module imports a higher one (issue 12)."""
     import k9bench
 
-    pkg = Path(k9bench.__file__).parent
-    sampling = _k9bench_imports(pkg / "frame_sampling.py")
-    cache = _k9bench_imports(pkg / "frame_cache.py")
+    pkg = Path(k9bench.__file__).parent / "video"
+    sampling = _k9bench_imports(pkg / "sampling.py")
+    cache = _k9bench_imports(pkg / "cache.py")
     audio = _k9bench_imports(pkg / "audio.py")
-    assert not {n for n in sampling if "video" in n or "frame_cache" in n or "audio" in n}
-    assert not {n for n in cache if n == "k9bench.video" or n.startswith("k9bench.video.")}
-    assert not {n for n in audio if "video" in n or "frame" in n}
+    assert not {n for n in sampling if n.startswith("k9bench.video.")}
+    assert not {n for n in cache if n in ("k9bench.video.policy",)}
+    assert not {n for n in audio if n.startswith("k9bench.video.") and n != "k9bench.video.ffmpeg"}
 
 
 def test_defaults_are_defined_once():
@@ -517,11 +518,11 @@ def test_defaults_are_defined_once():
     pkg = Path(k9bench.__file__).parent
     for name in ("DEFAULT_MAX_FRAMES", "DEFAULT_FPS", "DEFAULT_MAX_PIXELS", "DEFAULT_DECODER"):
         defining = [p.name for p in pkg.rglob("*.py") if f"\n{name} = " in p.read_text()]
-        assert defining == ["frame_sampling.py"], (name, defining)
+        assert defining == ["sampling.py"], (name, defining)
 
 
 def test_exact_frame_size_replaces_the_size_rule(clips):
-    import k9bench.frame_sampling as fs
+    import k9bench.video.sampling as fs
 
     f = sample(clips["short"], max_frames=4, frame_size=(56, 72))
     assert (f.height, f.width) == (56, 72) and tuple(f.frames.shape[-2:]) == (56, 72)
@@ -536,7 +537,7 @@ def test_cache_keys_without_frame_size_are_unchanged(tmp_path, clips):
     import hashlib
     import json
 
-    from k9bench.frame_cache import CACHE_FORMAT, _file_id
+    from k9bench.video.cache import CACHE_FORMAT, _file_id
 
     cache = FrameCache(disk_dir=tmp_path / "c")
     fid = _file_id(clips["short"])

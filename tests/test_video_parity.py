@@ -1,7 +1,7 @@
 """Parity with qwen-vl-utils itself (decord backend) and the metadata the Qwen3-VL processor needs.
 
 Each case generates a clip, asks qwen-vl-utils' ``fetch_video`` for it the way the reference does,
-and checks that ``k9bench.video.sample`` gives the same frame count, the same indices, the same
+and checks that ``k9bench.video.sampling.sample`` gives the same frame count, the same indices, the same
 resized size, the same sample fps and metadata, and the same pixels (decord: identical; PyAV:
 mean absolute difference within 1/255). The longer and larger clips are marked slow.
 """
@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from k9bench.ffmpeg import make_video
-from k9bench.video import PROCESSOR_VIDEO_KWARGS, sample
+from k9bench.video.ffmpeg import make_video
+from k9bench.video.sampling import PROCESSOR_VIDEO_KWARGS, sample
 
 # Small, fast encodes: low bitrate keeps generation and decoding quick.
 FAST = ["-b:v", "300k"]

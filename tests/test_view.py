@@ -148,7 +148,7 @@ def test_the_report_stage_writes_the_page_beside_report_md(tmp_path):
 
 
 def test_a_raw_file_shows_answers_without_verdicts(demo_files, tmp_path):
-    from k9bench.artifacts import read_json, write_json_atomic
+    from k9bench.artifact_io import read_json, write_json_atomic
 
     tmp, ev, _, _, _ = demo_files
     data = read_json(ev)
@@ -167,8 +167,8 @@ def test_a_raw_file_shows_answers_without_verdicts(demo_files, tmp_path):
 
 
 def test_a_decoder_missing_here_means_no_thumbnails_not_other_frames(demo_files, tmp_path, monkeypatch):
-    import k9bench.frame_cache as frame_cache
-    from k9bench.frame_sampling import DecoderUnavailable
+    import k9bench.video.cache as frame_cache
+    from k9bench.video.sampling import DecoderUnavailable
 
     def unavailable(name):
         raise DecoderUnavailable(f"{name} is not installed")

@@ -1,6 +1,6 @@
 """The project against a real vLLM server (marker ``vllm``).
 
-One server per session, started by :func:`k9bench.serve.serve_vllm` from the vLLM environment that
+One server per session, started by :func:`k9bench.serving.serve.serve_vllm` from the vLLM environment that
 ``K9BENCH_VLLM_PYTHON`` names (``.ci/run`` builds it from requirements-vllm.txt), serving a tiny
 random-weight Qwen3-VL with head size 64 (vLLM's CPU attention refuses the default 16), with the
 serve command docs/vllm.md gives. Without that environment every test here is skipped, saying why;
@@ -26,7 +26,7 @@ import pytest
 
 import eval_video_llm
 from k9bench.inference.runner import EXIT_OK
-from k9bench.serve import PYTHON_ENV, serve_vllm
+from k9bench.serving.serve import PYTHON_ENV, serve_vllm
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow]
 
@@ -168,7 +168,7 @@ def test_prompt_timestamps_are_the_sampled_frames_times(vllm_server, demo_video_
     from openai import OpenAI
     from transformers import AutoProcessor
 
-    from k9bench.frame_sampling import sample
+    from k9bench.video.sampling import sample
     from k9bench.inference.backend import GenerationRequest
     from k9bench.inference.video_transport import MediaBuilder
 

@@ -154,7 +154,7 @@ def test_prompt_tokens_equal_the_transformers_backend(chain, demo_video_dir, tin
 
 
 def test_prompt_timestamps_are_the_sampled_frames_times(chain, demo_video_dir):
-    from k9bench.frame_sampling import sample
+    from k9bench.video.sampling import sample
 
     for rec in chain["final"]["individual_results"]:
         frames = sample(demo_video_dir / f"{rec['scene_name']}.mp4", image_patch_size=16, min_pixels=16384, max_pixels=65536)

@@ -1,4 +1,4 @@
-"""k9bench.serve.serve_vllm against a stand-in server (tests/fake_vllm_server.py): it waits for
+"""k9bench.serving.serve.serve_vllm against a stand-in server (tests/fake_vllm_server.py): it waits for
 /v1/models, yields the URL, stops the whole process group however the block ends, and a server
 that dies or never answers is a clear error carrying the end of its log. The real vLLM server is
 tests/test_vllm.py's."""
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from k9bench.openai_api import get_json
-from k9bench.serve import ServerStartError, server_command, serve_vllm
+from k9bench.serving.endpoint import get_json
+from k9bench.serving.serve import ServerStartError, server_command, serve_vllm
 
 FAKE = Path(__file__).resolve().parent / "fake_vllm_server.py"
 
@@ -200,7 +200,7 @@ def test_the_documented_cpu_command_is_the_one_the_vllm_tests_run():
 
 
 def test_command_line_entry_point_reports_a_failed_start(fake_python, tmp_path, monkeypatch, capsys):
-    from k9bench.serve import main
+    from k9bench.serving.serve import main
 
     monkeypatch.setenv("FAKE_VLLM_MODE", "die")
     assert main(["m", "--python", fake_python, "--port", "0", "--log_path", str(tmp_path / "s.log"), "--timeout", "30"]) == 1

@@ -1,6 +1,6 @@
 import pytest
 
-from k9bench.youtube import InvalidYouTubeURL, canonical_url, is_valid_scene_name, parse_youtube_id
+from k9bench.download.youtube import InvalidYouTubeURL, canonical_url, is_valid_scene_name, parse_youtube_id
 
 ID = "dQw4w9WgXcQ"
 

@@ -1,12 +1,12 @@
 """Cheap inputs for the results-page tests: eval files of the 12 demo questions, with the frame indices a
-real :class:`k9bench.frame_cache.FrameCache` gives for the demo videos, similarities from the fake
+real :class:`k9bench.video.cache.FrameCache` gives for the demo videos, similarities from the fake
 embedder and the fine rule's verdicts (no model, no embedding model)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from k9bench.artifacts import write_json_atomic
+from k9bench.artifact_io import write_json_atomic
 
 MAX_FRAMES = 4
 THRESHOLD = 0.5
@@ -19,7 +19,7 @@ def _frames_block(video_dir: Path) -> dict:
 
 def frame_indices(video_dir: Path) -> dict:
     """scene -> (indices, duration) for the demo videos under these sampling settings."""
-    from k9bench.frame_cache import FrameCache
+    from k9bench.video.cache import FrameCache
     from k9bench.view.thumbs import _sampling
 
     out = {}
@@ -33,7 +33,7 @@ def frame_indices(video_dir: Path) -> dict:
 
 def demo_eval(path: Path, video_dir: Path, *, model: str = "tiny-m", shift: int = 0, failed: tuple = (), indices: dict | None = None) -> Path:
     """An eval file of the demo's 12 questions: the model answers option ``(gt + shift + idx) % 5``'s text."""
-    from k9bench.demo import demo_rows
+    from k9bench.data.demo import demo_rows
     from tests.fake_embedder import FakeEmbedder
 
     indices = indices or frame_indices(video_dir)

@@ -7,7 +7,7 @@
                                          and ``create_backend``; a backend is built as ``Cls(config)``
 - :mod:`k9bench.inference.registry`      the backends ``--backend`` names, importable without torch
 - :mod:`k9bench.inference.hf`            the Hugging Face transformers backend (device, dtype, attention:
-                                         :mod:`k9bench.accelerator`)
+                                         :mod:`k9bench.models.accelerator`)
 - :mod:`k9bench.inference.openai_backend` the OpenAI-compatible HTTP backend; its parts:
   :mod:`k9bench.inference.openai_request` (what a request is built from, the errors a call ends in),
   :mod:`k9bench.inference.video_transport` (``--video_transport``: frames, one mp4, the video file) and

@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any
 from k9bench.inference.registry import REGISTRY
 
 if TYPE_CHECKING:
-    from k9bench.audio import Audio
+    from k9bench.video.audio import Audio
     from k9bench.inference.settings import RunConfig
-    from k9bench.video import Frames
+    from k9bench.video.sampling import Frames
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +126,7 @@ class Backend:
         return None
 
     def sampling_overrides(self) -> dict[str, Any]:
-        """:class:`~k9bench.video.SamplingSettings` keywords the model's frames need (an exact frame size...)."""
+        """:class:`~k9bench.video.cache.SamplingSettings` keywords the model's frames need (an exact frame size...)."""
         return {}
 
     def audio_sampling_rate(self) -> int | None:

@@ -22,7 +22,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from k9bench.artifact_io import checkpoint_path, write_json_atomic
+from k9bench.artifact_io import write_json_atomic
+from k9bench.layout import checkpoint_path
 from k9bench.artifacts import provenance
 from k9bench.layout import shard_path
 from k9bench.inference.outcome import all_failed_exit

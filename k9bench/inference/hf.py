@@ -5,7 +5,7 @@ Thinking, Qwen2.5-VL, ...) with no model-name branching: what differs between fa
 from the processor (patch size, chat template) and the model's own generation config.
 
 How frames (and a soundtrack) are handed to the processor is chosen by the processor's type in
-:mod:`k9bench.frame_policy`, nowhere else: Qwen-style patch grids (Qwen2.5-VL, Qwen3-VL, the Omni
+:mod:`k9bench.video.policy`, nowhere else: Qwen-style patch grids (Qwen2.5-VL, Qwen3-VL, the Omni
 thinkers) get frames resized by qwen-vl-utils' rules at the processor's patch size, with
 ``do_sample_frames=False``/``do_resize=False`` and each video's metadata; fixed-size video
 processors (InternVL) get frames sampled at exactly their size (:meth:`HFBackend.sampling_overrides`);
@@ -20,7 +20,7 @@ through ``generate`` (recorded under ``inference.backend.decoding`` with the rea
 fallbacks counted in ``run_stats.decoding``). Batch size 1 is always ``generate``, the reference's path.
 An uncached Hub id while the Hub is out of reach is refused before anything loads (:meth:`HFBackend.check_source`).
 
-Device, dtype and attention follow :mod:`k9bench.accelerator` (one policy for every model the
+Device, dtype and attention follow :mod:`k9bench.models.accelerator` (one policy for every model the
 project loads): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. ``--device_map``
 (``auto``, ``balanced``, ``balanced_low_0``, ``sequential`` or a JSON map of module -> device) with
 ``--max_memory`` spreads a model over several GPUs, the CPU and disk through accelerate (the reference
@@ -40,7 +40,7 @@ import logging
 import threading
 from typing import Any
 
-from k9bench.accelerator import (  # noqa: F401 (re-exported for callers of the old names)
+from k9bench.models.accelerator import (
     AcceleratorError,
     flash_attn_available,
     free_accelerator_memory,
@@ -122,8 +122,8 @@ class HFBackend(Backend):
 
     def check_source(self) -> None:
         """Refuse at once a model that could only fail slowly: a Hub id that is not cached while the Hub is
-        out of reach (:func:`k9bench.hub.check_model_source`); one line naming the fix."""
-        from k9bench import hub
+        out of reach (:func:`k9bench.models.hub.check_model_source`); one line naming the fix."""
+        from k9bench.models import hub
 
         try:
             hub.check_model_source(self.model_name_or_path, what="model", setting=hub.setting_name("--model_name_or_path", "MODEL_NAME"),
@@ -192,7 +192,7 @@ class HFBackend(Backend):
         if used_attn != attn:
             self._warn(f"attention implementation {attn!r} was asked for but the model uses {used_attn!r}")
 
-        from k9bench.frame_policy import policy_for
+        from k9bench.video.policy import policy_for
 
         vp = getattr(self.processor, "video_processor", None)
         policy = self.policy = policy_for(self.processor)
@@ -441,7 +441,7 @@ class HFBackend(Backend):
         """``--batch_size`` as a :class:`k9bench.inference.batching.BatchSizeChoice` (``auto``: the memory rule,
         each of the ``videos`` videos' prefix counted once for its ``questions / videos`` questions)."""
         from k9bench.inference.batching import AUTO, auto_batch_size, estimate_video_tokens, given_batch_size, memory_model_for
-        from k9bench.video import DEFAULT_MAX_PIXELS
+        from k9bench.video.sampling import DEFAULT_MAX_PIXELS
 
         if requested != AUTO:
             return given_batch_size(int(requested))

@@ -24,14 +24,14 @@ Concurrency: the runner keeps up to ``--concurrency`` batches in flight
 requests about one video are sent next to each other and a server's prefix cache can reuse
 the video; the requests of a batch (``--batch_size``, default 1) go out together. At most
 ``--concurrency`` HTTP calls are in flight over all batches. Each call is retried by
-:class:`k9bench.openai_api.ChatClient` (429, 5xx, timeouts, broken bodies; Retry-After honoured).
+:class:`k9bench.serving.openai_api.ChatClient` (429, 5xx, timeouts, broken bodies; Retry-After honoured).
 When some requests of a batch still fail, ``generate`` raises so that the runner reruns the
 batch question by question; the answers already received are handed back then without a
 second call, and the failures are raised again at once, so each question costs one call
 (plus its retries) and a failure becomes a record with ``error``.
 
 With ``--audio`` (frames transport only) each video's soundtrack, read once per video at
-:data:`k9bench.audio.API_SAMPLING_RATE` (16 kHz mono), follows the frames as exactly one
+:data:`k9bench.video.audio.API_SAMPLING_RATE` (16 kHz mono), follows the frames as exactly one
 ``{"type": "input_audio", "input_audio": {"data": <base64>, "format": "wav"|"mp3"}}`` part
 (``--audio_format``; Gemini's OpenAI-compatible endpoint takes it), encoded once per video.
 
@@ -50,18 +50,15 @@ from typing import Any
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
 from k9bench.inference.openai_request import ApiCallError, BatchPartlyFailed, RequestSettings, _merge
 from k9bench.inference.server_info import empty_server_block, note_fingerprint
-from k9bench.inference.settings import (  # noqa: F401 (re-exported: the flags' types and choices live in settings)
-    IMAGE_DETAILS,
-    MAX_TOKENS_PARAMS,
+from k9bench.inference.settings import (
     TRANSPORTS,
     VIDEO_FPS_MAX_FRAMES,
     HFSettings,
     RunConfig,
     frame_size_tuple,
     parse_frame_size,
-    parse_json_object,
 )
-from k9bench.inference.video_transport import encode_frames_jpeg  # noqa: F401 (re-exported)
+from k9bench.inference.video_transport import encode_frames_jpeg
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +131,8 @@ class OpenAIBackend(Backend):
     # ------------------------------------------------------------------ loading
 
     def load(self) -> None:
-        from k9bench.openai_api import API_KEY_ENV, PLACEHOLDER_KEY, ChatClient, MissingApiKey, RetryPolicy, resolve_api_key
+        from k9bench.serving.openai_api import API_KEY_ENV, ChatClient, MissingApiKey, RetryPolicy, resolve_api_key
+        from k9bench.serving.endpoint import PLACEHOLDER_KEY
 
         s = self.settings
         try:
@@ -331,8 +329,8 @@ class OpenAIBackend(Backend):
         return self._patch_size if self.settings.video_transport == "video" else None
 
     def audio_sampling_rate(self) -> int | None:
-        """The rate soundtracks are read at under ``--audio`` (:data:`k9bench.audio.API_SAMPLING_RATE`), else None."""
-        from k9bench.audio import API_SAMPLING_RATE
+        """The rate soundtracks are read at under ``--audio`` (:data:`k9bench.video.audio.API_SAMPLING_RATE`), else None."""
+        from k9bench.video.audio import API_SAMPLING_RATE
 
         return API_SAMPLING_RATE if self.settings.audio else None
 
@@ -387,7 +385,7 @@ class OpenAIBackend(Backend):
         return json.dumps([request.key, request.seed, request.messages], sort_keys=True, ensure_ascii=False)
 
     def generate(self, batch: list[GenerationRequest]) -> list[GenerationOutput]:
-        from k9bench.openai_api import run_concurrent
+        from k9bench.serving.openai_api import run_concurrent
 
         outcomes: dict[int, GenerationOutput | ApiCallError] = {}
         jobs: list[tuple[int, list[dict], dict, dict]] = []
@@ -515,7 +513,7 @@ class OpenAIBackend(Backend):
 
 
 def _env_name() -> str:
-    from k9bench.openai_api import API_KEY_ENV
+    from k9bench.serving.openai_api import API_KEY_ENV
 
     return API_KEY_ENV
 

@@ -5,7 +5,7 @@ refuse a run before anything expensive happens (no model load, no download).
   with ``--num_shards`` whole videos are dealt to shards round-robin.
 - :func:`output_path`: ``--output_file`` (or the launcher's name in ``eval_results/``) plus the shard suffix.
 - :func:`preflight`: flag values that cannot work together (their own ranges are the argparse types'), the
-  placement flags among them (:func:`k9bench.accelerator.placement_flags_problem`).
+  placement flags among them (:func:`k9bench.models.accelerator.placement_flags_problem`).
 - :func:`check_selection`: the selection against the dataset (``--split`` of a source without splits,
   over-long questions are counted) and :func:`videos_present` for the ``--video_dir`` preflight.
 - :func:`check_model_config`: what the model's ``config.json`` says, read before any weight loads
@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from k9bench.accelerator import placement_flags_problem
+from k9bench.models.accelerator import placement_flags_problem
 from k9bench.layout import RESULTS_DIR, artifact_name, shard_path
 
 from k9bench.inference import registry
 from k9bench.inference.settings import MAX_FRAME_PIXELS, RunConfig
 
 if TYPE_CHECKING:
-    from k9bench.dataset import Question
+    from k9bench.data.dataset import Question
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class VideoGroup:
     path: Path
     """``{video_dir}/{scene}.mp4``."""
     questions: list = field(default_factory=list)
-    """The questions (k9bench.dataset.Question), in dataset order."""
+    """The questions (k9bench.data.dataset.Question), in dataset order."""
 
 
 def group_by_video(questions: list["Question"], video_dir: str | Path) -> list[VideoGroup]:
@@ -169,14 +169,14 @@ def preflight(config: RunConfig) -> None:
             raise UsageError(message)
     problem = placement_flags_problem(config.hf.device, config.hf.device_map, config.hf.max_memory)
     if not problem and config.model.backend == "hf":  # what is sure without torch, before its 10 s import
-        from k9bench.accelerator import attention_problem_without_torch, device_problem_without_torch
+        from k9bench.models.accelerator import attention_problem_without_torch, device_problem_without_torch
 
         problem = (device_problem_without_torch(config.hf.device) or
                    attention_problem_without_torch(config.hf.attn_implementation, config.hf.device, device_map=config.hf.device_map))
     if problem:
         raise UsageError(problem)
     if config.model.backend == "openai" and not config.openai.base_url:  # the OpenAI API itself needs the key: say so now
-        from k9bench.openai_api import MissingApiKey, resolve_api_key
+        from k9bench.serving.openai_api import MissingApiKey, resolve_api_key
 
         try:
             resolve_api_key(None)
@@ -187,7 +187,7 @@ def preflight(config: RunConfig) -> None:
 def check_split(config: RunConfig) -> None:
     """``--split`` other than the default for a source that has no splits (the demo set, one file) is refused:
     it would be ignored silently."""
-    from k9bench.dataset import DEFAULT_SPLIT, DEMO_NAME
+    from k9bench.data.dataset import DEFAULT_SPLIT, DEMO_NAME
 
     d = config.data
     if d.split == DEFAULT_SPLIT:
@@ -212,7 +212,7 @@ def check_videos(config: RunConfig, pending: list[VideoGroup], run: list[VideoGr
     d = config.data
     if config.frames.text_only or not pending or d.auto_download:
         return
-    from k9bench.hub import setting_name
+    from k9bench.models.hub import setting_name
 
     launcher = setting_name("--video_dir", "VIDEO_DIR") == "VIDEO_DIR"  # the user typed VIDEO_DIR, not these flags
     where = f"VIDEO_DIR={d.video_dir}" if launcher else f"--video_dir {d.video_dir}"
@@ -236,7 +236,7 @@ def check_model_path(config: RunConfig) -> str | None:
     """Why the model cannot be loaded, known without loading it (a local path that does not exist), or None.
     (A Hub id that is not cached while the Hub is out of reach is refused by the HF backend before it loads
     anything: :meth:`k9bench.inference.hf.HFBackend.check_source`.)"""
-    from k9bench.hub import looks_like_local_path
+    from k9bench.models.hub import looks_like_local_path
 
     name = config.model.model_name_or_path
     if registry.entry(config.model.backend).local_weights and looks_like_local_path(name):
@@ -266,7 +266,7 @@ def _context_length(model_config: dict) -> int | None:
 def check_model_config(config: RunConfig) -> dict | None:
     """Check the settings against the model's ``config.json`` when it is on this machine (a local folder or the
     Hub cache), before any weight loads; raise :class:`UsageError`. Returns the config read (None: not here)."""
-    from k9bench.hub import read_model_config
+    from k9bench.models.hub import read_model_config
 
     if not registry.entry(config.model.backend).local_weights:
         return None
@@ -287,14 +287,14 @@ def check_model_config(config: RunConfig) -> dict | None:
 
 
 def auto_download(groups: list[VideoGroup], config: RunConfig) -> dict:
-    """``--auto_download``: every video of ``groups`` through :func:`k9bench.download.fetch_for_questions`;
+    """``--auto_download``: every video of ``groups`` through :func:`k9bench.download.stage.fetch_for_questions`;
     return a summary (recorded in ``run_stats.auto_download``).
 
     Every video is passed, not only the missing ones: the downloader skips a present, verified file and
     replaces a corrupt one. The demo set's videos are made locally (with soundtracks under ``--audio``),
     never looked for online."""
-    from k9bench.download import fetch_for_questions
-    from k9bench.download_settings import DownloadConfig
+    from k9bench.download.stage import fetch_for_questions
+    from k9bench.download.settings import DownloadConfig
     from k9bench.progress import progress_enabled
 
     d = config.data

@@ -24,8 +24,8 @@ from k9bench.inference.resume_check import masked
 from k9bench.inference.settings import RunConfig
 
 if TYPE_CHECKING:
-    from k9bench.dataset import Question
-    from k9bench.video import Frames
+    from k9bench.data.dataset import Question
+    from k9bench.video.sampling import Frames
 
 ERROR_CLASSES = ("missing_video", "decode_error", "no_audio_stream", "audio_decode_error", "oom", "generation_error",
                  "question_too_long")
@@ -185,9 +185,9 @@ def video_records(records: list[QuestionRecord]) -> list[dict]:
 
 
 def reference_prompts(system_prompt: str) -> str:
-    """:data:`k9bench.published.CONFIRMED_PROMPTS` when the system prompt hashes to the reference's
-    (:func:`k9bench.published.reference_prompts_confirmed`), else ``unconfirmed``."""
-    from k9bench.published import CONFIRMED_PROMPTS, reference_prompts_confirmed
+    """:data:`k9bench.data.published.CONFIRMED_PROMPTS` when the system prompt hashes to the reference's
+    (:func:`k9bench.data.published.reference_prompts_confirmed`), else ``unconfirmed``."""
+    from k9bench.data.published import CONFIRMED_PROMPTS, reference_prompts_confirmed
 
     return CONFIRMED_PROMPTS if reference_prompts_confirmed(system_prompt=system_prompt) else "unconfirmed"
 

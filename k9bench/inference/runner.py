@@ -20,7 +20,7 @@ Two paths:
   the batch size (``run_stats.batch_size.history``) and is rerun video by video at the new size; the
   batches already prepared ahead at the old size are planned again at the new size.
 
-Each video is decoded once (:class:`k9bench.frame_cache.FrameCache`), and its file hashed once, on the
+Each video is decoded once (:class:`k9bench.video.cache.FrameCache`), and its file hashed once, on the
 decoding thread (the record's ``video_file``); with ``--audio`` its soundtrack is read once too.
 
 A failure is a record with ``error`` and ``error_class`` (``missing_video``, ``decode_error``,
@@ -54,8 +54,8 @@ from k9bench.stage import EXIT_FAILED as EXIT_ERROR
 from k9bench.stage import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, deferred
 
 if TYPE_CHECKING:
-    from k9bench.dataset import Question
-    from k9bench.video import Frames
+    from k9bench.data.dataset import Question
+    from k9bench.video.sampling import Frames
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ class Runner:
     def _half_frames(self, group: VideoGroup, frames: "Frames") -> "Frames":
         from dataclasses import replace
 
-        from k9bench.video import sample
+        from k9bench.video.sampling import sample
 
         key = (str(group.path), frames.num_frames)
         cached = self._half_cache.get(key)
@@ -328,8 +328,8 @@ class Runner:
 
     def _run_by_video(self, pending: list, frame_cache: Any) -> None:
         """Today's loop: one video at a time, its questions in batches of the batch size (within the video)."""
-        from k9bench.audio import AudioError
-        from k9bench.video import VideoError
+        from k9bench.video.audio import AudioError
+        from k9bench.video.sampling import VideoError
 
         prefetch = FramePrefetcher(frame_cache) if frame_cache is not None else None
         depth = max(0, self.config.frames.prefetch_videos)
@@ -373,10 +373,10 @@ class Runner:
         answered by the backend's ``run_prepared``; a video's frames are released after its last batch."""
         import os
 
-        from k9bench.audio import AudioError
+        from k9bench.video.audio import AudioError
         from k9bench.inference.batching import BatchPart, PlannedBatch, plan_batches
         from k9bench.inference.pipeline import AheadPipeline
-        from k9bench.video import VideoError
+        from k9bench.video.sampling import VideoError
 
         rate = self._audio_rate()
         cursor = [0] * len(pending)

@@ -89,7 +89,7 @@ def note_fingerprint(block: dict[str, Any], fingerprint: str | None) -> None:
 
 def read_version(base_url: str, api_key: str | None, timeout: float = 5.0) -> dict | None:
     """``/version`` at the server's root (``base_url`` without its ``/v1``); None when it has none."""
-    from k9bench.openai_api import EndpointUnreachable, get_json
+    from k9bench.serving.endpoint import EndpointUnreachable, get_json
 
     root = base_url.rstrip("/")
     if root.endswith("/v1"):

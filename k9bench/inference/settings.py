@@ -4,7 +4,7 @@ concern, composed into :class:`RunConfig`.
 Each field declares its flag, default and help in one place (:func:`k9bench.settings.setting`);
 ``eval_video_llm.py`` generates its flags from these classes and builds the config once in
 ``main()``. Frame defaults come from :mod:`k9bench.video`'s constants, the dataset defaults from
-:mod:`k9bench.dataset`'s, so each value exists once. The engines (runner, backends) take the
+:mod:`k9bench.data.dataset`'s, so each value exists once. The engines (runner, backends) take the
 config; values derived from several flags (``max_new_tokens`` from ``--thinking_mode``,
 ``max_pixels`` raised for ``--frame_size``) are filled in by :func:`resolve` with
 :func:`dataclasses.replace`, never written into an object after it is built.
@@ -22,14 +22,14 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from k9bench.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
-from k9bench.audio import API_AUDIO_FORMATS
-from k9bench.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
-from k9bench.download_settings import DownloadConfig
+from k9bench.models.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
+from k9bench.video.audio import API_AUDIO_FORMATS
+from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
+from k9bench.download.settings import DownloadConfig
 from k9bench.inference.registry import BACKEND_NAMES as REGISTRY_NAMES
 from k9bench.settings import default_of, setting
 from k9bench.validators import device_name, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
-from k9bench.video import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
+from k9bench.video.sampling import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
 """The reference's model."""
@@ -38,7 +38,7 @@ BACKEND_NAMES = REGISTRY_NAMES
 """``--backend`` choices: the keys of :data:`k9bench.inference.registry.REGISTRY`."""
 
 DTYPES = DTYPE_CHOICES
-"""Accepted ``--torch_dtype`` values (:data:`k9bench.accelerator.DTYPE_CHOICES`)."""
+"""Accepted ``--torch_dtype`` values (:data:`k9bench.models.accelerator.DTYPE_CHOICES`)."""
 
 DEFAULT_MAX_NEW_TOKENS = 2048
 DEFAULT_MAX_NEW_TOKENS_THINKING = 3072
@@ -87,7 +87,7 @@ def batch_size_value(text: str) -> int | str:
 
 def device_map_value(text: str) -> str:
     """``--device_map``: a strategy name, or a JSON object of module -> device (kept as canonical JSON text)."""
-    from k9bench.accelerator import AcceleratorError, parse_device_map
+    from k9bench.models.accelerator import AcceleratorError, parse_device_map
 
     try:
         value = parse_device_map(text)
@@ -98,7 +98,7 @@ def device_map_value(text: str) -> str:
 
 def max_memory_value(text: str) -> str:
     """``--max_memory``: JSON or ``DEV=SIZE,...`` (kept as canonical JSON text)."""
-    from k9bench.accelerator import AcceleratorError, parse_max_memory
+    from k9bench.models.accelerator import AcceleratorError, parse_max_memory
 
     try:
         value = parse_max_memory(text)
@@ -299,7 +299,7 @@ class DataSettings:
     split: str = setting(DEFAULT_SPLIT, "dataset split", cli=False)
     drop_invalid_rows: bool = setting(False, "drop rows that fail validation instead of stopping", cli=False)
     video_dir: str = setting("./k9bench_videos", "folder of {scene_name}.mp4 files (default: %(default)s)")
-    auto_download: bool = setting(False, "fetch missing videos first (k9bench.download)", action="store_true")
+    auto_download: bool = setting(False, "fetch missing videos first (k9bench.download.stage)", action="store_true")
     download_cookies: str | None = setting(None, "with --auto_download: cookies.txt for yt-dlp (YouTube's bot checks; "
                                            "see download_videos.py --cookies)", metavar="FILE")
     download_cookies_from_browser: str | None = setting(None, "with --auto_download: read yt-dlp cookies from this browser "

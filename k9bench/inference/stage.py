@@ -212,7 +212,7 @@ class _Run:
     def prepare(self) -> bool:
         """Every check that needs no model, in order; False when there is nothing to do (the finished file holds
         a record for every selected question), else True. Raises :class:`StageError`."""
-        from k9bench.dataset import DatasetError, load_questions, select_range
+        from k9bench.data.dataset import DatasetError, load_questions, select_range
         from k9bench.layout import short_model_name
         from k9bench.prompts import sha256
 
@@ -252,7 +252,7 @@ class _Run:
         self.done = self._load_done(selected, expected(fingerprint(config, self.model_name, self.prompt_sha)))
         pending = self._pending()
         if data.auto_download and not frames.text_only and pending:
-            from k9bench.download import DownloadInputError
+            from k9bench.download.stage import DownloadInputError
 
             try:
                 self.download_summary = auto_download(pending, config)
@@ -344,7 +344,7 @@ class _Run:
             except BackendError as exc:
                 raise StageError(str(exc), EXIT_BACKEND) from None
             describe = backend.describe()  # live (usage counters); masked when written
-            from k9bench.video import DEFAULT_IMAGE_PATCH_SIZE
+            from k9bench.video.sampling import DEFAULT_IMAGE_PATCH_SIZE
 
             patch = None if frames.text_only else (backend.frame_patch_size() or DEFAULT_IMAGE_PATCH_SIZE)
             sampling, frame_cache = self._frames(backend, patch, pending)
@@ -385,8 +385,8 @@ class _Run:
         frames = self.config.frames
         if frames.text_only or not pending:
             return None, None
-        from k9bench.frame_cache import FrameCache, SamplingSettings
-        from k9bench.video import DecoderUnavailable, default_min_pixels
+        from k9bench.video.cache import FrameCache, SamplingSettings
+        from k9bench.video.sampling import DecoderUnavailable, default_min_pixels
 
         floor = frames.min_pixels or default_min_pixels(patch)
         if frames.max_pixels is not None and frames.max_pixels < floor:

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from k9bench.frame_sampling import Frames
+    from k9bench.video.sampling import Frames
     from k9bench.inference.backend import GenerationRequest
 
 MP4_CRF = 15
@@ -93,7 +93,7 @@ def encode_frames_mp4(frames: Any, rate: Fraction, crf: int = MP4_CRF) -> bytes:
     """uint8 (T, 3, H, W) frames -> the bytes of an H.264 mp4 (yuv420p, ``faststart``) playing at ``rate``.
 
     H and W must be even (qwen-vl-utils' sizes are multiples of 28 or 32)."""
-    from k9bench.ffmpeg import find_ffmpeg
+    from k9bench.video.ffmpeg import find_ffmpeg
 
     count, _, height, width = frames.shape
     raw = frames.permute(0, 2, 3, 1).contiguous().numpy().tobytes()
@@ -126,7 +126,7 @@ def encode_frames_jpeg(frames: Any, size: tuple[int, int] | None = None, quality
 
     from k9bench.inference.settings import OpenAISettings
     from k9bench.settings import default_of
-    from k9bench.video import resize_frames
+    from k9bench.video.sampling import resize_frames
 
     if quality is None:
         quality = default_of(OpenAISettings, "jpeg_quality")
@@ -275,7 +275,7 @@ class MediaBuilder:
 
     def _audio_parts(self, request: "GenerationRequest") -> list[dict]:
         """The one ``input_audio`` part of the request's soundtrack."""
-        from k9bench.audio import AudioError, input_audio_part
+        from k9bench.video.audio import AudioError, input_audio_part
 
         audio = request.audio
         if audio is None:

@@ -89,7 +89,7 @@ class ReplyStore:
     def get(self, key: str) -> CachedReply | None:
         """The reply stored under ``key``, or None. A file that cannot be read or is not a reply is
         said (a warning naming it) and the request is sent again."""
-        from k9bench.artifacts import ArtifactError, read_json
+        from k9bench.artifact_io import ArtifactError, read_json
 
         path = self.path(key)
         if not path.is_file():
@@ -112,7 +112,8 @@ class ReplyStore:
             request: dict) -> None:
         """Keep one paid reply (atomically). A write that fails (a full disk) is one warning: the entry
         itself is already in the checkpoint, only the store misses it."""
-        from k9bench.artifacts import ArtifactError, now_iso, write_json_atomic
+        from k9bench.artifacts import now_iso
+        from k9bench.artifact_io import ArtifactError, write_json_atomic
         from k9bench.redact import redact
 
         record = {"key": key, "request": redact(request), "text": text, "model": model, "finish_reason": finish_reason,

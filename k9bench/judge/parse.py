@@ -31,14 +31,14 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from k9bench.published import AXIS_KEYS
+from k9bench.data.published import AXIS_KEYS
 
 AXES = ("Logic", "Factuality", "Accuracy", "Conciseness", "Overall")
 """The five score keys the judge must return, spelled exactly, in the rubric's order (the same keys as
-:data:`k9bench.published.AXIS_KEYS`' values)."""
+:data:`k9bench.data.published.AXIS_KEYS`' values)."""
 
 TABLE3_AXES = tuple(AXIS_KEYS.items())
-"""(paper column, score key) in the order of the paper's Table 3 (:data:`k9bench.published.AXIS_KEYS`)."""
+"""(paper column, score key) in the order of the paper's Table 3 (:data:`k9bench.data.published.AXIS_KEYS`)."""
 
 SCORE_RANGE = (1, 10)
 """The rubric's range; outside it a score is kept and flagged (or refused with ``--strict_scores``)."""

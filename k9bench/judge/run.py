@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from k9bench.artifacts import ArtifactError, CheckpointLog, JudgeEntry, SkippedEntry, now_iso, read_json, write_json_atomic
+from k9bench.artifacts import JudgeEntry, SkippedEntry, now_iso
+from k9bench.artifact_io import ArtifactError, CheckpointLog, read_json, write_json_atomic
 from k9bench.judge.parse import AXES, JudgeParseError, stored_score
 from k9bench.judge.cache import ReplyStore, default_store_folder, endpoint_id
 from k9bench.judge.score import Outcome, judge_task, outcome_from_reply, summarize, task_key
@@ -299,7 +300,7 @@ class _Heartbeat:
 
 def _take(outcome: Outcome, task: Any, record: dict, ckpt: CheckpointLog, entries: dict, skipped: dict, tally: _Tally) -> None:
     """Checkpoint one result and fold it into the run's state (called inside ``deferred()``)."""
-    from k9bench.openai_api import Usage
+    from k9bench.serving.openai_api import Usage
 
     if outcome.entry is not None:
         data = outcome.entry.to_dict()
@@ -351,10 +352,10 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
     """Judge every task not already done; checkpoint each result; write skipped, summary, meta and output.
 
     ``make_client`` is called only when there is something to judge and returns an object with
-    ``chat(messages, model=..., label=..., **params) -> ChatResult`` (:class:`k9bench.openai_api.ChatClient`);
+    ``chat(messages, model=..., label=..., **params) -> ChatResult`` (:class:`k9bench.serving.openai_api.ChatClient`);
     ``before_first_request(client)`` (the endpoint probe) runs before the first request. Everything
     written passes through :func:`k9bench.redact.redact` where it holds settings or error texts."""
-    from k9bench.openai_api import Usage, run_concurrent
+    from k9bench.serving.openai_api import Usage, run_concurrent
     from k9bench.progress import ProgressLog
 
     settings = config.judge

@@ -136,7 +136,7 @@ def axis_means(entries: Iterable[dict]) -> dict:
 
 def summarize(entries: list[dict], skipped: list[dict], failed: list[dict], *, usage_this_run: dict, extra: dict | None = None) -> dict:
     """The summary saved beside the output: per-axis and per-category means, counts, token usage."""
-    from k9bench.openai_api import Usage, sum_usage
+    from k9bench.serving.openai_api import Usage, sum_usage
 
     categories = [c for c in CATEGORIES if any(e.get("question_category") == c for e in entries)]
     categories += sorted({e.get("question_category", "") for e in entries} - set(categories))

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from k9bench import layout
-from k9bench.dataset import DEFAULT_SPLIT
+from k9bench.data.dataset import DEFAULT_SPLIT
 from k9bench.redact import redact
 from k9bench.settings import result_fingerprint, setting, to_dict
 from k9bench.stage import EXIT_USAGE, StageError
@@ -89,12 +89,12 @@ class JudgeSettings:
 
     def record(self) -> dict:
         """The settings as written to the meta sidecar (the template by its source and sha256)."""
-        from k9bench.published import CONFIRMED_PROMPTS, is_reference_prompt
+        from k9bench.data.published import CONFIRMED_PROMPTS, is_reference_prompt
 
         out = {k: v for k, v in to_dict(self).items() if k != "template"}
         out["prompt_sha256"] = self.prompt_sha256
         reference = is_reference_prompt("judge_prompt", self.template)
-        out["reference_prompt"] = reference  # by the reference's hash (k9bench.published), issue 24 item 4
+        out["reference_prompt"] = reference  # by the reference's hash (k9bench.data.published), issue 24 item 4
         out["prompt_status"] = CONFIRMED_PROMPTS if reference else (
             "ours (built in)" if self.prompt_source == BUILTIN_PROMPT else "unconfirmed (not the reference's by its hash)")
         return out
@@ -126,8 +126,8 @@ class RequestSettings:
     )
 
     def retry_policy(self) -> Any:
-        """The :class:`k9bench.openai_api.RetryPolicy` these settings describe."""
-        from k9bench.openai_api import RetryPolicy
+        """The :class:`k9bench.serving.openai_api.RetryPolicy` these settings describe."""
+        from k9bench.serving.openai_api import RetryPolicy
 
         return RetryPolicy(max_retries=self.max_retries, backoff_base=self.retry_backoff, backoff_max=self.retry_backoff_max)
 
@@ -295,7 +295,7 @@ def load_template(prompt_file: str | None) -> tuple[str, str]:
     ``--prompt_file`` is read verbatim through :func:`k9bench.artifacts.read_text` (the one reader):
     missing, a folder, not UTF-8 or empty is one :class:`JudgeInputError` line naming the flag and file."""
     if prompt_file:
-        from k9bench.artifacts import ArtifactError, read_text
+        from k9bench.artifact_io import ArtifactError, read_text
 
         try:
             template, source = read_text(prompt_file), str(prompt_file)
@@ -318,7 +318,7 @@ def config_from_argv(argv: list[str] | None) -> JudgeConfig:
 
 def config_from_namespace(args: argparse.Namespace, argv: list[str] | None = None) -> JudgeConfig:
     """The one step where the parsed flags become the judge's settings (see :func:`config_from_argv`)."""
-    from k9bench.openai_api import check_base_url
+    from k9bench.serving.endpoint import check_base_url
     from k9bench.redact import register_url_secrets
     from k9bench.settings import from_namespace
 

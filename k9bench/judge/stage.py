@@ -45,11 +45,11 @@ def _without_userinfo(url: str) -> str:
 
 
 def probe(client: Any, base_url: str | None, api_key: str) -> None:
-    """One quick ``GET <endpoint>/models`` (:func:`k9bench.openai_api.probe_endpoint`) before the first
+    """One quick ``GET <endpoint>/models`` (:func:`k9bench.serving.openai_api.probe_endpoint`) before the first
     question: any HTTP answer (even 401 or 404) means the server is there; none within
     :data:`PROBE_TIMEOUT` seconds raises :class:`EndpointUnreachable` (exit 2, one line), so a wrong
     endpoint fails in seconds instead of retrying every question."""
-    from k9bench import openai_api
+    from k9bench.serving import openai_api
     from k9bench.redact import redact_text
 
     url = base_url or str(client.base_url)
@@ -146,7 +146,7 @@ class JudgeStage(Stage):
 
     # -- the work ---------------------------------------------------------------------------------
     def run(self) -> int:
-        from k9bench.openai_api import ChatClient, MissingApiKey, resolve_api_key
+        from k9bench.serving.openai_api import ChatClient, MissingApiKey, resolve_api_key
         from k9bench.redact import register_secret, register_url_secrets
 
         cfg = self.config
@@ -195,7 +195,7 @@ class JudgeStage(Stage):
         run = self.config.run
         if not run.dataset_name:
             return taskset, None
-        from k9bench.dataset import DatasetError, load_questions
+        from k9bench.data.dataset import DatasetError, load_questions
         from k9bench.judge.tasks import cross_check, with_missing_answers
 
         try:

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench import LETTERS
-from k9bench.artifacts import ArtifactError, QuestionRecord, find_records, read_json, records_artifact_from
+from k9bench.artifacts import QuestionRecord, find_records, records_artifact_from
+from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.judge.settings import JudgeInputError
 
 # ---------------------------------------------------------------------------
@@ -61,7 +62,7 @@ def _video_url(record: QuestionRecord, scene: str) -> str:
     url = record.extra.get("video_url")
     if isinstance(url, str) and url:
         return url
-    from k9bench.youtube import canonical_url, is_valid_scene_name
+    from k9bench.download.youtube import canonical_url, is_valid_scene_name
 
     return canonical_url(scene) if scene and is_valid_scene_name(scene) else ""
 
@@ -152,7 +153,7 @@ def record_problem(record: QuestionRecord, row: Any, where: str) -> str | None:
     ``answer``, not five options A-E, a ground truth outside them, an unknown category), or None. The
     judge refuses the same records, before any paid request (issue 31 item 3)."""
     from k9bench.scoring.rule import check_record
-    from k9bench.scoring_settings import ScoringError
+    from k9bench.scoring.settings import ScoringError
 
     try:
         check_record(record, row if isinstance(row, dict) else None, where)
@@ -210,7 +211,7 @@ def with_missing_answers(taskset: TaskSet, questions: Iterable[Any]) -> TaskSet:
 
 
 def cross_check(tasks: Iterable[JudgeTask], questions: Iterable[Any]) -> list[dict]:
-    """Compare tasks with dataset questions (:class:`k9bench.dataset.Question`); one dict per mismatch."""
+    """Compare tasks with dataset questions (:class:`k9bench.data.dataset.Question`); one dict per mismatch."""
     by_idx = {q.idx: q for q in questions}
     out: list[dict] = []
     for t in tasks:

@@ -265,7 +265,7 @@ def split_args(name: str, text: str) -> tuple[str, ...]:
 
 def _check_model(name: str, text: str, *, allow_missing: bool) -> None:
     """A model is a local folder or a Hub id; nothing else (a name with shell metacharacters is neither)."""
-    from k9bench.hub import looks_like_local_path
+    from k9bench.models.hub import looks_like_local_path
 
     path = Path(os.path.expanduser(text))
     if path.exists():
@@ -337,7 +337,7 @@ def read_settings(env: Mapping[str, str], repo: Path) -> LaunchSettings:
     thinking = values["THINKING_MODE"] == "1" or (values["THINKING_MODE"] == "auto" and "-Thinking" in values["MODEL_NAME"])
     questions = 0
     if values["DATASET_NAME"] == "demo":
-        from k9bench.demo import demo_rows
+        from k9bench.data.demo import demo_rows
 
         questions = len(demo_rows())
     return LaunchSettings(values=values, extra=extra, repo=repo, demo=demo == "1", demo_build_model=demo_build_model,

@@ -31,7 +31,7 @@ class PreflightError(Exception):
 
 def check_dataset(name: str) -> None:
     """DATASET_NAME resolves: the demo set, an existing file or folder, or a Hub id (cached when offline)."""
-    from k9bench import hub
+    from k9bench.models import hub
 
     if name == "demo":
         return
@@ -50,7 +50,7 @@ def check_dataset(name: str) -> None:
 
 def check_model_cached(variable: str, name: str, what: str) -> None:
     """Offline, a Hub id must be in the cache (a local folder is checked by the settings already)."""
-    from k9bench import hub
+    from k9bench.models import hub
 
     if not name or Path(os.path.expanduser(name)).exists() or not hub.is_hub_id(name):
         return
@@ -61,14 +61,14 @@ def check_model_cached(variable: str, name: str, what: str) -> None:
 
 
 def vllm_python(env: dict) -> str:
-    from k9bench.serve import PYTHON_ENV
+    from k9bench.serving.serve import PYTHON_ENV
 
     return env.get(PYTHON_ENV) or sys.executable
 
 
 def check_vllm(env: dict, variable: str) -> None:
     """The vLLM environment imports vllm (a subprocess, bounded by :data:`VLLM_IMPORT_TIMEOUT_S`)."""
-    from k9bench.serve import PYTHON_ENV
+    from k9bench.serving.serve import PYTHON_ENV
 
     python = vllm_python(env)
     which = f"{PYTHON_ENV}={python}" if env.get(PYTHON_ENV) else f"this python ({python}; set {PYTHON_ENV} to the vLLM environment's)"

@@ -50,7 +50,7 @@ def prepare_demo(settings: LaunchSettings, *, say: Callable[[str], None], enter:
         video_dir = Path(settings["VIDEO_DIR"])
         # the demo videos with soundtracks (two of three), before the download step, which then finds them
         with build_lock(video_dir / ".run_eval.demo-videos.lock", what=f"the demo videos in {video_dir}", say=say):
-            say(f"step demo-videos: python -m k9bench.demo --video_dir {video_dir} --soundtrack")
+            say(f"step demo-videos: python -m k9bench.data.demo --video_dir {video_dir} --soundtrack")
             with step_output("demo-videos"):
                 code = run_main("demo", ["--video_dir", str(video_dir), "--soundtrack"])
         if code != 0:

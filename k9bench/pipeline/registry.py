@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the plan's step type, for annotations only
 
 
 def _download(step) -> "Stage":
-    from k9bench.download import DownloadStage, config_from_argv
+    from k9bench.download.stage import DownloadStage, config_from_argv
 
     return DownloadStage(config_from_argv(list(step.argv)))
 
@@ -98,8 +98,8 @@ class StageEntry:
 
 STAGES: tuple[StageEntry, ...] = (
     StageEntry("demo-model", "tiny_model", "k9bench.tiny_model", exits={0: "built"}),
-    StageEntry("demo-videos", "demo", "k9bench.demo", exits={0: "written"}),
-    StageEntry("download", "download_videos", "k9bench.download", _download, runs="DownloadStage",
+    StageEntry("demo-videos", "demo", "k9bench.data.demo", exits={0: "written"}),
+    StageEntry("download", "download_videos", "k9bench.download.stage", _download, runs="DownloadStage",
                variables={"DATASET_NAME": "--dataset_name", "SPLIT": "--split", "VIDEO_DIR": "--output_dir", "MAX_SAMPLES": "--max_samples"},
                exits={0: "done", 1: "some videos could not be fetched (DOWNLOAD_STRICT=0: the run goes on)", 2: "bad input"},
                shared_lock=".run_eval.download.lock",

@@ -418,9 +418,9 @@ class Launch:
 
 @contextlib.contextmanager
 def start_server(settings: LaunchSettings, say, log_path: Path) -> Iterator[str]:
-    """Start a vLLM server for MODEL_NAME (:func:`k9bench.serve.serve_vllm`, prefix caching on; the vLLM
+    """Start a vLLM server for MODEL_NAME (:func:`k9bench.serving.serve.serve_vllm`, prefix caching on; the vLLM
     environment's python from ``K9BENCH_VLLM_PYTHON``) and yield its URL; it is stopped however the block ends."""
-    from k9bench.serve import serve_vllm
+    from k9bench.serving.serve import serve_vllm
 
     tp = settings.int("TENSOR_PARALLEL") or settings.int("GPUS") or 1
     say(f"serving {settings['MODEL_NAME']} with vLLM (tensor parallel {tp}) for the inference stage; its log: {log_path}")

@@ -148,7 +148,7 @@ class ScriptStage(Stage):
         return {str(p): file_digest(p) for p in self.inputs() if Path(p).is_file()}
 
     def write_record(self, code: int, complete: bool) -> None:
-        from k9bench.artifacts import write_json_atomic
+        from k9bench.artifact_io import write_json_atomic
 
         block = self.stage_block()
         block.update(state="done" if complete else "incomplete", exit=code, written_at=time.strftime("%Y-%m-%dT%H:%M:%S"),

@@ -26,7 +26,7 @@ def load_prompt(name: str, override: str | Path | None = None) -> tuple[str, str
     (one line naming the file; exit 2).
     """
     if override:
-        from k9bench.artifacts import read_text
+        from k9bench.artifact_io import read_text
 
         path = Path(override)
         return read_text(path), str(path)

@@ -3,7 +3,7 @@
 The reference keeps its system prompt in ``eval_video_llm.py`` and its judge prompt in
 ``subjective_evals.py``. Give both scripts, or the folder of your copy of the reference (the two are
 found in it); each is parsed, never run. Both prompts are taken out, checked against the SHA-256 in
-:mod:`k9bench.published`, and written as the two files this project's tools read::
+:mod:`k9bench.data.published`, and written as the two files this project's tools read::
 
     python -m k9bench.prompts from-reference path/to/reference_repo
     python -m k9bench.prompts from-reference path/to/eval_video_llm.py path/to/subjective_evals.py
@@ -54,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from k9bench.artifacts import write_text_atomic
+    from k9bench.artifact_io import write_text_atomic
     from k9bench.cli import setup_logging
     from k9bench.prompts.reference import SCRIPT_OF, ReferenceScriptError, extract_from_scripts
     from k9bench.stage import StageError, check_output
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
         absent = [SCRIPT_OF[kind] for kind in missing if SCRIPT_OF[kind] not in searched]
         hint = (f"; the reference keeps it in {' and '.join(dict.fromkeys(absent))}: pass that script too, or the reference's folder"
                 if absent else "; are they the reference's scripts, unmodified?")
-        log.error("%s: no string of the %d in %s matches the reference's %s (SHA-256 in k9bench/published.py)%s",
+        log.error("%s: no string of the %d in %s matches the reference's %s (SHA-256 in k9bench/data/published.py)%s",
                   ", ".join(found.scripts), found.candidates, "it" if len(found.scripts) == 1 else "them", " and ".join(missing), hint)
         return 1
     log.info("both prompts confirmed: runs made with these files are marked 'reference prompts (confirmed)'")

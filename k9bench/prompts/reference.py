@@ -1,7 +1,7 @@
 """The reference's prompt texts, taken out of a copy of its script that the user supplies.
 
 Nothing of the reference is stored in this project: only the two SHA-256 hashes in
-:mod:`k9bench.published`. :func:`extract_reference_prompts` reads the script as text and parses it
+:mod:`k9bench.data.published`. :func:`extract_reference_prompts` reads the script as text and parses it
 with :mod:`ast`, never running it, and collects every string it could build from literals:
 
 * string constants (a plain text, and read as a ``str.format`` template);
@@ -10,10 +10,10 @@ with :mod:`ast`, never running it, and collects every string it could build from
 * ``"...".format(...)`` calls.
 
 A candidate is the system prompt when its text (one trailing newline ignored, also tried stripped and
-dedented) has :data:`~k9bench.published.REFERENCE_SYSTEM_PROMPT_SHA256`. A candidate with exactly
+dedented) has :data:`~k9bench.data.published.REFERENCE_SYSTEM_PROMPT_SHA256`. A candidate with exactly
 three distinct placeholders is the judge prompt when, its placeholders named ``question``,
 ``correct_answer`` and ``model_output`` in some order, it has
-:data:`~k9bench.published.REFERENCE_JUDGE_PROMPT_SHA256` in our template form (literal braces
+:data:`~k9bench.data.published.REFERENCE_JUDGE_PROMPT_SHA256` in our template form (literal braces
 doubled); the hash decides, so no guess about the reference's variable names is needed.
 
 The reference keeps the two prompts in two scripts (SPEC section 9): the system prompt in
@@ -31,7 +31,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from k9bench import published
+from k9bench.data import published
 
 SYSTEM_SCRIPT = "eval_video_llm.py"
 """The reference's script holding the system prompt."""

@@ -19,8 +19,8 @@ What it writes into ``--report_dir`` (default ``report``):
 Accuracy counts failed samples as wrong, like the paper. Intervals are read from the eval file when it
 carries them, otherwise computed by a seeded bootstrap over videos; one drawn from fewer than 10 videos
 is shown as n/a. A run's settings are read from the file's contents and compared with the paper's setup
-(:data:`k9bench.published.PAPER_SETUP`); ``--subset`` restricts every run to some questions
-(:mod:`k9bench.subset`).
+(:data:`k9bench.data.published.PAPER_SETUP`); ``--subset`` restricts every run to some questions
+(:mod:`k9bench.data.subset`).
 
 The package: :mod:`~k9bench.report.model` (what a report holds, the comparison with the paper),
 :mod:`~k9bench.report.load` (reading eval and judge files), :mod:`~k9bench.report.markdown`,

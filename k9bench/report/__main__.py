@@ -10,7 +10,7 @@ import sys
 
 
 def main(argv: list[str] | None = None) -> int:
-    from k9bench.artifacts import ArtifactError
+    from k9bench.artifact_io import ArtifactError
     from k9bench.report.load import frame_sweep_files
 
     parser = argparse.ArgumentParser(prog="python -m k9bench.report", description=__doc__)

@@ -26,9 +26,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench import CATEGORIES
-from k9bench.artifacts import ArtifactError, QuestionRecord, is_finite_number, load_records_artifact, read_json
+from k9bench.artifacts import QuestionRecord, is_finite_number, load_records_artifact
+from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.layout import next_stage_path, parse_artifact_name, short_model_name, skipped_path
-from k9bench.published import AXIS_KEYS, CONFIRMED_PROMPTS, JUDGE_AXES, PAPER_SETUP
+from k9bench.data.published import AXIS_KEYS, CONFIRMED_PROMPTS, JUDGE_AXES, PAPER_SETUP
 from k9bench.report.model import (
     AUDIO_MARK,
     DURATION_BINS,
@@ -45,7 +46,7 @@ from k9bench.report.model import (
     prompt_is_reference,
 )
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
-from k9bench.subset import VIDEO_ABSENT
+from k9bench.data.subset import VIDEO_ABSENT
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +220,7 @@ def _load_eval(path: str | Path):
     if art.stage != "eval":
         raise ReportError(f"{path}: this is a {art.stage} file, not an eval file; run evaluate_results.py --mode evaluate on it first")
     from k9bench.scoring.rule import check_finite, check_scored_record, where_of
-    from k9bench.scoring_settings import ScoringError
+    from k9bench.scoring.settings import ScoringError
 
     try:  # NaN or inf anywhere (a similarity, a count), a record with no ground truth: refused, naming it
         check_finite([r.to_dict() for r in art.records], art.meta, path)
@@ -418,7 +419,7 @@ def load_judge(path: str | Path) -> JudgeSummary:
     summary.judge_model = judge.get("model")
     if judge.get("prompt_sha256") or judge.get("prompt_source"):
         digest = judge.get("prompt_sha256")
-        # the judge checked its template (k9bench.published.is_reference_prompt: the reference hash covers the template
+        # the judge checked its template (k9bench.data.published.is_reference_prompt: the reference hash covers the template
         # filled with its placeholders' names, so the raw sha256 never matches) and records the result as
         # reference_prompt / prompt_status; reference_prompts is an older spelling
         recorded = CONFIRMED_PROMPTS if judge.get("reference_prompt") is True else judge.get("prompt_status", judge.get("reference_prompts"))

@@ -7,7 +7,7 @@ from typing import Any
 
 from k9bench import CATEGORIES
 from k9bench.artifacts import now_iso
-from k9bench.published import (
+from k9bench.data.published import (
     CONFIRMED_PROMPTS,
     JUDGE_AXES,
     PAPER_SETUP,
@@ -190,7 +190,7 @@ def common_markdown(report: Report) -> list[str]:
         cats = [_fmt(common.categories[run.label][c].accuracy) for c in CATEGORIES]
         lines.append("| " + " | ".join([_cell(run.label), f"{score.total:,}", fmt_score(score), *cats, f"{run.overall.total:,}",
                                         str(run.missing_videos)]) + " |")
-    out += lines + ["", "`python -m k9bench.subset --runs RAW_OR_EVAL... --output subset.json` writes these questions as a "
+    out += lines + ["", "`python -m k9bench.data.subset --runs RAW_OR_EVAL... --output subset.json` writes these questions as a "
                     "subset file with its own hash; `--subset subset.json` restricts a report (and scoring) to them.", ""]
     return out
 

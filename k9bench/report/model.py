@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from k9bench import published
-from k9bench.artifacts import ArtifactError
-from k9bench.published import CONFIRMED_PROMPTS, PAPER_SETUP, normalize_model_name
+from k9bench.data import published
+from k9bench.artifact_io import ArtifactError
+from k9bench.data.published import CONFIRMED_PROMPTS, PAPER_SETUP, normalize_model_name
 from k9bench.stats import interval_shown
 
 CATEGORY_HEADERS = {
@@ -50,7 +50,7 @@ NOT_COMPARABLE_MARK = "not comparable to the paper's Table 1"
 
 
 REFERENCE_HASH_NAMES = {"system_prompt": "REFERENCE_SYSTEM_PROMPT_SHA256", "judge_prompt": "REFERENCE_JUDGE_PROMPT_SHA256"}
-"""Prompt kind -> the name in :mod:`k9bench.published` of the reference text's SHA-256."""
+"""Prompt kind -> the name in :mod:`k9bench.data.published` of the reference text's SHA-256."""
 
 
 class ReportError(ArtifactError):
@@ -58,7 +58,7 @@ class ReportError(ArtifactError):
 
 
 def reference_prompt_sha256(kind: str) -> str | None:
-    """The SHA-256 of the reference's prompt of this kind, read from :mod:`k9bench.published` when it is
+    """The SHA-256 of the reference's prompt of this kind, read from :mod:`k9bench.data.published` when it is
     called (None where published.py has none)."""
     name = REFERENCE_HASH_NAMES.get(kind)
     value = getattr(published, name, None) if name else None
@@ -67,7 +67,7 @@ def reference_prompt_sha256(kind: str) -> str | None:
 
 def prompt_is_reference(kind: str, digest: object, recorded: object = None) -> bool:
     """True when a recorded prompt is the reference's: the writer checked its text
-    (:func:`k9bench.published.is_reference_prompt`, with its normalisation) and recorded
+    (:func:`k9bench.data.published.is_reference_prompt`, with its normalisation) and recorded
     ``reference_prompts: "reference prompts (confirmed)"``, or its recorded SHA-256 is the reference's."""
     if recorded == CONFIRMED_PROMPTS:
         return True

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from k9bench.report.model import ReportError, RunSummary
 from k9bench.stats import DEFAULT_LEVEL, DEFAULT_RESAMPLES, DEFAULT_SEED, MIN_INTERVAL_VIDEOS, interval_shown
-from k9bench.subset import VIDEO_ABSENT
+from k9bench.data.subset import VIDEO_ABSENT
 
 CI_METHOD = (f"paired bootstrap over videos (a video's questions resampled together for both runs), percentile, "
              f"{DEFAULT_RESAMPLES} resamples, seed {DEFAULT_SEED}")

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from k9bench import CATEGORIES
-from k9bench.published import FRAME_ABLATION, RANDOM_GUESS, normalize_model_name
+from k9bench.data.published import FRAME_ABLATION, RANDOM_GUESS, normalize_model_name
 from k9bench.report.load import run_name
 from k9bench.report.model import CATEGORY_HEADERS, COMPARABLE, Report, RunSummary, Score
 

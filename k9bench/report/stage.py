@@ -17,7 +17,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from k9bench.artifacts import ArtifactError, now_iso, write_json_atomic, write_text_atomic
+from k9bench.artifacts import now_iso
+from k9bench.artifact_io import ArtifactError, write_json_atomic, write_text_atomic
 from k9bench.report.load import common_questions, disambiguate, judge_side_files, load_judge, load_run, match_judge_to_run
 from k9bench.report.markdown import judge_markdown, leaderboard_markdown, published_rows_for, report_markdown
 from k9bench.report.model import Report, ReportError
@@ -53,10 +54,10 @@ class ReportSettings:
                                 "(repeatable), e.g. that a run is a smoke test whose scores mean nothing", action="append",
                                 metavar="TEXT", result=True)
     """Lines shown at the top of the report and on every figure."""
-    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.subset), a list of idx, "
+    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.data.subset), a list of idx, "
                                  "or another run's raw/sim/eval file (the questions whose video it had)", metavar="FILE",
                                  result=True)
-    """The ``--subset`` file (:func:`k9bench.subset.read_subset`)."""
+    """The ``--subset`` file (:func:`k9bench.data.subset.read_subset`)."""
     baseline: str | None = setting(None, "another model's run to compare the first --input_file with, question by question: its "
                                    "eval file or its run folder (one eval_*.json). On the common questions: the accuracy difference "
                                    "with a video-clustered paired bootstrap interval and an exact McNemar test", metavar="RUN",
@@ -119,7 +120,7 @@ def build_report(eval_files: list[str], judge_files: list[str] | None = None, *,
                  notes: list[str] | None = None, subset: str | None = None, baseline: str | None = None) -> Report:
     """Load every input (raising :class:`ReportError` on the first bad one)."""
     from k9bench.report.paired import paired_comparison, resolve_baseline
-    from k9bench.subset import read_subset
+    from k9bench.data.subset import read_subset
 
     if not eval_files:
         raise ReportError("no eval file given (--input_file eval_A.json [eval_B.json ...])")
@@ -245,7 +246,7 @@ class ReportStage(Stage):
         return super().done()
 
     def run(self) -> int:
-        from k9bench.subset import SubsetError
+        from k9bench.data.subset import SubsetError
 
         s = self.settings
         try:

@@ -11,15 +11,15 @@ each option next to its ``error``, so the reference's evaluate reads our sim fil
 The package:
 
 - :mod:`~k9bench.scoring.rule`: the rule, the record checks, reading a file for scoring;
-- :mod:`~k9bench.scoring.calculate`: raw -> sim (the embedding model is :mod:`k9bench.embedding`);
+- :mod:`~k9bench.scoring.calculate`: raw -> sim (the embedding model is :mod:`k9bench.scoring.embedding`);
 - :mod:`~k9bench.scoring.evaluate`: sim -> eval, our statistics, the printed table;
 - :mod:`~k9bench.scoring.stages`: ``build_parser``, ``config_from_argv``, :class:`CalculateStage`,
   :class:`EvaluateStage` (the names the launcher imports).
 
-Settings are the frozen dataclasses of :mod:`k9bench.scoring_settings`.
+Settings are the frozen dataclasses of :mod:`k9bench.scoring.settings`.
 """
 
-from k9bench.embedding import EmbeddingError, EmbeddingRun, ScoringItem, load_embedding_model
+from k9bench.scoring.embedding import EmbeddingError, EmbeddingRun, ScoringItem, load_embedding_model
 from k9bench.scoring.calculate import FAILED_SIMILARITY, calculate, plan_calculation
 from k9bench.scoring.evaluate import RecordOutcome, evaluate, format_table
 from k9bench.scoring.rule import (
@@ -35,7 +35,7 @@ from k9bench.scoring.rule import (
     option_letters,
 )
 from k9bench.scoring.stages import CalculateStage, EvaluateStage, build_parser, config_from_argv, default_output_path, run_scoring
-from k9bench.scoring_settings import DEFAULT_EMBEDDING_MODEL, DEFAULT_THRESHOLD, EvalSettings, ScoringConfig, ScoringError
+from k9bench.scoring.settings import DEFAULT_EMBEDDING_MODEL, DEFAULT_THRESHOLD, EvalSettings, ScoringConfig, ScoringError
 
 __all__ = [
     "DEFAULT_EMBEDDING_MODEL", "DEFAULT_THRESHOLD", "EVAL_MODE", "FAILED_SIMILARITY", "FLAG_BLANK", "FLAG_EMPTY", "SKIP_FAILED",

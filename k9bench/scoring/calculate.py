@@ -13,7 +13,7 @@ in ``ground_truth_as_given``); the category is the record's, or ``""``. The refe
 file and finds the record wrong (0.0 is above no threshold in [0, 1]; the placeholder is no option).
 
 :func:`plan_calculation` checks every record before any model loads; :func:`calculate` asks
-:mod:`k9bench.embedding` for the similarity table.
+:mod:`k9bench.scoring.embedding` for the similarity table.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ from typing import Any, Sequence
 
 from k9bench import LETTERS
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, now_iso
-from k9bench.embedding import EmbeddingRun, ScoringItem, batched_similarities
+from k9bench.scoring.embedding import EmbeddingRun, ScoringItem, batched_similarities
 from k9bench.scoring.rule import SKIP_FAILED, answer_flag, check_record, where_of
-from k9bench.scoring_settings import ScoringError
+from k9bench.scoring.settings import ScoringError
 
 log = logging.getLogger("k9bench.scoring")
 

@@ -22,7 +22,7 @@ from typing import Any, Iterable, Sequence
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, is_finite_number, now_iso
 from k9bench.scoring.calculate import RECORD_EVAL_EXTRAS, carried_meta, finish_meta, split_provenance
 from k9bench.scoring.rule import EVAL_MODE, SKIP_FAILED, answer_flag, check_record, check_sims, fine_verdict, is_correct_fine, where_of
-from k9bench.scoring_settings import DEFAULT_THRESHOLD, SENSITIVITY_THRESHOLDS, EvalSettings, ScoringError
+from k9bench.scoring.settings import DEFAULT_THRESHOLD, SENSITIVITY_THRESHOLDS, EvalSettings, ScoringError
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED, MIN_INTERVAL_VIDEOS, interval_shown
 
 log = logging.getLogger("k9bench.scoring")

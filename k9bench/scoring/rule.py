@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from k9bench import LETTERS
-from k9bench.artifacts import QuestionRecord, RecordsArtifact, find_records, is_finite_number, read_json, records_artifact_from
-from k9bench.scoring_settings import ScoringError
+from k9bench.artifacts import QuestionRecord, RecordsArtifact, find_records, is_finite_number, records_artifact_from
+from k9bench.artifact_io import read_json
+from k9bench.scoring.settings import ScoringError
 
 log = logging.getLogger("k9bench.scoring")
 
@@ -169,7 +170,7 @@ def check_ground_truth(record: QuestionRecord, letters: Sequence[str], where: st
 
 
 def _check_category(record: QuestionRecord, where: str) -> None:
-    from k9bench.dataset import normalize_category
+    from k9bench.data.dataset import normalize_category
 
     try:
         normalize_category(record.question_category)

@@ -21,8 +21,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from k9bench.artifacts import ArtifactError, RecordsArtifact, provenance, write_json_atomic
-from k9bench.scoring_settings import EmbeddingSettings, EvalSettings, ScoringConfig, ScoringError, ScoringFiles
+from k9bench.artifacts import RecordsArtifact, provenance
+from k9bench.artifact_io import ArtifactError, write_json_atomic
+from k9bench.scoring.settings import EmbeddingSettings, EvalSettings, ScoringConfig, ScoringError, ScoringFiles
 from k9bench.settings import add_arguments, from_namespace, result_fingerprint, to_dict
 from k9bench.stage import EXIT_OK, EXIT_USAGE, Stage, StageError, check_output, deferred, run_stage
 
@@ -161,7 +162,7 @@ class _ScoringStage(Stage):
 
         chosen = None
         if self.config.files.subset:
-            from k9bench.subset import read_subset
+            from k9bench.data.subset import read_subset
 
             chosen = read_subset(self.config.files.subset)
         try:
@@ -208,7 +209,7 @@ class CalculateStage(_ScoringStage):
         return self._fingerprint(self.config.embedding)
 
     def run(self) -> int:
-        from k9bench import embedding
+        from k9bench.scoring import embedding
         from k9bench.scoring.calculate import calculate, plan_calculation
 
         artifact, rows, extra = self._load()

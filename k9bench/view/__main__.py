@@ -40,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from k9bench.artifacts import ArtifactError
+    from k9bench.artifact_io import ArtifactError
     from k9bench.stage import StageError, check_output
     from k9bench.view import build_page
 

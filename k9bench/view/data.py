@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k9bench import CATEGORIES
-from k9bench.artifacts import ArtifactError, is_finite_number, load_records_artifact, read_json
+from k9bench.artifacts import is_finite_number, load_records_artifact
+from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.judge.parse import AXES
 from k9bench.layout import next_stage_path, parse_artifact_name
 from k9bench.report.model import DURATION_BINS, NOT_COMPARABLE_MARK, duration_bin_label
@@ -254,7 +255,7 @@ def build_data(runs: list[RunInput], *, notes: list[str] | None = None, paired: 
 def across_runs(runs: list[RunInput], questions: list[dict]) -> dict:
     """The agreement matrix and per-category accuracy on the common questions (those whose video every run
     had, as :func:`k9bench.report.load.common_questions` counts them)."""
-    from k9bench.subset import VIDEO_ABSENT
+    from k9bench.data.subset import VIDEO_ABSENT
 
     have = [{rec.idx for rec in run.records if rec.error_class not in VIDEO_ABSENT} for run in runs]
     common = set.intersection(*have)

@@ -2,7 +2,7 @@
 
 A run's raw file records, per question, the source indices of the frames it gave the model
 (``frame_indices``) and, in its ``inference.frames`` block, how they were sampled. The strip is made by
-:class:`k9bench.frame_cache.FrameCache` with those sampling settings (and the run's on-disk frame store
+:class:`k9bench.video.cache.FrameCache` with those sampling settings (and the run's on-disk frame store
 when it had one, so nothing is decoded twice): the indices it gives must be the recorded ones, otherwise
 the video is named in the page's notes and gets no strip (never frames other than the model's). At most
 :data:`PER_VIDEO` frames are kept, evenly spread, each a small JPEG in ``frames/``.
@@ -34,7 +34,7 @@ def spread(count: int, keep: int = PER_VIDEO) -> list[int]:
 
 
 def _sampling(frames: dict):
-    from k9bench.frame_cache import SamplingSettings
+    from k9bench.video.cache import SamplingSettings
 
     fields = {k: frames[k] for k in ("fps", "max_frames", "max_pixels", "min_pixels", "image_patch_size") if frames.get(k) is not None}
     if frames.get("decoder") or frames.get("video_decoder"):
@@ -64,7 +64,7 @@ def _remove_stale(folder: Path, keep: set) -> None:
 def make_strips(runs, data: dict, out_dir: Path, limit: int | None) -> None:
     """Fill ``data["thumbs"]`` (scene -> frame file names, relative to the page) for at most ``limit``
     videos (None: all, 0: none), ``data["frames_bytes"]`` and ``data["thumb_notes"]``."""
-    from k9bench.frame_sampling import VideoError
+    from k9bench.video.sampling import VideoError
     from k9bench.report.load import video_of
     from k9bench.view.data import inference_of, video_dir_of
 
@@ -94,8 +94,8 @@ def make_strips(runs, data: dict, out_dir: Path, limit: int | None) -> None:
         run, rec, video, frames = wanted[scene]
         key = id(run)
         if key not in caches:
-            from k9bench.frame_cache import FrameCache
-            from k9bench.frame_sampling import DecoderUnavailable
+            from k9bench.video.cache import FrameCache
+            from k9bench.video.sampling import DecoderUnavailable
 
             try:
                 caches[key] = FrameCache(_sampling(frames), disk_dir=frames.get("frame_cache_dir") or None)

@@ -1,8 +1,7 @@
-"""Decoding and sampling a video's frames (the layer below :mod:`k9bench.video` and :mod:`k9bench.frame_cache`).
+"""Decoding and sampling a video's frames (the layer below :mod:`k9bench.video.cache`).
 
-Import the names from :mod:`k9bench.video` (the public entry point, which re-exports this module
-and the frame cache); this module imports neither of them, so the imports run one way only:
-``frame_sampling`` <- ``frame_cache`` <- ``video``.
+This module imports neither the frame cache nor the policy, so the imports run one way only:
+``video.sampling`` <- ``video.cache`` <- ``video.policy``.
 
 ``sample(path, ...)`` returns the same frames that qwen-vl-utils' ``fetch_video`` (decord backend)
 gives for a ``{"video": path, "fps": 1.0, "max_frames": 32, "max_pixels": 360 * 420}`` item: the

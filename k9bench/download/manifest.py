@@ -1,7 +1,7 @@
 """The download manifest: one typed entry per video, the run's summary, and what a rerun trusts.
 
 The manifest (JSON, ``download_manifest.json`` in the output folder by default) is written
-atomically by :mod:`k9bench.download_run`, refreshed during a run and at its end. A rerun reads
+atomically by :mod:`k9bench.download.run`, refreshed during a run and at its end. A rerun reads
 the previous one (:func:`load_previous_manifest`) to skip verifying again a file it recorded as
 verified with the same size and modification time (:func:`verified_earlier`), and to keep what it
 knew about a finished video (:func:`earlier_facts`: the format yt-dlp fetched, when, its
@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from k9bench.download_failures import FAILURE_CLASSES
+from k9bench.download.failures import FAILURE_CLASSES
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class VideoResult:
     file: str | None = None
     """File name inside the output folder when present and verified (``{scene}.mp4``)."""
     error_class: str | None = None
-    """For a failure: one of :data:`~k9bench.download_failures.FAILURE_CLASSES`."""
+    """For a failure: one of :data:`~k9bench.download.failures.FAILURE_CLASSES`."""
     http_status: int | None = None
     """For ``http_error``: the status code."""
     message: str | None = None
@@ -179,7 +179,7 @@ def load_previous_manifest(path: Path | None) -> dict[str, dict]:
     unreadable or of another version)."""
     if path is None or not path.is_file():
         return {}
-    from k9bench.artifacts import ArtifactError, read_json
+    from k9bench.artifact_io import ArtifactError, read_json
 
     try:
         data = read_json(path)

@@ -1,6 +1,6 @@
 """Per-run frame cache (each video decoded once) with an optional on-disk store.
 
-``FrameCache.get(path)`` samples a video with :func:`k9bench.frame_sampling.sample` the first time and
+``FrameCache.get(path)`` samples a video with :func:`k9bench.video.sampling.sample` the first time and
 returns the same ``Frames`` for every later question on that video, until ``release(path)`` drops
 it (call it after the video's last question, so memory holds one video's frames at a time when
 questions are processed grouped by video). A failure is remembered too: a broken video raises
@@ -14,7 +14,7 @@ rename), hold a SHA-256 of the pixels and their metadata, and are validated on r
 mismatched entry is logged, removed and re-decoded. The format is plain NumPy arrays read with
 ``allow_pickle=False``.
 
-``get_audio(path, sampling_rate)`` does the same for a video's soundtrack (:mod:`k9bench.audio`):
+``get_audio(path, sampling_rate)`` does the same for a video's soundtrack (:mod:`k9bench.video.audio`):
 read once per video and rate, kept until ``release(path)``, stored beside the frames on disk
 (``<key>.audio.npz``) with ``disk_dir``; a video without one raises the same ``NoAudioStream``
 for each of its questions.
@@ -33,8 +33,8 @@ from pathlib import Path
 from typing import Any
 
 from k9bench.artifact_io import WriteFailed, atomic_file
-from k9bench.audio import Audio, AudioError, read_audio
-from k9bench.frame_sampling import (
+from k9bench.video.audio import Audio, AudioError, read_audio
+from k9bench.video.sampling import (
     DEFAULT_DECODER,
     DEFAULT_FPS,
     DEFAULT_IMAGE_PATCH_SIZE,
@@ -75,7 +75,7 @@ class SamplingSettings:
     """Exact (height, width) of every frame instead of qwen-vl-utils' size rule (None: the rule)."""
 
     def sample_kwargs(self) -> dict[str, Any]:
-        """Keyword arguments for :func:`k9bench.frame_sampling.sample` (re-exported as ``k9bench.video.sample``)."""
+        """Keyword arguments for :func:`k9bench.video.sampling.sample` (re-exported as ``k9bench.video.sampling.sample``)."""
         return asdict(self)
 
     def key_fields(self) -> dict[str, Any]:
@@ -375,7 +375,7 @@ class FrameCache:
     def get_audio(self, path: str | os.PathLike, sampling_rate: int) -> Audio:
         """The video's soundtrack at ``sampling_rate`` (mono float32), read on first use.
 
-        Raises ``k9bench.audio.NoAudioStream`` for a video without one and ``AudioError`` for
+        Raises ``k9bench.video.audio.NoAudioStream`` for a video without one and ``AudioError`` for
         other failures, the same error again for each later call (no second read).
         """
         fut = self._audio_future(Path(path), int(sampling_rate), prefetching=False)

@@ -1,15 +1,15 @@
 """One video of a download: bring ``{scene}.mp4`` into the folder, verified, or explain why not.
 
 :func:`download_one` never raises for a video problem: whatever goes wrong becomes that video's
-:class:`~k9bench.manifest.VideoResult` (``ok``, ``skipped`` or ``failed`` with a failure class),
+:class:`~k9bench.download.manifest.VideoResult` (``ok``, ``skipped`` or ``failed`` with a failure class),
 so the other videos of the run go on. The steps:
 
 1. a file already present and verified (or recorded verified and unchanged by the earlier
    manifest) is ``skipped``, keeping what the earlier manifest knew about it (the format yt-dlp
    fetched, when and with which warnings); a complete file whose only fault is the index at the
    end is remuxed locally; any other file that fails verification is deleted;
-2. a scene with a local generator (the demo set: :func:`k9bench.demo.demo_generators`) is made
-   locally, never fetched; otherwise yt-dlp (:mod:`k9bench.ytdlp`) downloads it into a private
+2. a scene with a local generator (the demo set: :func:`k9bench.data.demo.demo_generators`) is made
+   locally, never fetched; otherwise yt-dlp (:mod:`k9bench.download.ytdlp`) downloads it into a private
    work folder ``<output>/.k9bench-download/<scene>.<url hash>/``;
 3. the download is probed, remuxed by ffmpeg (stream copy, ``+faststart``), verified and
    atomically renamed to ``{scene}.mp4``; on failure the work folder is removed.
@@ -29,10 +29,10 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from k9bench.artifacts import now_iso
-from k9bench.download_failures import VideoFailure, clean_message
-from k9bench.download_settings import DownloadConfig
-from k9bench.manifest import VideoResult, earlier_facts, verified_earlier
-from k9bench.ytdlp import SeenWarnings, downloaded_file, fetch, format_info
+from k9bench.download.failures import VideoFailure, clean_message
+from k9bench.download.settings import DownloadConfig
+from k9bench.download.manifest import VideoResult, earlier_facts, verified_earlier
+from k9bench.download.ytdlp import SeenWarnings, downloaded_file, fetch, format_info
 
 log = logging.getLogger("k9bench.download")
 
@@ -61,7 +61,7 @@ class VideoContext:
 
 def remux_faststart(src: Path, dst: Path, *, ffmpeg_timeout: float) -> None:
     """Stream-copy ``src`` into an mp4 at ``dst`` with the index first; raise :class:`VideoFailure` on error."""
-    from k9bench.ffmpeg import run_ffmpeg
+    from k9bench.video.ffmpeg import run_ffmpeg
 
     args = ["-i", str(src), "-map", "0:v:0", "-map", "0:a:0?", "-c", "copy", "-movflags", "+faststart", "-f", "mp4", str(dst)]
     try:
@@ -82,7 +82,7 @@ def url_key(url: str) -> str:
 
 def _faststart_existing(final: Path, ctx: VideoContext):
     """Remux a complete but not-faststart ``final`` in place; the verified result, or None if that failed."""
-    from k9bench.verify import verify_video
+    from k9bench.download.verify import verify_video
 
     work = ctx.work_root / f"{final.stem}.local"
     work.mkdir(parents=True, exist_ok=True)
@@ -119,7 +119,7 @@ def download_one(scene: str, url: str, ctx: VideoContext) -> VideoResult:
 
 
 def _download_one(scene: str, url: str, ctx: VideoContext) -> VideoResult:
-    from k9bench.verify import verify_video
+    from k9bench.download.verify import verify_video
 
     started = time.monotonic()
     final = ctx.output_dir / f"{scene}.mp4"
@@ -205,7 +205,7 @@ def _generate(scene: str, work: Path, generator: Generator, result: VideoResult)
 
 def _fetch(scene: str, url: str, work: Path, ctx: VideoContext, result: VideoResult) -> Path:
     """Download ``scene`` with yt-dlp and remux it; the file to verify."""
-    from k9bench.verify import probe_media
+    from k9bench.download.verify import probe_media
 
     warnings: list[str] = []
     result.warnings = warnings

@@ -10,7 +10,7 @@ Every response is read under :class:`ResponseLimits` (:func:`response_limit_hook
 :func:`get_json` for the GETs): reading stops at ``max_bytes`` whatever the server claims
 (Content-Length or a chunked body with none: :class:`ResponseTooLarge`), and one attempt ends once
 ``total_s`` have passed (:class:`RequestOverTime`), so a server that trickles bytes cannot hang a run.
-Everything is re-exported by :mod:`k9bench.openai_api`.
+Everything is re-exported by :mod:`k9bench.serving.openai_api`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 value ranges, the cookies file, the browser name) and where the run would write
 (:func:`check_destination`: the output folder and the manifest, through the one writable-output
 check :func:`k9bench.stage.check_output`; and ffmpeg), and raises one
-:class:`~k9bench.download_failures.DownloadInputError` naming every culprit.
+:class:`~k9bench.download.failures.DownloadInputError` naming every culprit.
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Mapping
 
-from k9bench.download_failures import DownloadInputError
-from k9bench.download_settings import DownloadConfig
-from k9bench.manifest import MANIFEST_NAME
-from k9bench.youtube import InvalidYouTubeURL, is_valid_scene_name, parse_youtube_id
+from k9bench.download.failures import DownloadInputError
+from k9bench.download.settings import DownloadConfig
+from k9bench.download.manifest import MANIFEST_NAME
+from k9bench.download.youtube import InvalidYouTubeURL, is_valid_scene_name, parse_youtube_id
 
 
 def check_videos(videos: Mapping[str, str]) -> list[str]:
@@ -62,7 +62,7 @@ def cookies_problem(path_text: str, flag: str = "--cookies") -> str | None:
 def check_config(config: DownloadConfig, *, cookies_flag: str = "--cookies") -> list[str]:
     """Problems with the settings (empty when all is well): the same rules as the flags' value
     types, for library callers that build the object themselves; plus the cookie sources."""
-    from k9bench.ytdlp import parse_browser_spec
+    from k9bench.download.ytdlp import parse_browser_spec
 
     problems = []
     if not _is_int(config.workers) or config.workers < 1:
@@ -102,7 +102,7 @@ def check_destination(output_dir: Path, config: DownloadConfig) -> tuple[list[st
     """Problems with where the run would write (output folder, manifest) and with ffmpeg; and
     the ffmpeg to use. Cheap and independent of the videos: a script asks it before loading a
     dataset. Writes nothing: folders are checked where they would be created."""
-    from k9bench.ffmpeg import FFmpegNotFound, find_ffmpeg
+    from k9bench.video.ffmpeg import FFmpegNotFound, find_ffmpeg
     from k9bench.stage import OutputError, check_output
 
     problems = []

@@ -8,7 +8,7 @@ Five questions, one answer each:
 - **dtype**: :func:`resolve_dtype` says what to load the weights in and why (returned as text,
   recorded in the artifact). An explicit dtype wins; then a ``--bf16`` style switch; then the
   caller's default for the device (bfloat16 on a GPU, float32 on a CPU unless the caller says
-  otherwise: the scoring stage asks for float32 on a GPU too, see :mod:`k9bench.embedding`).
+  otherwise: the scoring stage asks for float32 on a GPU too, see :mod:`k9bench.scoring.embedding`).
   ``auto`` is transformers' ``auto`` (the checkpoint's own dtype); a flag whose ``auto`` means
   "the policy default" passes ``None``.
 - **attention**: :func:`resolve_attention` picks the kernel. By default flash_attention_2 (the

@@ -1,7 +1,7 @@
 """A video's soundtrack for audio-capable models: read once with ffmpeg, mono float32 at a given rate.
 
 ``read_audio(path, sampling_rate)`` decodes the first audio stream of a video file with ffmpeg
-(the binary :func:`k9bench.ffmpeg.find_ffmpeg` picks: PATH, else imageio-ffmpeg's), down-mixed to
+(the binary :func:`k9bench.video.ffmpeg.find_ffmpeg` picks: PATH, else imageio-ffmpeg's), down-mixed to
 one channel and resampled by ffmpeg to ``sampling_rate`` (the rate of the model's feature
 extractor, 16 kHz for Whisper-style extractors), and returns an ``Audio`` holding a 1-D float32
 array in [-1, 1]. Nothing is padded or cut: the processor's feature extractor does that.
@@ -9,7 +9,7 @@ array in [-1, 1]. Nothing is padded or cut: the processor's feature extractor do
 A file that has no audio stream (or an empty one) raises ``NoAudioStream``, whose message names the
 file: such a video becomes a failed record of its own class (``no_audio_stream``), never silence
 passed off as its soundtrack. Other failures raise ``AudioError`` (``missing_video`` or
-``audio_decode_error``). ``k9bench.frame_cache.FrameCache.get_audio`` keeps the result with the
+``audio_decode_error``). ``k9bench.video.cache.FrameCache.get_audio`` keeps the result with the
 video's frames (in memory, and on disk with ``disk_dir``).
 
 For an OpenAI-compatible endpoint that takes audio (Gemini's), ``input_audio_part(audio)`` gives
@@ -18,7 +18,7 @@ the message content part ``{"type": "input_audio", "input_audio": {"data": <base
 
 Usage::
 
-    from k9bench.audio import read_audio, NoAudioStream
+    from k9bench.video.audio import read_audio, NoAudioStream
     audio = read_audio("k9bench_videos/abcdefghijk.mp4", sampling_rate=16000)
     processor(text=[prompt], videos=[frames.video_tensor()], audio=[audio.samples], ...)
 """
@@ -100,7 +100,7 @@ class Audio:
 
 
 def _ffmpeg_command(path: Path, sampling_rate: int) -> list[str]:
-    from k9bench.ffmpeg import find_ffmpeg
+    from k9bench.video.ffmpeg import find_ffmpeg
 
     return [
         find_ffmpeg(), "-hide_banner", "-loglevel", "error", "-nostdin",
@@ -114,7 +114,7 @@ def _ffmpeg_command(path: Path, sampling_rate: int) -> list[str]:
 
 def _has_audio_stream(path: Path) -> bool | None:
     """Whether ffmpeg lists an audio stream in ``path`` (None when it cannot tell)."""
-    from k9bench.ffmpeg import find_ffmpeg
+    from k9bench.video.ffmpeg import find_ffmpeg
 
     try:
         proc = subprocess.run([find_ffmpeg(), "-hide_banner", "-nostdin", "-i", str(path)],
@@ -195,7 +195,7 @@ def encode_audio(audio: Audio, fmt: str = "wav") -> bytes:
             w.setframerate(audio.sampling_rate)
             w.writeframes(pcm.tobytes())
         return buf.getvalue()
-    from k9bench.ffmpeg import find_ffmpeg
+    from k9bench.video.ffmpeg import find_ffmpeg
 
     cmd = [find_ffmpeg(), "-hide_banner", "-loglevel", "error", "-nostdin", "-f", "f32le", "-ar", str(audio.sampling_rate),
            "-ac", "1", "-i", "pipe:0", "-c:a", "libmp3lame", "-b:a", MP3_BITRATE, "-f", "mp3", "pipe:1"]

@@ -4,7 +4,7 @@ K9-Bench's videos live on YouTube and disappear over time, so two labs that down
 times evaluate different questions. A *subset file* names the questions whose videos a set of runs
 all had, with a hash of its own so that a lab can cite it::
 
-    python -m k9bench.subset --runs raw_lab_a.json raw_lab_b.json --output subset_ab.json
+    python -m k9bench.data.subset --runs raw_lab_a.json raw_lab_b.json --output subset_ab.json
     evaluate_results.py --mode report --input_file eval_lab_a.json eval_lab_b.json --subset subset_ab.json
 
 A run *had* a question's video when its file holds a record of the question that did not fail with
@@ -42,8 +42,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench.artifact_io import parse_json
-from k9bench.artifacts import (ArtifactError, RecordsArtifact, load_records_artifact, read_text, records_artifact_from,
-                               write_json_atomic)
+from k9bench.artifacts import RecordsArtifact, load_records_artifact, records_artifact_from
+from k9bench.artifact_io import ArtifactError, read_text, write_json_atomic
 
 log = logging.getLogger(__name__)
 
@@ -205,7 +205,7 @@ def build_subset_file(runs: list[str | Path]) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m k9bench.subset", description=__doc__.split("\n\n")[0],
+    parser = argparse.ArgumentParser(prog="python -m k9bench.data.subset", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", nargs="+", required=True, metavar="RUN_JSON", help="raw, sim or eval files of the runs")
     parser.add_argument("--output", required=True, metavar="SUBSET_JSON", help="the subset file to write")

@@ -1,9 +1,9 @@
 """The yt-dlp part of a download: parameters, one fetch, cookies from a browser, its log lines.
 
 yt-dlp is imported only inside the functions that run it. :func:`fetch` runs yt-dlp for one
-video in its private work folder and raises :class:`~k9bench.download_failures.VideoFailure`
+video in its private work folder and raises :class:`~k9bench.download.failures.VideoFailure`
 with a failure class for anything that goes wrong; the orchestration
-(:mod:`k9bench.download_one`) decides what to do with the file it leaves.
+(:mod:`k9bench.download.one`) decides what to do with the file it leaves.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from k9bench.download_failures import DownloadInputError, VideoFailure, classify_error, clean_message
+from k9bench.download.failures import DownloadInputError, VideoFailure, classify_error, clean_message
 
 if TYPE_CHECKING:
-    from k9bench.download_settings import DownloadConfig
+    from k9bench.download.settings import DownloadConfig
 
 log = logging.getLogger("k9bench.download")
 """yt-dlp's lines are logged under the download's logger (one place to turn them up or down)."""

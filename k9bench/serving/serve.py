@@ -2,7 +2,7 @@
 
 The launcher (``SERVE=vllm``) and the vLLM tests use it::
 
-    from k9bench.serve import serve_vllm
+    from k9bench.serving.serve import serve_vllm
 
     with serve_vllm("Qwen/Qwen3-VL-32B-Instruct-FP8", python="/opt/vllm-venv/bin/python",
                     tensor_parallel=2, args="--max-model-len 32768", log_path="out/vllm_server.log") as base_url:
@@ -168,7 +168,7 @@ def stop_group(process: subprocess.Popen, *, grace: float = 30.0) -> None:
 
 
 def _wait_ready(process: subprocess.Popen, url: str, log_path: Path, timeout: float, api_key: str | None) -> float:
-    from k9bench.openai_api import EndpointUnreachable, get_json
+    from k9bench.serving.endpoint import EndpointUnreachable, get_json
 
     started = time.monotonic()
     while True:
@@ -209,7 +209,7 @@ def serve_vllm(
     ``tensor_parallel``: GPUs to split the model over (``--tensor-parallel-size``; 1: not passed).
     ``log_path``: the server's stdout and stderr (default: a new file in the temporary folder).
     Raises :class:`ServerStartError` (exit 1) when it does not come up, ValueError for bad arguments."""
-    from k9bench.openai_api import EndpointUnreachable, get_json
+    from k9bench.serving.endpoint import EndpointUnreachable, get_json
 
     python = python or os.environ.get(PYTHON_ENV) or sys.executable
     extra = shlex.split(args) if isinstance(args, str) else [str(a) for a in args]
@@ -245,10 +245,10 @@ def serve_vllm(
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m k9bench.serve MODEL [vLLM arguments...]``: serve until Ctrl-C or SIGTERM (for trying it out)."""
+    """``python -m k9bench.serving.serve MODEL [vLLM arguments...]``: serve until Ctrl-C or SIGTERM (for trying it out)."""
     import argparse
 
-    parser = argparse.ArgumentParser(prog="python -m k9bench.serve", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m k9bench.serving.serve", description=main.__doc__)
     parser.add_argument("model", help="model to serve (Hub id or folder)")
     parser.add_argument("--python", default=None, help=f"the vLLM environment's python (default: ${PYTHON_ENV}, else this one)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")

@@ -40,8 +40,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Sequence
 
 if TYPE_CHECKING:
-    from k9bench.audio import Audio
-    from k9bench.frame_sampling import Frames
+    from k9bench.video.audio import Audio
+    from k9bench.video.sampling import Frames
 
 log = logging.getLogger(__name__)
 
@@ -179,7 +179,7 @@ def _size_hw(size: Any) -> tuple[int, int] | None:
 
 def policy_for(processor: Any) -> FramePolicy:
     """The frame (and audio) policy of ``processor``, decided from its own type and attributes."""
-    from k9bench.frame_sampling import DEFAULT_IMAGE_PATCH_SIZE
+    from k9bench.video.sampling import DEFAULT_IMAGE_PATCH_SIZE
 
     vp = getattr(processor, "video_processor", None)
     vp_name = type(vp).__name__ if vp is not None else None

@@ -1,9 +1,9 @@
 """The download run: every ``scene -> url`` once, on a thread pool, the manifest kept current.
 
-:func:`download_videos` checks every input first (:mod:`k9bench.download_checks`; nothing is
+:func:`download_videos` checks every input first (:mod:`k9bench.download.checks`; nothing is
 written for bad input), takes the folder's lock (a second run into the same folder waits),
-then runs each video through :func:`k9bench.download_one.download_one` and keeps the manifest
-(:mod:`k9bench.manifest`) current: written after each downloaded video, at most every few
+then runs each video through :func:`k9bench.download.one.download_one` and keeps the manifest
+(:mod:`k9bench.download.manifest`) current: written after each downloaded video, at most every few
 seconds otherwise, and at the end (also when interrupted). Progress goes through
 :class:`k9bench.progress.ProgressLog` (a bar on a terminal, otherwise a log line at least every
 60 s and at each 10%).
@@ -20,12 +20,13 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Callable, Mapping
 
-from k9bench.artifacts import now_iso, provenance as make_provenance, write_json_atomic
-from k9bench.download_checks import check_inputs, manifest_location, prepare_output_dir
-from k9bench.download_one import Generator, VideoContext, download_one
-from k9bench.download_settings import DownloadConfig
-from k9bench.manifest import DownloadReport, VideoResult, load_previous_manifest
-from k9bench.ytdlp import load_browser_cookies
+from k9bench.artifacts import now_iso, provenance as make_provenance
+from k9bench.artifact_io import write_json_atomic
+from k9bench.download.checks import check_inputs, manifest_location, prepare_output_dir
+from k9bench.download.one import Generator, VideoContext, download_one
+from k9bench.download.settings import DownloadConfig
+from k9bench.download.manifest import DownloadReport, VideoResult, load_previous_manifest
+from k9bench.download.ytdlp import load_browser_cookies
 
 log = logging.getLogger("k9bench.download")
 
@@ -91,7 +92,7 @@ def download_videos(
     Each video is tried exactly once per run (yt-dlp retries requests inside that try); all
     videos are tried even when some fail. Returns the report; writes the manifest unless
     ``config.write_manifest`` is False. Raises
-    :class:`~k9bench.download_failures.DownloadInputError` for bad input before writing
+    :class:`~k9bench.download.failures.DownloadInputError` for bad input before writing
     anything; an interrupt (``KeyboardInterrupt``, the stage's ``Interrupted``) propagates after
     a manifest of the finished videos is written. ``on_result`` is called (from the calling
     thread) after each video. ``generators`` maps scenes that have no online source (the demo
@@ -120,7 +121,7 @@ def download_videos(
             manifest_path=str(manifest_path) if manifest_path else None,
             started_at=now_iso(),
             config=config.public_dict(),
-            provenance=provenance if provenance is not None else make_provenance("k9bench.download", [], None),
+            provenance=provenance if provenance is not None else make_provenance("k9bench.download.stage", [], None),
             earlier=dict(previous),
             stage=stage_block,
         )

@@ -21,7 +21,7 @@ in its batch, so the reference's numbers depend on the batch; we keep right padd
 and so differ from the reference with MiniLM: similarities by up to 0.094 and about 1 verdict in 16
 flipped at each threshold, measured side by side.
 
-Device, dtype and attention are decided by :mod:`k9bench.accelerator`, the policy the inference
+Device, dtype and attention are decided by :mod:`k9bench.models.accelerator`, the policy the inference
 backend uses too.
 """
 
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from k9bench.progress import ProgressLog
-from k9bench.scoring_settings import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_MODEL, EmbeddingSettings, ScoringError
+from k9bench.scoring.settings import DEFAULT_BATCH_SIZE, DEFAULT_EMBEDDING_MODEL, EmbeddingSettings, ScoringError
 
 log = logging.getLogger(__name__)
 
@@ -122,11 +122,11 @@ class EmbeddingRun:
 
 
 def check_model_source(name: str) -> None:
-    """Before anything heavy is imported, refuse at once (:func:`k9bench.hub.check_model_source`) an
+    """Before anything heavy is imported, refuse at once (:func:`k9bench.models.hub.check_model_source`) an
     embedding model that could only fail slowly: a local-looking path that does not exist, or a Hub
     id that is not in the cache while the Hub cannot be reached. Raises :class:`EmbeddingError` (one line
     naming the setting to change: ``--embedding_model``, or ``EMBEDDING_MODEL`` under the launcher)."""
-    from k9bench import hub
+    from k9bench.models import hub
 
     setting = hub.setting_name("--embedding_model", "EMBEDDING_MODEL")
     local = Path(os.path.expanduser(str(name).strip()))
@@ -148,9 +148,9 @@ def check_model_source(name: str) -> None:
 
 
 def scoring_dtype(requested: str, device: str):
-    """The embedding model's :class:`~k9bench.accelerator.DtypeChoice`: ``auto`` is float32 on GPU and CPU
+    """The embedding model's :class:`~k9bench.models.accelerator.DtypeChoice`: ``auto`` is float32 on GPU and CPU
     (batch-invariant similarities); bfloat16/float16 only when asked for."""
-    from k9bench.accelerator import resolve_dtype
+    from k9bench.models.accelerator import resolve_dtype
 
     return resolve_dtype(
         None if requested in (None, "", "auto") else requested, device, flag="--dtype",
@@ -170,7 +170,7 @@ def load_embedding_model(
 ):
     """Load a sentence-transformers model; return ``(model, EmbeddingRun)``.
 
-    Pass an :class:`~k9bench.scoring_settings.EmbeddingSettings` (what ``evaluate_results.py`` does)
+    Pass an :class:`~k9bench.scoring.settings.EmbeddingSettings` (what ``evaluate_results.py`` does)
     or the model name and keywords. ``auto`` dtype is float32 on GPU and CPU (batch-invariant
     similarities); ``auto`` attention is flash_attention_2 on a GPU with flash-attn, else sdpa.
     Every difference from the reference's setup is logged and noted in the run.
@@ -179,7 +179,7 @@ def load_embedding_model(
         s = name
         name, device, dtype, attention, trust_remote_code, batch_size = (
             s.embedding_model, s.device, s.dtype, s.attn_implementation, s.trust_remote_code, s.batch_size)
-    from k9bench import accelerator as acc
+    from k9bench.models import accelerator as acc
     from k9bench.stage import EXIT_USAGE
 
     problem = acc.device_problem_without_torch(device) or acc.attention_problem_without_torch(attention, device)
@@ -288,7 +288,7 @@ def encode_texts(model, texts: Sequence[str], *, prompt_name: str | None, batch_
     """
     import numpy as np
 
-    from k9bench.accelerator import free_accelerator_memory, is_out_of_memory
+    from k9bench.models.accelerator import free_accelerator_memory, is_out_of_memory
 
     if batch_size < 1:
         raise ScoringError(f"--batch_size must be at least 1, got {batch_size}")

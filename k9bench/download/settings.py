@@ -2,7 +2,7 @@
 (:class:`DownloadConfig`), and the whole run (:class:`DownloadRun`).
 
 This module imports nothing of the download engine, so the engine's parts
-(:mod:`k9bench.ytdlp`, :mod:`k9bench.download_one`, :mod:`k9bench.download_run`) and other
+(:mod:`k9bench.download.ytdlp`, :mod:`k9bench.download.one`, :mod:`k9bench.download.run`) and other
 stages (``eval_video_llm.py --auto_download`` reads :data:`DownloadConfig`'s defaults) can
 import it without an import circle.
 """
@@ -13,7 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from k9bench.dataset import DatasetSettings
+from k9bench.data.dataset import DatasetSettings
 from k9bench.settings import setting
 from k9bench.validators import all_or_positive_int, non_negative_float, non_negative_int, positive_float, positive_int
 
@@ -23,7 +23,7 @@ DEFAULT_VIDEO_DIR = "./k9bench_videos"
 
 @dataclass(frozen=True)
 class DownloadJob:
-    """What ``download_videos.py`` fetches and where (the dataset is :class:`k9bench.dataset.DatasetSettings`)."""
+    """What ``download_videos.py`` fetches and where (the dataset is :class:`k9bench.data.dataset.DatasetSettings`)."""
 
     output_dir: str = setting(DEFAULT_VIDEO_DIR, "folder for the {scene}.mp4 files")
     max_samples: int = setting(-1, "only the videos of the first N questions (-1: all; 0 is refused)", type=all_or_positive_int,
@@ -85,7 +85,7 @@ class DownloadConfig:
 @dataclass(frozen=True)
 class DownloadRun:
     """One run of the download stage (``download_videos.py`` or the pipeline's download step):
-    built by :func:`k9bench.download.config_from_argv`."""
+    built by :func:`k9bench.download.stage.config_from_argv`."""
 
     dataset: DatasetSettings = field(default_factory=DatasetSettings)
     job: DownloadJob = field(default_factory=DownloadJob)

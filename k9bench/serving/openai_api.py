@@ -20,7 +20,7 @@ into a reply, and never raises. The API key is read from the environment only; t
 in use is registered with :mod:`k9bench.redact`, so it is scrubbed from every text we
 keep (replies, error texts) and, once ``install_log_filter`` runs, from every log line.
 
-Endpoints (:mod:`k9bench.openai_endpoint`, re-exported here): :func:`check_base_url` refuses a URL without ``http(s)://`` at once (:class:`BadBaseUrl`,
+Endpoints (:mod:`k9bench.serving.endpoint`, re-exported here): :func:`check_base_url` refuses a URL without ``http(s)://`` at once (:class:`BadBaseUrl`,
 exit 2); :func:`probe_endpoint` tells within seconds whether anything answers
 (:class:`EndpointUnreachable`); :func:`get_json` is the small GET both use (and the backend's
 ``/v1/models`` and ``/version`` reads).
@@ -46,7 +46,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
-from k9bench.openai_endpoint import (  # noqa: F401 (re-exported: the judge and the backend use them from here too)
+from k9bench.serving.endpoint import (
     PLACEHOLDER_KEY,
     BadBaseUrl,
     EndpointUnreachable,

@@ -2,7 +2,7 @@
 
 Each field carries its type, default, flag and help (:func:`k9bench.settings.setting`);
 ``evaluate_results.py`` generates its flags from them and builds the objects once in ``main()``.
-The engines (:mod:`k9bench.embedding`, :mod:`k9bench.scoring`) take these objects, never an
+The engines (:mod:`k9bench.scoring.embedding`, :mod:`k9bench.scoring`) take these objects, never an
 ``argparse.Namespace``. Each object checks its own values in ``__post_init__`` (a
 :class:`ValueError` naming the flag), so a bad value is refused before any file is read or any
 model is loaded, whoever builds the object.
@@ -73,7 +73,7 @@ class ScoringFiles:
                                 nargs="+", required=True)
     output_file: str | None = setting(None, "output JSON (default: beside the input, raw_/sim_ prefix replaced by sim_/eval_)")
     sim_file: str | None = setting(None, "--mode all: where to write the sim JSON (default: derived from --output_file or the input)")
-    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.subset), a list of idx, or "
+    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.data.subset), a list of idx, or "
                                        "another run's raw/sim/eval file (the questions whose video it had); calculate, evaluate, "
                                        "all and report", metavar="FILE")
 

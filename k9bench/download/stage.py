@@ -5,7 +5,7 @@ The download stage (``download_videos.py``, and the pipeline's download step) is
 :func:`config_from_argv`; its flags are :func:`build_parser`'s. ``eval_video_llm.py --auto_download``
 calls :func:`fetch_for_questions`, the same engine. Library use::
 
-    from k9bench.download import DownloadConfig, download_videos
+    from k9bench.download.stage import DownloadConfig, download_videos
 
     report = download_videos({"dQw4w9WgXcQ": "https://youtu.be/dQw4w9WgXcQ"}, "k9bench_videos",
                              DownloadConfig(workers=4))
@@ -13,10 +13,10 @@ calls :func:`fetch_for_questions`, the same engine. Library use::
     report.exit_code       # 0 when nothing failed
     report.ok_scenes       # scenes whose {scene}.mp4 is now present and verified
 
-The parts: :mod:`k9bench.download_settings` (the settings), :mod:`k9bench.download_checks` (input
-checks), :mod:`k9bench.download_run` (the run over all videos), :mod:`k9bench.download_one` (one
-video), :mod:`k9bench.ytdlp` (yt-dlp), :mod:`k9bench.download_failures` (failure classes),
-:mod:`k9bench.manifest` (entries, report, what a rerun trusts) and :mod:`k9bench.verify`.
+The parts: :mod:`k9bench.download.settings` (the settings), :mod:`k9bench.download.checks` (input
+checks), :mod:`k9bench.download.run` (the run over all videos), :mod:`k9bench.download.one` (one
+video), :mod:`k9bench.download.ytdlp` (yt-dlp), :mod:`k9bench.download.failures` (failure classes),
+:mod:`k9bench.download.manifest` (entries, report, what a rerun trusts) and :mod:`k9bench.download.verify`.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ import os
 from pathlib import Path
 from typing import Mapping
 
-from k9bench.dataset import DatasetSettings
-from k9bench.download_checks import (
+from k9bench.data.dataset import DatasetSettings
+from k9bench.download.checks import (
     check_config,
     check_destination,
     check_inputs,
@@ -37,13 +37,13 @@ from k9bench.download_checks import (
     input_error,
     manifest_location,
 )
-from k9bench.download_failures import FAILURE_CLASSES, NO_FORMAT_HINT, DownloadInputError, VideoFailure, classify_error
-from k9bench.download_run import WORK_DIRNAME, download_videos
-from k9bench.download_settings import DownloadConfig, DownloadJob, DownloadRun
-from k9bench.manifest import MANIFEST_NAME, MANIFEST_VERSION, STATUSES, DownloadReport, VideoResult
+from k9bench.download.failures import FAILURE_CLASSES, NO_FORMAT_HINT, DownloadInputError, VideoFailure, classify_error
+from k9bench.download.run import WORK_DIRNAME, download_videos
+from k9bench.download.settings import DownloadConfig, DownloadJob, DownloadRun
+from k9bench.download.manifest import MANIFEST_NAME, MANIFEST_VERSION, STATUSES, DownloadReport, VideoResult
 from k9bench.settings import add_arguments, result_fingerprint
 from k9bench.stage import Stage, StageError
-from k9bench.ytdlp import format_sort, load_browser_cookies, parse_browser_spec, ydl_params
+from k9bench.download.ytdlp import format_sort, load_browser_cookies, parse_browser_spec, ydl_params
 
 log = logging.getLogger("k9bench.download")
 
@@ -53,7 +53,7 @@ _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(DownloadConfig))
 def build_parser() -> argparse.ArgumentParser:
     """``download_videos.py``'s flags, generated from the settings classes."""
     from k9bench.cli import ArgumentParser, add_logging_args
-    from k9bench.download_settings import DownloadConfig as config_class  # the class itself, never a wrapper
+    from k9bench.download.settings import DownloadConfig as config_class  # the class itself, never a wrapper
 
     parser = ArgumentParser(
         prog="download_videos.py",
@@ -96,7 +96,7 @@ def fetch_for_questions(videos: Mapping[str, str], video_dir: str | os.PathLike,
     """:func:`download_videos` for the videos of a set of questions (``--auto_download``): the demo set's
     videos (``dataset_name`` ``demo``) are made locally (with their soundtracks when ``soundtrack``),
     a corrupt one is made again; nothing of the demo set is looked for online."""
-    from k9bench.demo import demo_generators, is_demo_dataset
+    from k9bench.data.demo import demo_generators, is_demo_dataset
 
     generators = demo_generators(videos, soundtrack=soundtrack) if is_demo_dataset(dataset_name) else {}
     return download_videos(videos, video_dir, config, generators=generators)
@@ -138,7 +138,7 @@ class DownloadStage(Stage):
         reason = super().done()
         if reason:
             return reason
-        from k9bench.artifacts import ArtifactError, read_json
+        from k9bench.artifact_io import ArtifactError, read_json
 
         path = self.manifest_path()
         try:
@@ -159,8 +159,8 @@ class DownloadStage(Stage):
 
     def run(self) -> int:
         from k9bench.artifacts import provenance
-        from k9bench.dataset import DatasetError, load_selected, select_range, unique_videos
-        from k9bench.demo import demo_generators, is_demo_dataset
+        from k9bench.data.dataset import DatasetError, load_selected, select_range, unique_videos
+        from k9bench.data.demo import demo_generators, is_demo_dataset
 
         s = self.settings
         problems, _ = check_destination(self.output_dir, s.config)

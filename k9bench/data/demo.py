@@ -18,8 +18,8 @@ demo video is made again, never looked for on YouTube.
 
 Usage::
 
-    python -m k9bench.demo --video_dir k9bench_videos               # writes the three demo videos
-    python -m k9bench.demo --video_dir k9bench_videos_av --soundtrack
+    python -m k9bench.data.demo --video_dir k9bench_videos               # writes the three demo videos
+    python -m k9bench.data.demo --video_dir k9bench_videos_av --soundtrack
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from typing import Callable, Iterable
 log = logging.getLogger(__name__)
 
 DEMO_VIDEOS = {
-    # scene name -> generation settings for k9bench.ffmpeg.make_video
+    # scene name -> generation settings for k9bench.video.ffmpeg.make_video
     "demoVid0001": {"pattern": "testsrc2", "duration": 6.0, "fps": 24, "width": 320, "height": 240},
     "demoVid0002": {"pattern": "mandelbrot", "duration": 5.0, "fps": 25, "width": 320, "height": 240},
     "demoVid0003": {"pattern": "life", "duration": 8.0, "fps": 30, "width": 240, "height": 320},
@@ -61,7 +61,7 @@ def is_demo_dataset(dataset_name: str) -> bool:
 
 def make_demo_video(scene: str, path: str | Path, *, soundtrack: bool = False) -> Path:
     """Generate demo video ``scene`` at ``path`` (with its soundtrack of :data:`DEMO_SOUNDTRACKS` if asked)."""
-    from k9bench.ffmpeg import make_video
+    from k9bench.video.ffmpeg import make_video
 
     sound = DEMO_SOUNDTRACKS.get(scene) if soundtrack else None
     log.info("generating demo video %s%s", path, f" (soundtrack: {sound})" if sound else "")

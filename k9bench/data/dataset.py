@@ -7,7 +7,7 @@ One loader serves every script. ``source`` may be
   folder of such files (a Hub snapshot from ``hf download``: the files whose name starts
   with the split name, e.g. ``data/test-00000-of-00001.parquet``), with the Hub schema
   (SPEC section 1);
-* ``demo``: the bundled synthetic demo set (see :mod:`k9bench.demo`).
+* ``demo``: the bundled synthetic demo set (see :mod:`k9bench.data.demo`).
 
 Rows are validated as a whole: every problem (missing field, options not A-E (lower-case
 keys ``a``-``e`` included), answer letter not among the options, a question that is not text (a number),
@@ -26,10 +26,10 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench import CATEGORIES, LETTERS
-from k9bench.demo import DEMO_NAME, demo_rows
-from k9bench.hub import assignment, setting_name
+from k9bench.data.demo import DEMO_NAME, demo_rows
+from k9bench.models.hub import assignment, setting_name
 from k9bench.settings import setting
-from k9bench.youtube import InvalidYouTubeURL, is_valid_scene_name, parse_youtube_id
+from k9bench.download.youtube import InvalidYouTubeURL, is_valid_scene_name, parse_youtube_id
 
 log = logging.getLogger(__name__)
 
@@ -340,7 +340,7 @@ def _check_hub_reachable(name: str) -> None:
     """Fail within seconds, in one line, when ``name`` is not cached and the Hub is out of reach
     (instead of ``datasets``' minutes of retries). In offline mode ``datasets`` answers at once
     from its own cache, so it is left to do so (its failure gets :func:`_hub_help`)."""
-    from k9bench import hub
+    from k9bench.models import hub
 
     if hub.offline_requested("HF_DATASETS_OFFLINE"):
         return
