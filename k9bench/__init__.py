@@ -32,6 +32,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.models``                        loading models:
 ``k9bench.models.hub``                      fast check of a model or dataset source before a Hub load; the one local-path rule
 ``k9bench.models.accelerator``              device, dtype, attention, out-of-memory policy (inference and scoring)
+``k9bench.models.families``                 the one model-family table: model_type -> frame rule, audio, shared prefix, quirks, tiny model
 ``k9bench.download``                      fetching the videos (download_videos.py):
 ``k9bench.download.youtube``                YouTube URL parsing, safe scene names
 ``k9bench.download.stage``                  the download stage: parser, config, DownloadStage, fetching for a run's questions

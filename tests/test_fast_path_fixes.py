@@ -188,7 +188,7 @@ def test_the_base_class_defaults_say_not_supported():
 def test_registered_backends_subclass_the_base_class_and_name_the_choices(monkeypatch):
     from k9bench.inference.hf import HFBackend
     from k9bench.inference.openai_backend import OpenAIBackend
-    from k9bench.inference.settings import BACKEND_NAMES
+    from k9bench.inference.registry import BACKEND_NAMES
 
     assert issubclass(HFBackend, Backend) and issubclass(OpenAIBackend, Backend)
     assert HFBackend.prepares_batches(object.__new__(HFBackend)) is True
@@ -210,6 +210,7 @@ def test_the_loop_calls_backend_methods_instead_of_probing_for_them():
     for name in ("runner.py", "stage.py"):
         text = (ROOT / "k9bench" / "inference" / name).read_text(encoding="utf-8")
         assert "getattr(self.backend" not in text and "getattr(backend" not in text, name
-    for name in ("records.py", "resume_check.py"):
+    for name in ("records.py", "resume_check.py", "settings.py", "planning.py", "runner.py", "stage.py"):
         text = (ROOT / "k9bench" / "inference" / name).read_text(encoding="utf-8")
-        assert 'backend == "hf"' not in text, name
+        for backend in registry.BACKEND_NAMES:
+            assert f'backend == "{backend}"' not in text and f"backend != \"{backend}\"" not in text, (name, backend)

@@ -4,7 +4,8 @@ Works for any image-text-to-text model whose processor takes ``videos=`` (Qwen3-
 Thinking, Qwen2.5-VL, ...) with no model-name branching: what differs between families is read
 from the processor (patch size, chat template) and the model's own generation config.
 
-How frames (and a soundtrack) are handed to the processor is chosen by the processor's type in
+How frames (and a soundtrack) are handed to the processor is chosen by the model's family (the row of
+:data:`k9bench.models.families.FAMILIES` for its ``model_type``) and the processor's type in
 :mod:`k9bench.video.policy`, nowhere else: Qwen-style patch grids (Qwen2.5-VL, Qwen3-VL, the Omni
 thinkers) get frames resized by qwen-vl-utils' rules at the processor's patch size, with
 ``do_sample_frames=False``/``do_resize=False`` and each video's metadata; fixed-size video
@@ -195,7 +196,7 @@ class HFBackend(Backend):
         from k9bench.video.policy import policy_for
 
         vp = getattr(self.processor, "video_processor", None)
-        policy = self.policy = policy_for(self.processor)
+        policy = self.policy = policy_for(self.processor, model_type=self.model.config.model_type)
         self._resize_in_processor = policy.resize_in_processor
         self._patch_size = policy.image_patch_size if policy.rule == "qwen_vl_rules" else None
         if policy.rule == "processor_resizes" and vp is not None:
@@ -203,8 +204,10 @@ class HFBackend(Backend):
                        f"merge_size={getattr(vp, 'merge_size', None)!r}: frames are resized by the processor, not by qwen-vl-utils' rules")
         if self.audio:
             if not policy.audio_in_video:
+                from k9bench.models.families import audio_labels
+
                 raise BackendError(f"--audio: {policy.processor_class} does not take a video's soundtrack as audio-in-video input "
-                                   "(Qwen2.5-Omni and Qwen3-Omni thinkers do); run without --audio")
+                                   f"({audio_labels()} do); run without --audio")
             if policy.audio_window_seconds is not None:
                 log.info("--audio: %s keeps at most %.0f s of a soundtrack", policy.processor_class, policy.audio_window_seconds)
 
@@ -310,9 +313,6 @@ class HFBackend(Backend):
         if self.policy is not None and self.policy.rule == "fixed_size":
             return {"frame_size": self.policy.frame_size}
         return {}
-
-    def recommended_max_frames(self) -> int | None:
-        return self.policy.recommended_max_frames if self.policy is not None else None
 
     def _cpu_inputs(self, batch: list[GenerationRequest], prompts: list[str], processor: Any = None):
         processor = processor or self.processor
@@ -453,10 +453,10 @@ class HFBackend(Backend):
         free, _ = torch.cuda.mem_get_info(torch.device(device))
         text_tokens = 512
         if max_frames:
-            if self.policy is not None and self.policy.frame_size:
+            if self.policy is not None and self.policy.frame_size and self.policy.frame_patch:
                 # fixed-size frames (InternVL: 448x448, 14-pixel patches, 2x2 pixel shuffle): every frame its own tokens
                 height, width = self.policy.frame_size
-                patch, temporal = 14, 1
+                patch, temporal = self.policy.frame_patch
             else:
                 patch, temporal = self._patch_size or 14, 2
                 side = int((max_pixels or DEFAULT_MAX_PIXELS) ** 0.5)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from k9bench.models import families
 from k9bench.models.accelerator import placement_flags_problem
 from k9bench.layout import RESULTS_DIR, artifact_name, shard_path
 
@@ -40,9 +41,6 @@ questions are a sentence or two, and a megabyte of text would only stall the tok
 
 PLACEMENTS = ("system", "empty_system", "user_turn")
 """Where the instructions stand (:attr:`k9bench.inference.settings.PromptSettings.placement`)."""
-
-AUDIO_MODEL_TYPES = ("qwen2_5_omni", "qwen2_5_omni_thinker", "qwen3_omni_moe", "qwen3_omni_moe_thinker")
-"""``model_type`` values of the checkpoints that hear a video's soundtrack (``--audio``)."""
 
 
 class UsageError(ValueError):
@@ -142,6 +140,8 @@ def preflight(config: RunConfig) -> None:
     """Raise :class:`UsageError` for flag values that cannot work together (the flags' own ranges are
     checked by their argparse types). Runs before any file is read or model loaded."""
     f, g, d = config.frames, config.generation, config.data
+    backend = registry.entry(config.model.backend)
+    section = registry.backend_settings(config)
     checks = [
         (f.max_frames == 0 or f.max_frames >= 2,
          f"--max_frames must be 0 (text only) or at least 2 (qwen-vl-utils rounds frame counts to even numbers) (got {f.max_frames})"),
@@ -153,7 +153,7 @@ def preflight(config: RunConfig) -> None:
         (not (config.prompt.instructions_in_user_turn and config.prompt.use_system_message),
          "--instructions_in_user_turn goes with --use_system_message False (the instructions are then not the system turn)"),
         (not (f.audio and f.text_only), "--audio needs the videos: it cannot go with --max_frames 0 (text only)"),
-        (not (f.audio and config.model.backend == "openai" and config.openai.video_transport == "video_url"),
+        (not (f.audio and backend.audio_part and section.video_transport == "video_url"),
          "--audio sends the soundtrack as an input_audio part beside the frames: use --video_transport frames"),
         (f.min_pixels is None or f.max_pixels is None or f.min_pixels <= f.max_pixels,
          f"--min_pixels {f.min_pixels} is above --max_pixels {f.max_pixels}; a frame cannot be both"),
@@ -168,14 +168,14 @@ def preflight(config: RunConfig) -> None:
         if not ok:
             raise UsageError(message)
     problem = placement_flags_problem(config.hf.device, config.hf.device_map, config.hf.max_memory)
-    if not problem and config.model.backend == "hf":  # what is sure without torch, before its 10 s import
+    if not problem and backend.transformers_load:  # what is sure without torch, before its 10 s import
         from k9bench.models.accelerator import attention_problem_without_torch, device_problem_without_torch
 
         problem = (device_problem_without_torch(config.hf.device) or
                    attention_problem_without_torch(config.hf.attn_implementation, config.hf.device, device_map=config.hf.device_map))
     if problem:
         raise UsageError(problem)
-    if config.model.backend == "openai" and not config.openai.base_url:  # the OpenAI API itself needs the key: say so now
+    if backend.api_key_without_base_url and not section.base_url:  # the OpenAI API itself needs the key: say so now
         from k9bench.serving.openai_api import MissingApiKey, resolve_api_key
 
         try:
@@ -246,7 +246,7 @@ def check_model_path(config: RunConfig) -> str | None:
         if not path.is_dir():
             return f"--model_name_or_path {name}: not a folder (a local model is a folder with config.json and the weights)"
     folder = Path(name).expanduser()  # a folder that exists is what transformers loads, whatever the name looks like
-    if config.model.backend == "hf" and folder.is_dir() and not (folder / "config.json").is_file():
+    if registry.entry(config.model.backend).transformers_load and folder.is_dir() and not (folder / "config.json").is_file():
         return f"--model_name_or_path {name}: the folder has no config.json (a local model is a folder with config.json and the weights)"
     return None
 
@@ -280,9 +280,9 @@ def check_model_config(config: RunConfig) -> dict | None:
         raise UsageError(f"--max_new_tokens {wanted} is not below the context of {name} ({context} tokens, max_position_embeddings "
                          f"in its config.json); the prompt needs room too")
     model_type = str(model_config.get("model_type") or "")
-    if config.frames.audio and model_type and model_type not in AUDIO_MODEL_TYPES:
+    if config.frames.audio and model_type and not families.hears_audio(model_type):
         raise UsageError(f"--audio: {name} is a {model_type!r} model (its config.json), which takes no soundtrack "
-                         f"(Qwen2.5-Omni and Qwen3-Omni thinkers do); run without --audio")
+                         f"({families.audio_labels()} do); run without --audio")
     return model_config
 
 
@@ -319,7 +319,7 @@ def question_too_long(question: "Question") -> str | None:
 
 
 __all__ = [
-    "AUDIO_MODEL_TYPES", "EXIT_BACKEND", "MAX_QUESTION_CHARS", "PLACEMENTS", "RESULTS_DIR", "UsageError", "VideoGroup", "auto_download",
+    "EXIT_BACKEND", "MAX_QUESTION_CHARS", "PLACEMENTS", "RESULTS_DIR", "UsageError", "VideoGroup", "auto_download",
     "build_messages", "check_model_config", "check_model_path", "check_split", "check_videos", "chunks", "default_output_file",
     "group_by_video", "merged_output_path", "output_path", "preflight", "question_too_long", "shard_groups", "shard_output_file",
     "videos_present",

@@ -19,7 +19,8 @@ is reached.
 Text-only requests (no frames) have no shared prefix here: each is a group of its own with its prompt
 left-padded whole, so the same loop is plain batched generation.
 
-Only what can be shown equal to ``model.generate`` runs here: Qwen3-VL and Qwen2.5-VL models, no
+Only what can be shown equal to ``model.generate`` runs here: the families whose row in
+:data:`k9bench.models.families.FAMILIES` says ``shared_prefix`` (Qwen3-VL and Qwen2.5-VL), no
 beam search, contrastive search, guidance, minimum lengths or stop strings (see
 :func:`unsupported_reason`); anything else stays on ``generate``. Parity (token-identical greedy
 answers to batch size 1 on CPU in float32, the tiny model, the demo set; with a repetition penalty
@@ -61,9 +62,6 @@ CACHE_KINDS = ("static",)
 """Key/value cache layouts of the decoding loop: ``static``, one preallocated cache per batch holding each
 video's prefix once, written in place (the per-question ``dynamic`` layout of before is gone)."""
 
-SUPPORTED_MODEL_TYPES = ("qwen3_vl", "qwen2_5_vl")
-"""``config.model_type`` values whose prefill/decoding this module reproduces (others keep ``generate``)."""
-
 # Generation settings the loop does not reproduce, with the values at which they are inactive. Everything
 # else that shapes the next token (temperature, top-k/top-p, repetition penalty, n-gram bans, suppressed
 # or forced tokens...) goes through generate's own logits processors (model._get_logits_processor).
@@ -85,9 +83,12 @@ _UNSUPPORTED_SETTINGS: dict[str, tuple] = {
 
 def unsupported_reason(model: Any, generation_config: Any) -> str | None:
     """Why the shared-prefix engine cannot reproduce ``model.generate`` here, or None when it can."""
+    from k9bench.models.families import shared_prefix_model_types
+
     model_type = getattr(getattr(model, "config", None), "model_type", None)
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        return f"model type {model_type!r} is not one of {', '.join(SUPPORTED_MODEL_TYPES)}"
+    supported = shared_prefix_model_types()  # the families' table: the rows with shared_prefix
+    if model_type not in supported:
+        return f"model type {model_type!r} is not one of {', '.join(supported)}"
     inner = getattr(model, "model", None)
     if inner is None or not callable(getattr(inner, "get_rope_index", None)):
         return f"{type(model).__name__} has no model.get_rope_index"
@@ -463,6 +464,6 @@ class SharedPrefixEngine:
 
 __all__ = [
     "CACHE_KINDS", "EngineStats", "PrefixCacheError", "PrefixState", "PreparedBatch", "PreparedRow", "PreparedVideo",
-    "SharedPrefixEngine", "SUPPORTED_MODEL_TYPES", "frames_key", "split_shared_prefix", "unsupported_reason",
+    "SharedPrefixEngine", "frames_key", "split_shared_prefix", "unsupported_reason",
     "model_input_device",
 ]

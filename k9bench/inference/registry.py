@@ -3,9 +3,12 @@
 Each entry says where the class is (``"module:Class"``, imported only when chosen, by
 :func:`k9bench.inference.backend.backend_class`) and the facts the checks before a run need without
 importing it: which section of :class:`k9bench.inference.settings.RunConfig` holds the backend's own
-flags, and whether it loads the checkpoint's weights on this machine (then a local model path and the
-checkpoint's ``config.json`` are checked before anything loads). ``--backend``'s choices are this table's
-keys (:data:`k9bench.inference.settings.BACKEND_NAMES`).
+flags, whether it loads the checkpoint's weights on this machine (then a local model path and the
+checkpoint's ``config.json`` are checked before anything loads), whether transformers loads them here
+(``--device``/``--attn_implementation`` checked before torch), and how it sends frames and soundtracks
+(an exact ``--frame_size``, audio as its own part). Code outside a backend's module asks these facts,
+never the backend's name. ``--backend``'s choices are this table's keys (:data:`BACKEND_NAMES`), its help
+the entries' :attr:`BackendEntry.summary`.
 
 Nothing here imports another module of the project, so any module may import it.
 """
@@ -27,12 +30,29 @@ class BackendEntry:
     ``inference.backend_settings`` and compared on resume)."""
     local_weights: bool
     """True: it loads the checkpoint on this machine (``--model_name_or_path`` is a Hub id or a folder here)."""
+    summary: str = ""
+    """What it is, for ``--backend``'s help."""
+    transformers_load: bool = False
+    """True: transformers loads the checkpoint here, on ``--device`` with ``--attn_implementation`` (both checked
+    before torch is imported), from a folder that must hold ``config.json``."""
+    exact_frame_size: bool = False
+    """True: its section's ``frame_size`` resizes every sampled frame to exactly WxH (the sampler may then take
+    up to 2*W*H pixels, so that frames are scaled down, never up)."""
+    audio_part: bool = False
+    """True: under ``--audio`` the soundtrack travels as its own part beside the frames, in its section's
+    ``audio_format`` (part of the records' fingerprint); its section's ``video_transport`` ``video_url`` cannot
+    carry it."""
+    api_key_without_base_url: bool = False
+    """True: with no ``base_url`` in its section it calls the OpenAI API itself, which needs the key before anything runs."""
 
 
 REGISTRY: dict[str, BackendEntry] = {
-    "hf": BackendEntry("k9bench.inference.hf:HFBackend", "hf", local_weights=True),
-    "openai": BackendEntry("k9bench.inference.openai_backend:OpenAIBackend", "openai", local_weights=False),
-    "vllm": BackendEntry("k9bench.inference.vllm_backend:VLLMBackend", "vllm", local_weights=True),
+    "hf": BackendEntry("k9bench.inference.hf:HFBackend", "hf", local_weights=True, summary="transformers, local weights",
+                       transformers_load=True),
+    "openai": BackendEntry("k9bench.inference.openai_backend:OpenAIBackend", "openai", local_weights=False,
+                           summary="an OpenAI-compatible server", exact_frame_size=True, audio_part=True, api_key_without_base_url=True),
+    "vllm": BackendEntry("k9bench.inference.vllm_backend:VLLMBackend", "vllm", local_weights=True,
+                         summary="vLLM in-process, from the vLLM environment: docs/vllm.md"),
 }
 """``--backend`` name -> :class:`BackendEntry`."""
 
@@ -53,4 +73,9 @@ def backend_settings(config: Any) -> Any:
     return getattr(config, entry(config.model.backend).settings_section)
 
 
-__all__ = ["BACKEND_NAMES", "BackendEntry", "REGISTRY", "backend_settings", "entry"]
+def choices_help() -> str:
+    """``--backend``'s choices with what each is (``hf (transformers, local weights), ...``)."""
+    return ", ".join(f"{name} ({e.summary})" if e.summary else name for name, e in REGISTRY.items())
+
+
+__all__ = ["BACKEND_NAMES", "BackendEntry", "REGISTRY", "backend_settings", "choices_help", "entry"]

@@ -63,8 +63,8 @@ def frame_fingerprint(config: RunConfig, image_patch_size: int | None) -> dict |
     picked = {k: out[k] for k in ("fps", "max_pixels", "min_pixels", "image_patch_size", "decoder")}
     if config.frames.audio:  # written only with --audio, so that video-only records keep their shape
         picked["audio"] = True
-        if config.model.backend == "openai":
-            picked["audio_format"] = config.openai.audio_format
+        if registry.entry(config.model.backend).audio_part:
+            picked["audio_format"] = registry.backend_settings(config).audio_format
     return picked
 
 

@@ -26,16 +26,13 @@ from k9bench.models.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
 from k9bench.video.audio import API_AUDIO_FORMATS
 from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.download.settings import DownloadConfig
-from k9bench.inference.registry import BACKEND_NAMES as REGISTRY_NAMES
+from k9bench.inference import registry
 from k9bench.settings import default_of, setting
 from k9bench.validators import device_name, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video.sampling import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
 """The reference's model."""
-
-BACKEND_NAMES = REGISTRY_NAMES
-"""``--backend`` choices: the keys of :data:`k9bench.inference.registry.REGISTRY`."""
 
 DTYPES = DTYPE_CHOICES
 """Accepted ``--torch_dtype`` values (:data:`k9bench.models.accelerator.DTYPE_CHOICES`)."""
@@ -143,9 +140,8 @@ def parse_json_object(text: str) -> dict:
 class ModelSettings:
     """Which model answers, through which backend (shared by every backend)."""
 
-    backend: str = setting("hf", "model backend: hf (transformers, local weights), openai (an OpenAI-compatible server) or vllm (vLLM in-process, "
-                           "from the vLLM environment: docs/vllm.md) "
-                           "(default: %(default)s)", choices=BACKEND_NAMES, result=True)
+    backend: str = setting("hf", f"model backend: {registry.choices_help()} (default: %(default)s)",
+                           choices=registry.BACKEND_NAMES, result=True)
     model_name_or_path: str = setting(DEFAULT_MODEL, "Hub model id or local folder (default: %(default)s)", result=True)
 
 
@@ -204,6 +200,9 @@ class OpenAISettings:
                                    "video: the sampled frames as one mp4 at their true times (vLLM, SGLang); "
                                    "video_url: the video file, sampled by the server (default: %(default)s)",
                                    choices=TRANSPORTS, result=True)
+    video_crf: int | None = setting(None, "with --video_transport video: encode the mp4 lossy, libx264 yuv420p at this CRF "
+                                    "(0-51; smaller requests, but the server sees other pixels than in-process vLLM); "
+                                    "default: lossless (libx264rgb -qp 0)", type=int_in_range(0, 51), result=True)
     frame_size: str | None = setting(None, "resize every frame to exactly this size before sending (512x512: the paper's GPT-4o protocol)",
                                      type=parse_frame_size, metavar="WxH", result=True)
     video_fps: float | None = setting(None, f"whole-video sampling at this many frames per second: sets --fps and raises --max_frames "
@@ -380,21 +379,23 @@ def resolve(config: RunConfig) -> RunConfig:
     in its ``adjustments``).
 
     - ``max_new_tokens``: :data:`DEFAULT_MAX_NEW_TOKENS`, or the Thinking default with ``--thinking_mode``;
-    - with ``--backend openai --frame_size WxH`` and the default ``--max_pixels``: the sampler may take
-      up to ``2*W*H`` pixels, so that frames are scaled down to ``WxH``, never up.
+    - with ``--frame_size WxH`` for a backend that resizes to it (:attr:`k9bench.inference.registry.BackendEntry.exact_frame_size`)
+      and the default ``--max_pixels``: the sampler may take up to ``2*W*H`` pixels, so that frames are scaled down
+      to ``WxH``, never up.
     """
     adjustments: dict[str, dict] = {}
     gen = config.generation
     if gen.max_new_tokens is None:
         gen = dataclasses.replace(gen, max_new_tokens=DEFAULT_MAX_NEW_TOKENS_THINKING if gen.thinking_mode else DEFAULT_MAX_NEW_TOKENS)
     frames = config.frames
-    size = frame_size_tuple(config.openai.frame_size)
-    if config.model.backend == "openai" and size and not frames.text_only:
+    exact = registry.backend_settings(config).frame_size if registry.entry(config.model.backend).exact_frame_size else None
+    size = frame_size_tuple(exact)
+    if size and not frames.text_only:
         needed = 2 * size[0] * size[1]
         if frames.max_pixels == DEFAULT_MAX_PIXELS and frames.max_pixels < needed:
             adjustments["max_pixels"] = {"from": frames.max_pixels, "to": needed,
-                                         "why": f"--frame_size {config.openai.frame_size}: sample at up to 2*W*H pixels, "
-                                                f"then resize down to exactly {config.openai.frame_size}"}
+                                         "why": f"--frame_size {exact}: sample at up to 2*W*H pixels, "
+                                                f"then resize down to exactly {exact}"}
             frames = dataclasses.replace(frames, max_pixels=needed)
     return dataclasses.replace(config, generation=gen, frames=frames, adjustments={**config.adjustments, **adjustments})
 
@@ -448,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "ATTN_IMPLEMENTATIONS", "BACKEND_NAMES", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES",
+    "ATTN_IMPLEMENTATIONS", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES",
     "DataSettings", "FrameSettings", "GenerationSettings", "HFSettings", "IMAGE_DETAILS", "MAX_TOKENS_PARAMS", "ModelSettings",
     "OpenAISettings", "OutputSettings", "PromptSettings", "RunConfig", "SECTIONS", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES", "VLLMSettings",
     "add_openai_arguments", "config_from_namespace", "frame_size_tuple", "parse_frame_size", "parse_json_object", "resolve",

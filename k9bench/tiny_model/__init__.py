@@ -23,7 +23,9 @@ Usage::
     python -m k9bench.tiny_model /tmp/tiny-omni3 --family qwen3_omni       # Qwen3-Omni (MoE) thinker
 
 The other families are built the same way (local tokenizer, the family's own processor classes
-and a chat template written here; ``FAMILIES`` lists them):
+and a chat template written here). Which families have a tiny model, their ``--family`` spellings and
+builders are rows of the one family table, :data:`k9bench.models.families.FAMILIES`
+(:attr:`~k9bench.models.families.Family.tiny_builder`):
 
 - ``internvl``: ``InternVLForConditionalGeneration`` with ``InternVLProcessor`` (GotOcr2 image
   processor, ``InternVLVideoProcessor`` with a fixed 56x56 frame size, ``<video>`` expanded to
@@ -53,6 +55,7 @@ import logging
 import sys
 from pathlib import Path
 
+from k9bench.models import families as family_table  # not `families`: that name is this package's submodule
 from k9bench.tiny_model.base import CHAT_TEMPLATE, EXTRA_TOKENS, SPECIAL_TOKENS, VOCAB_SIZE, build_tokenizer
 from k9bench.tiny_model.families import (
     INTERNVL_CHAT_TEMPLATE,
@@ -71,35 +74,23 @@ from k9bench.tiny_model.qwen_vl import DEFAULT_HEAD_DIM, build_config, build_tin
 
 log = logging.getLogger(__name__)
 
-FAMILIES = {
-    "qwen3_vl": build_tiny_qwen3vl,
-    "qwen2_5_vl": build_tiny_qwen2_5vl,
-    "internvl": build_tiny_internvl,
-    "qwen2_5_omni": build_tiny_qwen2_5omni,
-    "qwen3_omni": build_tiny_qwen3omni,
-}
-"""Family name -> builder ``(path, seed=0) -> path``."""
 
-FAMILY_ALIASES = {"qwen3vl": "qwen3_vl", "qwen2_5vl": "qwen2_5_vl", "qwen2_5omni": "qwen2_5_omni", "qwen3omni": "qwen3_omni"}
-"""Other spellings ``--family`` accepts."""
-
-
-HEAD_DIM_FAMILIES = ("qwen3_vl",)
-"""Families whose builder takes ``head_dim``."""
+def head_dim_families() -> tuple[str, ...]:
+    """Families whose builder takes ``head_dim`` (:attr:`k9bench.models.families.Family.tiny_head_dim`)."""
+    return tuple(row.name for row in family_table.FAMILIES.values() if row.tiny_builder and row.tiny_head_dim)
 
 
 def build_tiny(family: str, path: str | Path, seed: int = 0, head_dim: int | None = None) -> Path:
-    """Build the tiny checkpoint of ``family`` (a ``FAMILIES`` key or alias) at ``path``.
+    """Build the tiny checkpoint of ``family`` (a family name or alias of :func:`k9bench.models.families.tiny_names`) at ``path``.
 
-    ``head_dim`` (None: the family's own, 16) only for :data:`HEAD_DIM_FAMILIES`; ValueError otherwise."""
-    name = FAMILY_ALIASES.get(family, family)
-    if name not in FAMILIES:
-        raise ValueError(f"unknown family {family!r}; choose one of {', '.join(FAMILIES)}")
+    ``head_dim`` (None: the family's own, 16) only for :func:`head_dim_families`; ValueError otherwise."""
+    builder = family_table.tiny_builder(family)  # ValueError naming the choices
+    name = family_table.tiny_names()[family]
     if head_dim is None:
-        return FAMILIES[name](path, seed=seed)
-    if name not in HEAD_DIM_FAMILIES:
-        raise ValueError(f"--head_dim is only for {', '.join(HEAD_DIM_FAMILIES)}, not {name}")
-    return FAMILIES[name](path, seed=seed, head_dim=head_dim)
+        return builder(path, seed=seed)
+    if name not in head_dim_families():
+        raise ValueError(f"--head_dim is only for {', '.join(head_dim_families())}, not {name}")
+    return builder(path, seed=seed, head_dim=head_dim)
 
 
 def _head_dim(text: str) -> int:
@@ -117,15 +108,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m k9bench.tiny_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir", help="folder to write the checkpoint into")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default: %(default)s)")
-    parser.add_argument("--family", choices=(*FAMILIES, *FAMILY_ALIASES), default="qwen3_vl",
-                        help="model family (default: %(default)s; qwen3vl, qwen2_5vl, qwen2_5omni, qwen3omni are accepted spellings too)")
+    names = family_table.tiny_names()
+    aliases = [spelling for spelling, name in names.items() if spelling != name]
+    parser.add_argument("--family", choices=tuple(names), default=family_table.DEMO_FAMILY,
+                        help=f"model family (default: %(default)s; {', '.join(aliases)} are accepted spellings too)")
     parser.add_argument("--head_dim", type=_head_dim, default=None,
-                        help=f"attention head size, a multiple of 8 (qwen3_vl only; default: {DEFAULT_HEAD_DIM}; "
+                        help=f"attention head size, a multiple of 8 ({', '.join(head_dim_families())} only; default: {DEFAULT_HEAD_DIM}; "
                              "64 for vLLM's CPU attention, which refuses 16)")
     args = parser.parse_args(argv)
-    family = FAMILY_ALIASES.get(args.family, args.family)
-    if args.head_dim is not None and family not in HEAD_DIM_FAMILIES:
-        parser.error(f"--head_dim is only for --family {', '.join(HEAD_DIM_FAMILIES)}, not {args.family}")
+    family = names[args.family]
+    if args.head_dim is not None and family not in head_dim_families():
+        parser.error(f"--head_dim is only for --family {', '.join(head_dim_families())}, not {args.family}")
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", stream=sys.stderr)
     from k9bench.stage import EXIT_USAGE, OutputError, check_output
 
@@ -140,9 +133,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "CHAT_TEMPLATE", "DEFAULT_HEAD_DIM", "EXTRA_TOKENS", "FAMILIES", "FAMILY_ALIASES", "HEAD_DIM_FAMILIES",
+    "CHAT_TEMPLATE", "DEFAULT_HEAD_DIM", "EXTRA_TOKENS",
     "INTERNVL_CHAT_TEMPLATE", "INTERNVL_FRAME_SIZE", "INTERNVL_NAMED_TOKENS", "INTERNVL_TOKENS", "OMNI_AUDIO_SAMPLING_RATE",
     "OMNI_CHAT_TEMPLATE", "OMNI_NAMED_TOKENS", "OMNI_TOKENS", "SPECIAL_TOKENS", "VOCAB_SIZE", "build_config", "build_tiny",
     "build_tiny_internvl", "build_tiny_qwen2_5omni", "build_tiny_qwen2_5vl", "build_tiny_qwen3omni", "build_tiny_qwen3vl",
-    "build_tokenizer", "main",
+    "build_tokenizer", "head_dim_families", "main",
 ]

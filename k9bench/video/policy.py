@@ -1,22 +1,25 @@
-"""How frames (and a soundtrack) are handed to a model's processor, chosen by the processor's type.
+"""How frames (and a soundtrack) are handed to a model's processor, chosen by its family and the processor's type.
 
 The shared path samples frames once (:mod:`k9bench.video`) and calls the processor the same way
-for every model; what differs between processor families lives here and nowhere else:
+for every model. Which family a processor belongs to, and that family's frame rule and quirks, are
+rows of :data:`k9bench.models.families.FAMILIES` (found by the model's ``model_type`` when it is
+given, else by the processor's class names); this module applies the rules:
 
 - ``qwen_vl_rules``: video processors with a Qwen-style patch grid (an int ``patch_size`` and
-  ``merge_size == 2``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, the Omni models). Frames are resized by
+  ``merge_size == 2``: Qwen2-VL, Qwen2.5-VL, Qwen3-VL, the Omni models; a processor the table does
+  not know gets this rule too when it has that grid). Frames are resized by
   qwen-vl-utils' rule at the processor's patch size, and the processor is told not to resize
   (``do_resize=False``) nor resample (``do_sample_frames=False``); each video's metadata goes
   with it (Qwen3-VL derives per-frame timestamps from it, Qwen2.5-VL its sampled fps).
-- ``fixed_size``: video processors that resize every frame to one size (``InternVLVideoProcessor``,
+- ``fixed_size``: families whose video processor resizes every frame to one size (InternVL's,
   ``size={"height", "width"}``, 448x448 on the Hub checkpoints). Frames are resized once, exactly
   to that size, from the source (``sample(frame_size=...)``); no metadata (the prompt numbers the
-  frames, no timestamps). InternVL's evaluation setting is 32 frames (``recommended_max_frames``).
+  frames, no timestamps). The family's evaluation frame count is ``recommended_max_frames`` (InternVL: 32).
 - ``processor_resizes``: anything else with a video processor: frames at qwen-vl-utils' default
   patch size, handed as float 0..255, resized by the processor, metadata passed.
 
 Processors that read the sampled frame rate from an ``fps`` keyword rather than from the metadata
-(``FPS_KEYWORD_PROCESSORS``: the Omni processors, which use it to place video tokens in time)
+(the table's ``fps_keyword``: the Omni processors, which use it to place video tokens in time)
 get it, so a batch must share one sampled fps. A processor with a feature extractor takes audio
 at the extractor's ``sampling_rate``; an omni-modal processor (``load_audio_from_video``) takes a
 video's soundtrack as audio-in-video input (interleaved with its frames in 2-second chunks) and
@@ -24,7 +27,7 @@ the model's ``generate`` then needs ``use_audio_in_video=True`` (``generate_kwar
 
 Usage::
 
-    policy = policy_for(processor)
+    policy = policy_for(processor, model_type=model.config.model_type)
     cache = FrameCache(SamplingSettings(max_frames=32, **policy.sampling_overrides()))
     frames = cache.get(path)
     audio = cache.get_audio(path, policy.audio_sampling_rate) if with_audio else None
@@ -45,22 +48,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FIXED_SIZE_VIDEO_PROCESSORS: dict[str, int | None] = {"InternVLVideoProcessor": 32}
-"""Video processor class -> frame count of the family's evaluation setting (InternVL3.5: 32 frames)."""
-
-FPS_KEYWORD_PROCESSORS = frozenset({"Qwen2_5OmniProcessor", "Qwen3OmniMoeProcessor"})
-"""Processor classes that take the sampled frame rate as ``fps=`` (they ignore the metadata's)."""
-
-RULES = ("qwen_vl_rules", "fixed_size", "processor_resizes")
-"""The frame-handling rules a policy can follow."""
-
 
 @dataclass(frozen=True)
 class FramePolicy:
     """How one processor wants its frames and audio (built by ``policy_for``)."""
 
     rule: str
-    """``qwen_vl_rules``, ``fixed_size`` or ``processor_resizes`` (see the module docs)."""
+    """``qwen_vl_rules``, ``fixed_size`` or ``processor_resizes`` (:data:`k9bench.models.families.FRAME_RULES`)."""
     processor_class: str
     """The processor's class name."""
     video_processor_class: str | None
@@ -84,6 +78,10 @@ class FramePolicy:
     (the processor asks for ``truncation=False``, as Qwen3-Omni's does) or does not say."""
     audio_in_video: bool
     """True when the processor takes a video's soundtrack as audio-in-video input."""
+    family: str | None = None
+    """The row of :data:`k9bench.models.families.FAMILIES` it was decided by (None: a family the table does not know)."""
+    frame_patch: tuple[int, int] | None = None
+    """``(patch side, temporal patch)`` of a fixed-size frame (the family's), for token estimates."""
 
     def sampling_overrides(self) -> dict[str, Any]:
         """``SamplingSettings``/``sample`` keywords this processor needs (patch size or exact frame size)."""
@@ -165,6 +163,7 @@ class FramePolicy:
         """JSON-safe description for the run's artifact."""
         out = asdict(self)
         out["frame_size"] = list(self.frame_size) if self.frame_size else None
+        out["frame_patch"] = list(self.frame_patch) if self.frame_patch else None
         return out
 
 
@@ -177,14 +176,17 @@ def _size_hw(size: Any) -> tuple[int, int] | None:
     return None
 
 
-def policy_for(processor: Any) -> FramePolicy:
-    """The frame (and audio) policy of ``processor``, decided from its own type and attributes."""
+def policy_for(processor: Any, model_type: str | None = None) -> FramePolicy:
+    """The frame (and audio) policy of ``processor``: its family's row (by ``model_type`` when given, else by the
+    processor's class names, :mod:`k9bench.models.families`) and the processor's own attributes."""
+    from k9bench.models.families import for_model_type, for_processor
     from k9bench.video.sampling import DEFAULT_IMAGE_PATCH_SIZE
 
     vp = getattr(processor, "video_processor", None)
     vp_name = type(vp).__name__ if vp is not None else None
     proc_name = type(processor).__name__
     patch, merge = getattr(vp, "patch_size", None), getattr(vp, "merge_size", None)
+    family = for_model_type(model_type) or for_processor(proc_name, vp_name)
 
     fe = getattr(processor, "feature_extractor", None)
     rate = getattr(fe, "sampling_rate", None)
@@ -197,25 +199,26 @@ def policy_for(processor: Any) -> FramePolicy:
         "audio_window_seconds": window,
         "audio_in_video": bool(rate) and hasattr(processor, "load_audio_from_video"),
     }
-    common = {"processor_class": proc_name, "video_processor_class": vp_name, "fps_keyword": proc_name in FPS_KEYWORD_PROCESSORS}
+    common = {"processor_class": proc_name, "video_processor_class": vp_name, "fps_keyword": bool(family and family.fps_keyword),
+              "recommended_max_frames": family.evaluation_frames if family else None, "family": family.name if family else None}
 
-    fixed = _size_hw(getattr(vp, "size", None)) if vp_name in FIXED_SIZE_VIDEO_PROCESSORS else None
+    fixed = (_size_hw(getattr(vp, "size", None))
+             if family is not None and family.frame_rule == "fixed_size" and vp_name in family.video_processors else None)
+    grid = isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 and merge == 2
     if fixed is not None:
         policy = FramePolicy(rule="fixed_size", image_patch_size=None, frame_size=fixed, resize_in_processor=False,
-                             video_metadata=False, recommended_max_frames=FIXED_SIZE_VIDEO_PROCESSORS[vp_name],  # type: ignore[index]
-                             **common, **audio)
-    elif isinstance(patch, int) and not isinstance(patch, bool) and patch > 0 and merge == 2:
+                             video_metadata=False, frame_patch=family.frame_patch, **common, **audio)  # type: ignore[union-attr]
+    elif grid and (family is None or family.frame_rule == "qwen_vl_rules"):
         policy = FramePolicy(rule="qwen_vl_rules", image_patch_size=patch, frame_size=None, resize_in_processor=False,
-                             video_metadata=True, recommended_max_frames=None, **common, **audio)
+                             video_metadata=True, **common, **audio)
     else:
         if vp is not None:
             log.warning("%s (patch_size=%r, merge_size=%r, size=%r) has no known frame rule: frames are resized by the processor",
                         vp_name, patch, merge, getattr(vp, "size", None))
         policy = FramePolicy(rule="processor_resizes", image_patch_size=DEFAULT_IMAGE_PATCH_SIZE if vp is not None else None,
-                             frame_size=None, resize_in_processor=True, video_metadata=vp is not None,
-                             recommended_max_frames=None, **common, **audio)
+                             frame_size=None, resize_in_processor=True, video_metadata=vp is not None, **common, **audio)
     log.debug("frame policy for %s: %s", proc_name, policy.summary())
     return policy
 
 
-__all__ = ["FIXED_SIZE_VIDEO_PROCESSORS", "FPS_KEYWORD_PROCESSORS", "FramePolicy", "RULES", "policy_for"]
+__all__ = ["FramePolicy", "policy_for"]
