@@ -58,7 +58,7 @@ from k9bench.inference.settings import (
     frame_size_tuple,
     parse_frame_size,
 )
-from k9bench.inference.video_transport import encode_frames_jpeg
+from k9bench.inference.video_transport import encode_frames_jpeg, mp4_codec
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +98,8 @@ class OpenAIBackend(Backend):
             warnings.append(f"--frame_size has no effect with --video_transport {o.video_transport} (frames keep the sampled size)")
         if o.video_transport != "video_url" and o.video_url_base:
             warnings.append("--video_url_base has no effect unless --video_transport video_url")
+        if o.video_crf is not None and o.video_transport not in ("video", "auto"):
+            warnings.append(f"--video_crf has no effect with --video_transport {o.video_transport} (it sets the video transport's mp4)")
         ignored = flags_given(HFSettings, config.hf)
         if ignored:
             warnings.append(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend openai "
@@ -154,7 +156,8 @@ class OpenAIBackend(Backend):
         self.media = MediaBuilder(
             transport=s.video_transport, frame_size=frame_size_tuple(s.frame_size), jpeg_quality=s.jpeg_quality,
             image_detail=s.image_detail, video_url_base=s.video_url_base, fps=s.fps, max_frames=s.max_frames,
-            audio=s.audio, audio_format=s.audio_format, keep=s.concurrency + 2)
+            audio=s.audio, audio_format=s.audio_format, keep=s.concurrency + 2,
+            video_crf=s.video_crf)
         self._info = {
             "name": self.name,
             "api_model": s.api_model,
@@ -166,6 +169,7 @@ class OpenAIBackend(Backend):
             "retry_backoff": s.retry_backoff,
             "video_transport": s.video_transport,
             "video_transport_chosen": self.transport_chosen,
+            "video_codec": mp4_codec(s.video_crf) if s.video_transport == "video" else None,
             "frame_patch_size": self._patch_size,
             "server_video_pixel_budget": self._video_pixel_budget,
             "frame_size": s.frame_size,

@@ -26,6 +26,8 @@ class RequestSettings:
     """Seconds before the first retry (doubled each time, jittered; Retry-After wins when longer)."""
     video_transport: str
     """``auto``, ``frames``, ``video`` or ``video_url`` (``auto`` is resolved by :meth:`OpenAIBackend.load`)."""
+    video_crf: int | None
+    """``video``: None for the lossless mp4, else libx264's CRF (``--video_crf``)."""
     frame_size: str | None
     """``WxH`` every frame is resized to before encoding (None: as sampled)."""
     jpeg_quality: int
@@ -67,7 +69,7 @@ class RequestSettings:
         return cls(
             api_model=o.api_model or config.model.model_name_or_path, base_url=o.base_url, concurrency=o.concurrency,
             max_retries=o.max_retries, timeout=o.timeout, retry_backoff=o.retry_backoff, video_transport=o.video_transport,
-            frame_size=o.frame_size, jpeg_quality=o.jpeg_quality, image_detail=o.image_detail, video_url_base=o.video_url_base,
+            video_crf=o.video_crf, frame_size=o.frame_size, jpeg_quality=o.jpeg_quality, image_detail=o.image_detail, video_url_base=o.video_url_base,
             video_fps=o.video_fps, fps=f.fps, max_frames=f.max_frames, max_new_tokens=g.max_new_tokens,
             max_tokens_param=o.max_tokens_param, do_sample=g.do_sample, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
             send_seed=not o.no_seed_param, extra_body=dict(o.extra_body or {}), audio=f.audio, audio_format=o.audio_format,

@@ -10,7 +10,10 @@ built once for all its questions (several batches of one video wait for one buil
     to ``--frame_size`` first when given. For APIs that take no video (GPT-4o): a Qwen-VL model
     then sees independent images (no temporal merge, no timestamps).
 ``video`` (the default for vLLM and SGLang servers, see ``auto`` in :mod:`k9bench.inference.openai_backend`)
-    Exactly the sampled frames, as one short H.264 mp4 (``data:video/mp4;base64,...``) played at a
+    Exactly the sampled frames, as one short H.264 mp4 (``data:video/mp4;base64,...``), lossless by
+    default (libx264rgb at ``-qp 0`` in RGB 4:4:4: vLLM's OpenCV loader decodes it to the very bytes of
+    our frames, the array in-process vLLM gets; ``--video_crf N`` trades that for N times smaller requests
+    with libx264 yuv420p at CRF N), played at a
     constant rate chosen so that frame k shows at the sampled frame's time in the source:
     ``rate = source_fps * (T - 1) / (last_index - first_index)`` (qwen-vl-utils' frames are evenly
     spaced, up to rounding; :func:`video_timing` gives the largest difference). Nothing else goes
@@ -45,8 +48,13 @@ if TYPE_CHECKING:
     from k9bench.video.sampling import Frames
     from k9bench.inference.backend import GenerationRequest
 
-MP4_CRF = 15
-"""libx264 constant-rate factor of the ``video`` transport's mp4 (15: visually lossless; 0 would be lossless)."""
+LOSSLESS_CODEC = ["-c:v", "libx264rgb", "-qp", "0", "-preset", "veryfast", "-pix_fmt", "rgb24"]
+"""ffmpeg's output options of the lossless mp4: H.264 in RGB 4:4:4 at quantiser 0. Decoded (vLLM's OpenCV
+loader, decord, PyAV) it is the bytes that went in; libx264 in yuv444p at ``-qp 0`` is not (the RGB to
+YUV conversion rounds: up to 2 levels off), nor is yuv420p at any CRF."""
+
+LOSSY_CODEC = ["-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p"]
+"""ffmpeg's output options of the ``--video_crf`` mp4 (the CRF follows): H.264 in 4:2:0, lossy."""
 
 LOADER_DEFAULT_FRAMES = 32
 """Frames vLLM's video loader keeps by default (``--media-io-kwargs '{"video": {"num_frames": -1}}'`` lifts it)."""
@@ -89,20 +97,26 @@ def video_timing(indices: list[int], source_fps: float) -> VideoTiming:
     return VideoTiming(rate, [i / float(fps) for i in indices], [k / float(rate) for k in range(len(indices))])
 
 
-def encode_frames_mp4(frames: Any, rate: Fraction, crf: int = MP4_CRF) -> bytes:
-    """uint8 (T, 3, H, W) frames -> the bytes of an H.264 mp4 (yuv420p, ``faststart``) playing at ``rate``.
+def mp4_codec(crf: int | None) -> str:
+    """How the ``video`` transport's mp4 is encoded, in words (the record's ``video_sent.codec``)."""
+    return "libx264rgb qp 0 rgb24 (lossless)" if crf is None else f"libx264 crf {crf} yuv420p (lossy)"
 
-    H and W must be even (qwen-vl-utils' sizes are multiples of 28 or 32)."""
+
+def encode_frames_mp4(frames: Any, rate: Fraction, crf: int | None = None) -> bytes:
+    """uint8 (T, 3, H, W) frames -> the bytes of an H.264 mp4 (``faststart``) playing at ``rate``.
+
+    ``crf`` None: lossless (:data:`LOSSLESS_CODEC`); an integer: libx264 yuv420p at that CRF
+    (:data:`LOSSY_CODEC`; H and W must then be even, as qwen-vl-utils' sizes, multiples of 28 or 32, are)."""
     from k9bench.video.ffmpeg import find_ffmpeg
 
     count, _, height, width = frames.shape
     raw = frames.permute(0, 2, 3, 1).contiguous().numpy().tobytes()
+    codec = LOSSLESS_CODEC if crf is None else [*LOSSY_CODEC, "-crf", str(crf)]
     with tempfile.TemporaryDirectory(prefix="k9bench-mp4-") as folder:
         out = Path(folder) / "frames.mp4"  # the mp4 muxer seeks back to write its index: a file, not a pipe
         args = [find_ffmpeg(), "-hide_banner", "-loglevel", "error", "-f", "rawvideo", "-pix_fmt", "rgb24",
                 "-s", f"{width}x{height}", "-framerate", f"{rate.numerator}/{rate.denominator}", "-i", "pipe:0",
-                "-frames:v", str(count), "-c:v", "libx264", "-preset", "veryfast", "-crf", str(crf), "-pix_fmt", "yuv420p",
-                "-movflags", "+faststart", "-y", str(out)]
+                "-frames:v", str(count), *codec, "-movflags", "+faststart", "-y", str(out)]
         try:
             done = subprocess.run(args, input=raw, capture_output=True, timeout=120, check=False)
             data = out.read_bytes() if done.returncode == 0 and out.is_file() else b""
@@ -145,8 +159,11 @@ class MediaBuilder:
     """The media parts of each request for one transport, built once per video (see the module doc)."""
 
     def __init__(self, *, transport: str, frame_size: tuple[int, int] | None, jpeg_quality: int, image_detail: str | None,
-                 video_url_base: str | None, fps: float, max_frames: int, audio: bool, audio_format: str, keep: int):
+                 video_url_base: str | None, fps: float, max_frames: int, audio: bool, audio_format: str, keep: int,
+                 video_crf: int | None = None):
         self.transport = transport
+        self.video_crf = video_crf
+        """``video``: None for the lossless mp4, else libx264's CRF (``--video_crf``)."""
         self.frame_size = frame_size
         self.jpeg_quality = jpeg_quality
         self.image_detail = image_detail
@@ -244,9 +261,11 @@ class MediaBuilder:
         """The one ``video_url`` part holding the sampled frames as an mp4 at their times."""
         def build() -> tuple:
             timing = video_timing(list(frames.indices), frames.source_fps)
-            data = encode_frames_mp4(frames.frames, timing.rate)
-            part = {"type": "video_url", "video_url": {"url": "data:video/mp4;base64," + base64.b64encode(data).decode("ascii")}}
-            video = {**timing.summary(), "frames": frames.num_frames, "mp4_bytes": len(data),
+            data = encode_frames_mp4(frames.frames, timing.rate, self.video_crf)
+            url = "data:video/mp4;base64," + base64.b64encode(data).decode("ascii")
+            part = {"type": "video_url", "video_url": {"url": url}}
+            video = {**timing.summary(), "frames": frames.num_frames, "codec": mp4_codec(self.video_crf), "mp4_bytes": len(data),
+                     "url_bytes": len(url),
                      "played_times_s": [round(t, 3) for t in timing.played_times]}
             return [part], video, {}
 
@@ -290,5 +309,5 @@ class MediaBuilder:
         return self._once(("audio", id(audio)), audio, build)[0]
 
 
-__all__ = ["LOADER_DEFAULT_FRAMES", "MP4_CRF", "PROCESSOR_FPS", "MediaBuilder", "MediaError", "VideoTiming", "encode_frames_jpeg", "encode_frames_mp4",
-           "video_timing"]
+__all__ = ["LOADER_DEFAULT_FRAMES", "LOSSLESS_CODEC", "LOSSY_CODEC", "PROCESSOR_FPS", "MediaBuilder", "MediaError", "VideoTiming",
+           "encode_frames_jpeg", "encode_frames_mp4", "mp4_codec", "video_timing"]
