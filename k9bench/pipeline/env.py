@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from k9bench.layout import RESULTS_DIR
+from k9bench.models.families import DEMO_AUDIO_FAMILY, DEMO_FAMILY
 from k9bench.validators import device_name, http_url, positive_int, unit_interval
 
 
@@ -156,7 +157,7 @@ class LaunchSettings:
     demo: bool = False
     demo_build_model: bool = False
     """DEMO=1 without MODEL_NAME: the tiny model is built at its own place."""
-    demo_family: str = "qwen3_vl"
+    demo_family: str = DEMO_FAMILY
     judge_on: bool = False
     thinking: bool = False
     demo_questions: int = 0
@@ -285,11 +286,11 @@ def read_settings(env: Mapping[str, str], repo: Path) -> LaunchSettings:
     if demo not in ("0", "1"):
         raise LaunchError(f"DEMO must be 0 or 1, got {demo!r}")
     given = {k: v for k, v in env.items() if v != ""}
-    demo_build_model, family = False, "qwen3_vl"
+    demo_build_model, family = False, DEMO_FAMILY
     if demo == "1":
         audio = given.get("AUDIO") == "1"
         out = given.setdefault("OUT_DIR", "demo_out")
-        family, tiny, videos = ("qwen2_5_omni", "tiny-qwen2_5omni", "videos_av") if audio else ("qwen3_vl", "tiny-qwen3vl", "videos")
+        family, tiny, videos = (DEMO_AUDIO_FAMILY, "tiny-qwen2_5omni", "videos_av") if audio else (DEMO_FAMILY, "tiny-qwen3vl", "videos")
         given.setdefault("VIDEO_DIR", str(Path(out) / videos) if not out.endswith("/") else out + videos)
         demo_build_model = "MODEL_NAME" not in given
         given.setdefault("MODEL_NAME", str(Path(out) / tiny))
