@@ -19,6 +19,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.redact``                        secrets kept out of artifacts and logs, by name and by value
 ``k9bench.artifact_io``                   the one reader of every JSON/text input, atomic writes, checkpoints, full-disk messages
 ``k9bench.artifacts``                     typed records, record files, provenance
+``k9bench.headers``                       typed, versioned artifact headers (one class per kind), the one header reader and writer
 ``k9bench.resume``                        one resumable stage: final file, checkpoint log, retries, refusal to mix settings
 ``k9bench.answers``                       answer extraction from model replies
 ``k9bench.stats``                         bootstrap intervals that resample videos; when an interval is shown

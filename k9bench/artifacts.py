@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from k9bench.artifact_io import ArtifactError, read_json
+from k9bench.headers import HEADER_KEY, STAGE_KINDS, Header, find_records, header_of, stamped
 from k9bench.redact import redact, redact_argv
 
 log = logging.getLogger(__name__)
@@ -179,18 +180,20 @@ class RecordsArtifact:
     """Where it was read from, if read."""
 
     @property
+    def header(self) -> Header:
+        """The typed header of :attr:`meta` (:func:`k9bench.headers.header_of`): the declared kind and
+        stage, else the stage block's, else judged from the keys (the reference's files)."""
+        return header_of(self.meta, rows=[{"cosine_similarities": r.cosine_similarities} for r in self.records], path=self.path)
+
+    @property
     def stage(self) -> str:
-        """``eval``, ``sim`` or ``raw``, judged from the keys present."""
-        if "category_wise_accuracy" in self.meta or "evaluation_timestamp" in self.meta:
-            return "eval"
-        if "similarity_model" in self.meta or any(r.cosine_similarities is not None for r in self.records):
-            return "sim"
-        return "raw"
+        """The kind: ``eval``, ``sim`` or ``raw`` (see :attr:`header`)."""
+        return self.header.KIND
 
     def to_dict(self) -> dict:
         """The file's JSON object with ``individual_results`` where the reference puts it."""
         out: dict[str, Any] = {}
-        meta = dict(self.meta)
+        meta = self._stamped()
         if self.stage == "eval":
             # evaluation_timestamp .. category_wise_accuracy, then records, then metadata
             head = ["evaluation_timestamp", "eval_mode", "threshold", "accuracy", "correct_count", "total_count", "category_wise_accuracy"]
@@ -205,28 +208,19 @@ class RecordsArtifact:
             out.update(meta)
         return out
 
-
-def find_records(data: Any, *, where: str) -> tuple[list, dict]:
-    """Locate the record list in a loaded artifact; return ``(records, top-level meta)``.
-
-    Accepts ``{"individual_results": [...]}`` and the older layout with records under
-    ``threshold_results -> <key> -> individual_results`` (the first key is used).
-    """
-    if isinstance(data, dict) and isinstance(data.get("individual_results"), list):
-        meta = {k: v for k, v in data.items() if k != "individual_results"}
-        return data["individual_results"], meta
-    if isinstance(data, dict) and isinstance(data.get("threshold_results"), dict):
-        usable = [k for k, b in data["threshold_results"].items() if isinstance(b, dict) and isinstance(b.get("individual_results"), list)]
-        if len(usable) > 1:
-            log.warning("%s: 'threshold_results' holds %d record lists (%s); using the first, %r", where, len(usable),
-                        ", ".join(map(str, usable)), usable[0])
-        for key, block in data["threshold_results"].items():
-            if isinstance(block, dict) and isinstance(block.get("individual_results"), list):
-                meta = {k: v for k, v in data.items() if k != "threshold_results"}
-                meta.update({k: v for k, v in block.items() if k != "individual_results"})
-                meta.setdefault("threshold_key", key)
-                return block["individual_results"], meta
-    raise ArtifactError(f"{where}: no 'individual_results' list (nor 'threshold_results' -> <key> -> 'individual_results')")
+    def _stamped(self) -> dict:
+        """:attr:`meta` with the header block (:func:`k9bench.headers.stamped`) when a stage of ours
+        writes it (it carries a ``stage`` block) or it declared one; the reference's layouts as they are."""
+        meta = dict(self.meta)
+        declared = meta.get(HEADER_KEY) if isinstance(meta.get(HEADER_KEY), dict) else {}
+        block = meta.get("stage") if isinstance(meta.get("stage"), dict) else {}
+        stage = block.get("name") if isinstance(block.get("name"), str) else declared.get("stage")
+        kind = STAGE_KINDS.get(stage) if isinstance(stage, str) else None
+        if kind not in ("raw", "sim", "eval"):
+            if not declared:
+                return meta
+            kind = self.stage
+        return stamped(kind, stage, meta)
 
 
 def check_unique_idx(records: Sequence["QuestionRecord"], *, where: str) -> None:
@@ -260,6 +254,7 @@ def records_artifact_from(data: Any, path: str | os.PathLike, *, allow_empty: bo
     rows, meta = find_records(data, where=str(path))
     if not rows and not allow_empty:
         raise ArtifactError(f"{path}: no records in 'individual_results' (an earlier stage wrote nothing)")
+    header_of(meta, rows=rows, path=path)  # a newer header version than this code reads: refused, naming the file
     records = [QuestionRecord.from_dict(r, where=f"{path}: record #{i}") for i, r in enumerate(rows)]
     check_unique_idx(records, where=str(path))
     return RecordsArtifact(records=records, meta=meta, path=str(path))

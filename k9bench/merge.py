@@ -43,6 +43,7 @@ from pathlib import Path
 
 from k9bench.artifacts import QuestionRecord, is_finite_number, RecordsArtifact, load_records_artifact, provenance
 from k9bench.artifact_io import ArtifactError, write_json_atomic
+from k9bench.headers import NewerSchema
 from k9bench.layout import checkpoint_path, shard_path
 from k9bench.scoring.rule import check_record, where_of
 from k9bench.scoring.settings import ScoringError
@@ -82,7 +83,7 @@ def _load_shard(path: Path) -> RecordsArtifact:
         if partial.exists():
             raise MergeError(f"{path}: shard not finished (only its checkpoint {partial.name} exists); rerun that array task")
         raise MergeError(f"{path}: shard file missing; did every array task finish?")
-    art = load_records_artifact(path, allow_empty=False)
+    art = load_records_artifact(path, allow_empty=False)  # a header newer than this code reads: refused, naming it
     if art.stage == "eval":
         raise MergeError(f"{path}: is an eval file; merge the raw shard files written by eval_video_llm.py")
     for record in art.records:
@@ -107,7 +108,7 @@ def _check_shard_record(path: Path, record: QuestionRecord) -> None:
 
 _PER_SHARD_KEYS = ("provenance", "total_count", "num_shards", "shard_id", "failed_count", "failures_by_class",
                    "thinking_unfinished_count", "token_totals", "run_stats", "inference", "merged_from", "differing_by_shard",
-                   "videos", "stage", "data_parallel")
+                   "videos", "stage", "data_parallel", "header")
 """Top-level keys never copied from the first shard (recomputed, merged or dropped)."""
 
 _SUMMED_STATS = ("resumed", "generated", "failed", "oom_retries", "batch_fallbacks", "generate_seconds", "frame_wait_seconds")
@@ -120,7 +121,8 @@ def _check_shard_set(shards: list, output: Path | None = None) -> None:
     ids: dict = {}
     counts: dict = {}
     for path, art in shards:
-        n, sid = art.meta.get("num_shards"), art.meta.get("shard_id")
+        header = art.header
+        n, sid = header.num_shards, header.shard_id
         if n is None and sid is None:
             continue
         counts.setdefault(n, path)
@@ -136,7 +138,7 @@ def _check_shard_set(shards: list, output: Path | None = None) -> None:
     if not isinstance(n, int) or isinstance(n, bool) or n < 1:
         raise MergeError(f"{counts[n]}: num_shards {n!r} is not a positive integer")
     if len(ids) != len(shards):
-        unmarked = [str(p) for p, art in shards if art.meta.get("shard_id") is None]
+        unmarked = [str(p) for p, art in shards if art.header.shard_id is None]
         raise MergeError(f"{', '.join(unmarked)}: no shard_id, while the other shards have one")
     missing = [i for i in range(n) if i not in ids]
     if missing:
@@ -150,7 +152,7 @@ def _check_shard_set(shards: list, output: Path | None = None) -> None:
 
 def _merged_inference(shards: list) -> dict | None:
     """The shards' common ``inference`` block; refuse shards run with different settings."""
-    blocks = [(path, art.meta.get("inference")) for path, art in shards]
+    blocks = [(path, art.header.inference) for path, art in shards]
     present = [(p, b) for p, b in blocks if isinstance(b, dict)]
     if not present:
         return None
@@ -170,7 +172,7 @@ def _merged_inference(shards: list) -> dict | None:
 
 def _merged_run_stats(shards: list) -> dict | None:
     """Summed counters, the overall time span, and each shard's own block."""
-    per_shard = [(path, art.meta.get("shard_id"), art.meta.get("run_stats")) for path, art in shards]
+    per_shard = [(path, header.shard_id, header.run_stats) for path, header in ((p, art.header) for p, art in shards)]
     per_shard = [(p, sid, s) for p, sid, s in per_shard if isinstance(s, dict)]
     if not per_shard:
         return None
@@ -257,8 +259,9 @@ def merge_shards(paths: list[str | Path], output: str | Path | None = None) -> M
     _check_shard_set(shards, output)
     paths_of_model = {}
     for path, art in shards:
-        if art.meta.get("model_name_or_path") is not None:
-            paths_of_model.setdefault(art.meta["model_name_or_path"], path)
+        model = art.header.model_name_or_path
+        if model is not None:
+            paths_of_model.setdefault(model, path)
     if len(paths_of_model) > 1:
         listing = ", ".join(f"{v!r} in {p}" for v, p in paths_of_model.items())
         raise MergeError(f"shards disagree on model_name_or_path: {listing}")
@@ -371,8 +374,8 @@ class MergeStage(Stage):
         self.check_expected()
         try:
             result = merge_shards(self.shards, self.output_file)
-        except ArtifactError as exc:
-            raise StageError(f"merge: {exc}", EXIT_FAILED) from None
+        except ArtifactError as exc:  # a shard written by a newer k9bench: exit 2, as in every script
+            raise StageError(f"merge: {exc}", EXIT_USAGE if isinstance(exc, NewerSchema) else EXIT_FAILED) from None
         result.artifact.meta["provenance"] = provenance("k9bench.merge", self.argv, {
             "shards": [str(p) for p in self.shards], "output_file": str(self.output_file), "expect_shards": self.expect_shards})
         result.artifact.meta["stage"] = self.stage_block()

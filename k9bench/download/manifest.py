@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k9bench.download.failures import FAILURE_CLASSES
+from k9bench.headers import NewerSchema, read_header, stamped
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,7 @@ class DownloadReport:
         return text
 
     def manifest(self) -> dict:
-        """The manifest JSON object."""
+        """The manifest JSON object, through :class:`k9bench.headers.ManifestHeader` (header block: stage ``download``)."""
         decided = {r.scene_name for r in self.results}
         out = {
             "manifest_version": MANIFEST_VERSION,
@@ -171,7 +172,7 @@ class DownloadReport:
         }
         if self.stage is not None:
             out["stage"] = self.stage
-        return out
+        return stamped("manifest", "download", out)
 
 
 def load_previous_manifest(path: Path | None) -> dict[str, dict]:
@@ -183,6 +184,9 @@ def load_previous_manifest(path: Path | None) -> dict[str, dict]:
 
     try:
         data = read_json(path)
+        read_header(data, kind="manifest", path=path)
+    except NewerSchema:
+        raise  # written by a newer k9bench: refused (exit 2), not overwritten with an older layout
     except ArtifactError as exc:
         log.warning("ignoring the earlier manifest: %s", exc)
         return {}

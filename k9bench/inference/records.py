@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from k9bench.answers import extract_answer, prompt_opens_thinking
 from k9bench.artifacts import QuestionRecord, now_iso, provenance
+from k9bench.headers import stamped
 
 from k9bench.inference import registry
 from k9bench.inference.backend import GenerationOutput
@@ -237,9 +238,11 @@ def failure_counts(records: list) -> dict[str, int]:
 def final_meta(config: RunConfig, argv: list[str] | None, *, records: list, model_name: str, describe: dict | None,
                image_patch_size: int | None, prompt: tuple[str, str], loaded: Any, stats: RunStats, started: str,
                frame_cache: Any, download_summary: dict | None) -> dict:
-    """The raw file's top-level keys besides ``individual_results`` (see the README section)."""
+    """The raw file's top-level keys besides ``individual_results`` (docs/artifacts.md "raw JSON"), through the
+    typed :class:`k9bench.headers.RawHeader` with its header block (stage ``inference``); the caller adds the
+    ``stage`` block."""
     failures = failure_counts(records)
-    return {
+    return stamped("raw", "inference", {
         "total_count": len(records),
         "model_name": model_name,
         "model_name_or_path": config.model.model_name_or_path,
@@ -267,7 +270,7 @@ def final_meta(config: RunConfig, argv: list[str] | None, *, records: list, mode
             "auto_download": download_summary,
         },
         "provenance": provenance("eval_video_llm.py", argv, config.flat()),
-    }
+    })
 
 
 __all__ = ["ERROR_CLASSES", "RunContext", "RunStats", "error_text", "failure_counts", "final_meta",

@@ -22,6 +22,7 @@ from typing import Any, Callable
 
 from k9bench.artifacts import JudgeEntry, SkippedEntry, now_iso
 from k9bench.artifact_io import ArtifactError, CheckpointLog, read_json, write_json_atomic
+from k9bench.headers import read_header, stamped
 from k9bench.judge.parse import AXES, JudgeParseError, stored_score
 from k9bench.judge.cache import ReplyStore, default_store_folder, endpoint_id
 from k9bench.judge.score import Outcome, judge_task, outcome_from_reply, summarize, task_key
@@ -88,6 +89,7 @@ def read_meta(paths: RunPaths) -> dict | None:
         return None
     try:
         meta = read_json(paths.meta)
+        read_header(meta, kind="judge", path=paths.meta)  # a header newer than this code reads: refused, naming it
     except ArtifactError as exc:
         raise JudgeInputError(f"{exc} (the meta sidecar of an earlier run; move it away to start afresh)") from None
     return meta if isinstance(meta, dict) else {}
@@ -480,7 +482,7 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
                         "y" if len(replaced) == 1 else "ies", ", ".join(str(new) for _, new in moved))
         write_json_atomic(paths.skipped, final_skipped)
         write_json_atomic(paths.summary, redact(summary))
-        write_json_atomic(paths.meta, redact(meta_out))
+        write_json_atomic(paths.meta, redact(stamped("judge", "judge", meta_out)))
         write_json_atomic(paths.output, final_entries)  # the output last, then the checkpoint goes
         CheckpointLog(paths.checkpoint).remove()
     return RunResult(final_entries, final_skipped, summary, tally.scored + tally.skipped)

@@ -28,6 +28,7 @@ from typing import Any, Iterable
 from k9bench import CATEGORIES
 from k9bench.artifacts import QuestionRecord, is_finite_number, load_records_artifact
 from k9bench.artifact_io import ArtifactError, read_json
+from k9bench.headers import EvalHeader, JudgeHeader, NewerSchema, read_header
 from k9bench.layout import next_stage_path, parse_artifact_name, short_model_name, skipped_path
 from k9bench.data.published import AXIS_KEYS, CONFIRMED_PROMPTS, JUDGE_AXES, PAPER_SETUP
 from k9bench.report.model import (
@@ -70,9 +71,12 @@ def _number(value: Any) -> float | None:
     return float(value) if is_finite_number(value) else None
 
 
-def _count(block: Any, key: str) -> int | None:
-    value = _dict(block).get(key)
+def _whole(value: Any) -> int | None:
     return int(value) if is_finite_number(value) and float(value).is_integer() and value >= 0 else None
+
+
+def _count(block: Any, key: str) -> int | None:
+    return _whole(_dict(block).get(key))
 
 
 def is_correct(record: QuestionRecord) -> bool:
@@ -138,12 +142,11 @@ def _hide_thin_intervals(scores: Iterable[Score]) -> None:
 # A run's settings
 
 
-def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> RunSettings:
-    """A run's settings from its eval file's top level and records (see :class:`RunSettings`)."""
-    raw = _dict(meta.get("input_meta"))
-    inference = _dict(raw.get("inference"))
-    frames = _dict(inference.get("frames"))
-    prompt = _dict(inference.get("prompt"))
+def read_settings(meta: "EvalHeader | dict", records: list[QuestionRecord], questions: int) -> RunSettings:
+    """A run's settings from its eval file's typed header (or top-level keys) and records (see :class:`RunSettings`)."""
+    header = meta if isinstance(meta, EvalHeader) else EvalHeader.from_meta(_dict(meta))
+    raw = header.raw  # the raw file's header, carried in input_meta
+    inference, frames, prompt = raw.settings, raw.frames, raw.prompt
     record_frames = _most_common(r.max_frames for r in records if isinstance(r.max_frames, int) and not isinstance(r.max_frames, bool))
     max_frames = record_frames if record_frames is not None else frames.get("max_frames")
     text_only = inference.get("text_only")
@@ -154,8 +157,8 @@ def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> 
         if placement is not None:
             log.warning("unknown prompt placement %r in the inference settings; read as not recorded", placement)
         placement = None
-    audio = frames.get("audio")
-    if not isinstance(audio, bool):
+    audio = raw.audio
+    if audio is None:
         # no setting recorded (a text-only run, or a reference file): the records say
         flags = {r.extra.get("audio_used") for r in records} - {None}
         audio = True if True in flags else False if False in flags else None
@@ -164,12 +167,12 @@ def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> 
         digest = prompt.get("system_prompt_sha256")
         prompts["system_prompt"] = {"source": prompt.get("system_prompt_source"), "sha256": digest,
                                     "reference": prompt_is_reference("system_prompt", digest, prompt.get("reference_prompts"))}
-    engine = _dict(_dict(inference.get("backend")).get("engine"))  # --backend vllm: the in-process engine's fingerprint
-    server = _dict(_dict(inference.get("backend")).get("server")) or (engine if engine.get("in_process") else None)
+    engine = _dict(raw.backend.get("engine"))  # --backend vllm: the in-process engine's fingerprint
+    server = _dict(raw.backend.get("server")) or (engine if engine.get("in_process") else None)
     settings = RunSettings(
-        model_name_or_path=raw.get("model_name_or_path"),
-        embedding_model=_dict(meta.get("metadata")).get("similarity_model"),
-        threshold=_number(meta.get("threshold")),
+        model_name_or_path=raw.model_name_or_path,
+        embedding_model=header.similarity_model,
+        threshold=_number(header.threshold),
         prompts=prompts,
         prompt_placement=placement,
         audio=audio,
@@ -178,10 +181,10 @@ def read_settings(meta: dict, records: list[QuestionRecord], questions: int) -> 
         fps=_number(frames.get("fps")),
         max_pixels=int(frames["max_pixels"]) if is_finite_number(frames.get("max_pixels")) else None,
         questions=questions,
-        dataset=_dict(inference.get("dataset")).get("source"),
+        dataset=raw.dataset.get("source"),
         server=server,
     )
-    settings.dtype, settings.batch_size = inference_dtype_and_batch(inference, _dict(raw.get("run_stats")))
+    settings.dtype, settings.batch_size = inference_dtype_and_batch(inference, _dict(raw.run_stats))
     settings.differences, settings.unconfirmed = compare_with_paper(settings)
     settings.caveats = batch_caveats(settings)
     return settings
@@ -215,6 +218,8 @@ def run_name(model: str, audio: bool | None) -> str:
 def _load_eval(path: str | Path):
     try:
         art = load_records_artifact(path, allow_empty=False)  # an eval file of no records has nothing to report
+    except NewerSchema:
+        raise  # a file of a newer k9bench: exit 2, not the report's exit 1 for a bad input
     except ArtifactError as exc:
         raise ReportError(str(exc)) from None
     if art.stage != "eval":
@@ -255,7 +260,7 @@ def load_run(path: str | Path, subset: frozenset | None = None, subset_descripti
     """Summarize one eval file (restricted to ``subset`` idx when given); raise :class:`ReportError`
     naming it when it is not one."""
     art = _load_eval(path)
-    meta = art.meta
+    header = art.header
     records = art.records
     outside = absent = 0
     if subset is not None:
@@ -272,15 +277,15 @@ def load_run(path: str | Path, subset: frozenset | None = None, subset_descripti
         log.warning("%s: categories outside the five released ones are left out of the table: %s", path, ", ".join(unknown))
 
     ci_source = "none"
-    stats = _dict(meta.get("statistics"))
+    stats = _dict(header.statistics)
     if subset is None:
         # the file's own aggregates are authoritative for the whole file (a reference failed sample has no category)
-        total, correct = _count(meta, "total_count"), _count(meta, "correct_count")
+        total, correct = _whole(header.total_count), _whole(header.correct_count)
         if total is not None and correct is not None:
             if correct > total:
                 raise ReportError(f"{path}: correct_count {correct} exceeds total_count {total}")
             overall.correct, overall.total = correct, total
-        blocks = _dict(meta.get("category_wise_accuracy"))
+        blocks = _dict(header.category_wise_accuracy)
         for cat, score in categories.items():
             c, t = _count(blocks.get(cat), "correct"), _count(blocks.get(cat), "total")
             if c is not None and t is not None:
@@ -307,14 +312,13 @@ def load_run(path: str | Path, subset: frozenset | None = None, subset_descripti
         short = score_of(shorter)
         short_categories = {cat: score_of([r for r in shorter if r.question_category == cat]) for cat in CATEGORIES}
 
-    settings = read_settings(meta, records, overall.total)
-    scored_on = _dict(meta.get("subset"))  # evaluate_results.py --subset: the file itself holds a subset
+    settings = read_settings(header, records, overall.total)
+    scored_on = _dict(header.subset)  # evaluate_results.py --subset: the file itself holds a subset
     if subset is not None:
         settings.subset = subset_description
     elif scored_on.get("description"):
         settings.subset = f"{scored_on['description']} (sha256 {str(scored_on.get('sha256'))[:12]}…)"
-    raw = _dict(meta.get("input_meta"))
-    model = _most_common(r.model_name for r in records) or raw.get("model_name")
+    model = _most_common(r.model_name for r in records) or header.raw.model_name
     if not model and settings.model_name_or_path:
         model = short_model_name(settings.model_name_or_path)
     if not model:
@@ -415,7 +419,7 @@ def load_judge(path: str | Path) -> JudgeSummary:
         summary.skipped_file = str(skipped)
         summary.skipped = [{"idx": e.get("idx"), "reason": _skipped_reason(e)} for e in _read_list(skipped, "skipped file")
                            if isinstance(e, dict)]
-    judge = _dict(judge_meta(path).get("judge"))
+    judge = judge_meta(path).settings
     summary.judge_model = judge.get("model")
     if judge.get("prompt_sha256") or judge.get("prompt_source"):
         digest = judge.get("prompt_sha256")
@@ -428,16 +432,20 @@ def load_judge(path: str | Path) -> JudgeSummary:
     return summary
 
 
-def judge_meta(path: str | Path) -> dict:
-    """The judge's ``<judge>.meta.json`` sidecar (``{}`` when absent or unreadable, with a log line)."""
+def judge_meta(path: str | Path) -> JudgeHeader:
+    """The typed header of the judge's ``<judge>.meta.json`` sidecar (empty when absent or unreadable, with a
+    log line; one written by a newer k9bench is refused, :class:`~k9bench.headers.NewerSchema`)."""
     sidecar = Path(f"{path}.meta.json")
     if not sidecar.is_file():
-        return {}
+        return JudgeHeader()
     try:
-        return _dict(read_json(sidecar))
+        header = read_header(sidecar, kind="judge")
+    except NewerSchema:
+        raise
     except ArtifactError as exc:
         log.warning("%s: unreadable (%s); the judge file is matched to a run by its name", sidecar, exc)
-        return {}
+        return JudgeHeader()
+    return header if isinstance(header, JudgeHeader) else JudgeHeader()
 
 
 def judge_side_files(path: str | Path) -> list[Path]:
@@ -449,7 +457,7 @@ def match_judge_to_run(judge: JudgeSummary, runs: list[RunSummary]) -> RunSummar
     """Give a judge row the label (and model) of the eval file it judged, so Table 3 names runs as
     Table 1 does (``--labels`` included): the eval file with the bytes (or path) the judge's meta sidecar
     names, else the eval file whose default judge output (``eval_X.json`` -> ``judge_X.json``) it is."""
-    info = _dict(judge_meta(judge.path).get("input"))
+    info = judge_meta(judge.path).judged
     digest, source = info.get("sha256"), info.get("evaluations")
     match = None
     for run in runs:
@@ -477,7 +485,7 @@ def _run_identity(path: str | Path) -> tuple[tuple, int | None]:
     """What makes two eval files points of one frame-budget curve: the model, the dataset, the
     questions (their idx), the embedding model and threshold, audio or not; and the file's frame budget."""
     art = _load_eval(path)
-    settings = read_settings(art.meta, art.records, len(art.records))
+    settings = read_settings(art.header, art.records, len(art.records))
     model = settings.model_name_or_path or _most_common(r.model_name for r in art.records)
     questions = tuple(sorted(r.idx for r in art.records))
     identity = (str(model), str(settings.dataset), questions, str(settings.embedding_model), settings.threshold, bool(settings.audio))

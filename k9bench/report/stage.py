@@ -19,6 +19,7 @@ from pathlib import Path
 
 from k9bench.artifacts import now_iso
 from k9bench.artifact_io import ArtifactError, write_json_atomic, write_text_atomic
+from k9bench.headers import NewerSchema, stamped
 from k9bench.report.load import common_questions, disambiguate, judge_side_files, load_judge, load_run, match_judge_to_run
 from k9bench.report.markdown import judge_markdown, leaderboard_markdown, published_rows_for, report_markdown
 from k9bench.report.model import Report, ReportError
@@ -77,16 +78,18 @@ class ReportSettings:
 
 
 def add_report_args(parser: argparse.ArgumentParser) -> None:
-    """Options used by ``--mode report`` only (generated from :class:`ReportSettings`). ``--subset`` is
-    left out when the parser already has it (scoring's own ``--subset`` then serves the report too)."""
+    """Options used by ``--mode report`` only (generated from :class:`ReportSettings`) on a
+    :class:`k9bench.cli.ArgumentParser`. ``--subset`` is left out when the parser already has it (scoring's
+    own ``--subset`` then serves the report too)."""
     group = parser.add_argument_group("report mode (--mode report; --input_file takes one or more eval JSON files)")
-    have = {flag for action in parser._actions for flag in action.option_strings}
-    add_arguments(group, ReportSettings, exclude=("subset",) if "--subset" in have else ())
+    add_arguments(group, ReportSettings, exclude=("subset",) if parser.accepts("--subset") else ())
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The report's own flags, as ``evaluate_results.py --mode report`` takes them."""
-    parser = argparse.ArgumentParser(prog="evaluate_results.py --mode report", description="The K9-Bench report (Table 1 and 3 layouts, plots).")
+    from k9bench.cli import ArgumentParser  # it answers which flags it has (add_report_args asks)
+
+    parser = ArgumentParser(prog="evaluate_results.py --mode report", description="The K9-Bench report (Table 1 and 3 layouts, plots).")
     parser.add_argument("--mode", choices=("report",), default="report", help="always report (accepted for the same argv)")
     parser.add_argument("--input_file", nargs="+", required=True, metavar="EVAL_JSON", help="eval JSON files")
     parser.add_argument("--output_file", metavar="MD", help="report.md elsewhere than --report_dir")
@@ -191,7 +194,7 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
     }
     if stage_block is not None:
         summary["stage"] = stage_block
-    written["json"] = str(write_json_atomic(report_dir / "report.json", summary))
+    written["json"] = str(write_json_atomic(report_dir / "report.json", stamped("report", "report", summary)))
     from k9bench.view import report_page  # the results page beside report.md (docs/view.md)
 
     written["page"] = str(report_page(report, report_dir))
@@ -258,7 +261,7 @@ class ReportStage(Stage):
             return EXIT_USAGE
         except ArtifactError as exc:
             log.error("report: %s", exc)
-            return EXIT_FAILED
+            return EXIT_USAGE if isinstance(exc, NewerSchema) else EXIT_FAILED  # a file of a newer k9bench: exit 2
         print(leaderboard_markdown(report.runs, report.published))
         if report.judges:
             print()

@@ -43,10 +43,10 @@ failed record): one character, as the reference's evaluate needs, and outside A-
 
 EVAL_TOP_KEYS = (
     "evaluation_timestamp", "eval_mode", "threshold", "accuracy", "correct_count", "category_wise_accuracy",
-    "metadata", "statistics", "input_file", "input_meta", "threshold_key", "stage", "subset",
+    "metadata", "statistics", "input_file", "input_meta", "threshold_key", "stage", "subset", "header",
 )
 """Top-level keys of an eval file (reference and ours); dropped when a file is scored again."""
-SIM_TOP_KEYS = ("similarity_model", "similarity_calculated_at", "similarity_run", "stage", "subset")
+SIM_TOP_KEYS = ("similarity_model", "similarity_calculated_at", "similarity_run", "stage", "subset", "header")
 """Top-level keys a sim file gets from us (replaced when recomputed)."""
 RECORD_EVAL_EXTRAS = ("similarity_margin", "best_option", "failure_reason")
 """Our per-record eval keys (dropped when a record is scored again)."""

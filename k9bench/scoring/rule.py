@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from k9bench import LETTERS
-from k9bench.artifacts import QuestionRecord, RecordsArtifact, find_records, is_finite_number, records_artifact_from
+from k9bench.artifacts import QuestionRecord, RecordsArtifact, is_finite_number, records_artifact_from
+from k9bench.headers import find_records
 from k9bench.artifact_io import read_json
 from k9bench.scoring.settings import ScoringError
 
