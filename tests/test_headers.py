@@ -1,0 +1,272 @@
+"""Typed, versioned artifact headers (k9bench.headers, issue 28 item 3): each kind round-trips, the writing
+stage is written by every writer, a newer schema_version is refused in one line (exit 2) by every script,
+the reference's header-less layouts read as before, and an older file of ours without a version reads as 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+import evaluate_results
+from k9bench import CATEGORIES
+from k9bench.artifact_io import ArtifactError, write_json_atomic
+from k9bench.artifacts import load_records_artifact
+from k9bench.headers import (
+    HEADER_CLASSES,
+    HEADER_KEY,
+    SCHEMA_VERSIONS,
+    EvalHeader,
+    JudgeHeader,
+    ManifestHeader,
+    NewerSchema,
+    RawHeader,
+    ReportHeader,
+    SimHeader,
+    header_of,
+    read_header,
+    stamped,
+)
+
+OPTIONS = [f"{k}. option {k}" for k in "ABCDE"]
+
+
+def record(idx: int, **more) -> dict:
+    return {"idx": idx, "question_category": CATEGORIES[idx % 5], "video": f"v{idx:03d}.mp4", "ground_truth": "A",
+            "response": f"option A {idx}", "answer": "option A", "scene_name": f"v{idx:03d}", "question": "q?",
+            "options": OPTIONS, "prompt": "p", "model_name": "tiny", "max_frames": 4, "timestamp": "t", **more}
+
+
+def write_raw(path: Path, idxs=range(6), **top) -> Path:
+    rows = [record(i) for i in idxs]
+    write_json_atomic(path, {"individual_results": rows, "total_count": len(rows), **top})
+    return path
+
+
+def error_lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if "ERROR" in line or line.startswith("report:")]
+
+
+# --------------------------------------------------------------------------- each kind round-trips
+
+SAMPLES = {
+    "raw": ("inference", {"total_count": 2, "model_name": "tiny", "num_shards": 1, "shard_id": None,
+                          "inference": {"frames": {"max_frames": 4, "audio": False}, "dataset": {"source": "demo"}}}),
+    "sim": ("calculate", {"total_count": 2, "similarity_model": "m", "similarity_calculated_at": "t", "model_name": "tiny"}),
+    "eval": ("evaluate", {"evaluation_timestamp": "t", "eval_mode": "fine", "threshold": 0.5, "accuracy": 0.5,
+                          "correct_count": 1, "total_count": 2, "metadata": {"similarity_model": "m"},
+                          "input_meta": {"model_name_or_path": "org/tiny", "inference": {"dataset": {"source": "demo"}}}}),
+    "judge": ("judge", {"input": {"evaluations": "eval.json", "sha256": "ab"}, "judge": {"model": "gpt-4o"}, "run": {}}),
+    "report": ("report", {"generated_at": "t", "runs": [{"label": "tiny"}], "notes": []}),
+    "manifest": ("download", {"manifest_version": 1, "output_dir": "/v", "complete": True, "videos": []}),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(SAMPLES))
+def test_each_kind_round_trips_with_its_stage_version_and_unknown_keys(kind):
+    stage, meta = SAMPLES[kind]
+    meta = {**meta, "provenance": {"script": "x"}, "from_a_newer_minor_writer": {"kept": [1, 2]}}
+    written = stamped(kind, stage, meta)
+    assert written[HEADER_KEY] == {"kind": kind, "schema_version": SCHEMA_VERSIONS[kind], "stage": stage}
+    assert list(written)[-1] == HEADER_KEY and {k: v for k, v in written.items() if k != HEADER_KEY} == meta  # order kept
+    header = header_of(json.loads(json.dumps(written)))
+    assert type(header) is HEADER_CLASSES[kind] and header.KIND == kind
+    assert (header.stage, header.schema_version, header.declared) == (stage, SCHEMA_VERSIONS[kind], True)
+    assert header.extra == {"from_a_newer_minor_writer": {"kept": [1, 2]}}  # unknown keys kept, not dropped
+    assert {**header.to_meta(), HEADER_KEY: header.block()} == written
+
+
+def test_typed_fields_read_what_the_report_reads():
+    _, meta = SAMPLES["eval"]
+    header = header_of(stamped("eval", "evaluate", meta))
+    assert isinstance(header, EvalHeader)
+    assert (header.threshold, header.correct_count, header.similarity_model) == (0.5, 1, "m")
+    assert isinstance(header.raw, RawHeader) and header.raw.model_name_or_path == "org/tiny"
+    assert header.raw.dataset == {"source": "demo"} and header.raw.frames == {}
+    raw = header_of(stamped("raw", "inference", SAMPLES["raw"][1]))
+    assert raw.frames["max_frames"] == 4 and raw.audio is False and raw.shard_id is None and "shard_id" in raw.to_meta()
+
+
+# --------------------------------------------------------------------------- the stage written by every writer
+
+
+def test_every_writer_writes_its_kind_and_stage(tmp_path, monkeypatch):
+    import k9bench.scoring.embedding
+    from k9bench.merge import main as merge_main
+    from tests.fake_embedder import FakeLoader
+
+    monkeypatch.setattr(k9bench.scoring.embedding, "load_embedding_model", FakeLoader())
+    s0 = write_raw(tmp_path / "raw_tiny_mf4_n6.shard0of2.json", [0, 1, 2], num_shards=2, shard_id=0)
+    s1 = write_raw(tmp_path / "raw_tiny_mf4_n6.shard1of2.json", [3, 4, 5], num_shards=2, shard_id=1)
+    raw = tmp_path / "raw_tiny_mf4_n6.json"
+    assert merge_main(["--output_file", str(raw), str(s0), str(s1), "-q"]) == 0
+    sim, ev = tmp_path / "sim_tiny_mf4_n6.json", tmp_path / "eval_tiny_mf4_n6.json"
+    assert evaluate_results.main(["--mode", "calculate", "--input_file", str(raw), "--output_file", str(sim), "-q"]) == 0
+    assert evaluate_results.main(["--mode", "evaluate", "--input_file", str(sim), "--output_file", str(ev),
+                                  "--bootstrap_resamples", "0", "-q"]) == 0
+    assert evaluate_results.main(["--mode", "report", "--input_file", str(ev), "--report_dir", str(tmp_path / "rep"), "-q"]) == 0
+    expected = {raw: ("raw", "merge", RawHeader), sim: ("sim", "calculate", SimHeader), ev: ("eval", "evaluate", EvalHeader),
+                tmp_path / "rep" / "report.json": ("report", "report", ReportHeader)}
+    for path, (kind, stage, cls) in expected.items():
+        data = json.loads(path.read_text())
+        assert data[HEADER_KEY] == {"kind": kind, "schema_version": 1, "stage": stage}, path
+        header = read_header(path)
+        assert type(header) is cls and header.stage == stage and header.stage_block["name"] == stage
+    eval_data = json.loads(ev.read_text())
+    assert list(eval_data)[:8] == ["evaluation_timestamp", "eval_mode", "threshold", "accuracy", "correct_count",
+                                   "total_count", "category_wise_accuracy", "individual_results"]  # the reference's order kept
+    assert "header" not in eval_data["input_meta"]  # the sim's header is replaced, never carried
+    assert load_records_artifact(sim).stage == "sim" and load_records_artifact(ev).stage == "eval"
+
+
+def test_inference_and_the_manifest_write_their_header():
+    from k9bench.download.manifest import DownloadReport
+    from k9bench.inference.records import RunStats, final_meta
+    from k9bench.inference.stage import config_from_argv
+
+    config = config_from_argv(["--model_name_or_path", "org/tiny", "--video_dir", "videos"])
+    meta = final_meta(config, [], records=[], model_name="tiny", describe=None, image_patch_size=None,
+                      prompt=("system", "built in"), loaded=SimpleNamespace(source="demo", dropped=[]), stats=RunStats(),
+                      started="t", frame_cache=None, download_summary=None)
+    assert meta[HEADER_KEY] == {"kind": "raw", "schema_version": 1, "stage": "inference"}
+    assert header_of(meta).model_name_or_path == "org/tiny"
+    manifest = DownloadReport(output_dir="/videos").manifest()
+    assert manifest[HEADER_KEY] == {"kind": "manifest", "schema_version": 1, "stage": "download"}
+    assert manifest["manifest_version"] == 1  # the older readers' key stays
+    assert isinstance(header_of(manifest), ManifestHeader)
+
+
+# --------------------------------------------------------------------------- a newer version refused in one line
+
+
+def newer(path: Path, kind: str, stage: str) -> Path:
+    data = json.loads(path.read_text())
+    target = data if isinstance(data, dict) else None
+    target[HEADER_KEY] = {"kind": kind, "schema_version": SCHEMA_VERSIONS[kind] + 1, "stage": stage}
+    path.write_text(json.dumps(target))
+    return path
+
+
+def assert_one_line_naming(text: str, path: Path, kind: str) -> None:
+    lines = error_lines(text)
+    assert len(lines) == 1, text
+    assert str(path) in lines[0] and f"schema_version {SCHEMA_VERSIONS[kind] + 1}" in lines[0]
+    assert f"up to version {SCHEMA_VERSIONS[kind]}" in lines[0] and "Traceback" not in text
+
+
+def test_scoring_refuses_a_newer_raw_file_in_one_line_exit_2(tmp_path, capsys):
+    raw = newer(write_raw(tmp_path / "raw_tiny_mf4_n6.json"), "raw", "inference")
+    sim = tmp_path / "sim_tiny_mf4_n6.json"
+    assert evaluate_results.main(["--mode", "calculate", "--input_file", str(raw), "--output_file", str(sim)]) == 2
+    assert_one_line_naming(capsys.readouterr().err, raw, "raw")
+    assert not sim.exists()
+
+
+def test_merge_refuses_a_newer_shard_in_one_line_exit_2(tmp_path, capsys):
+    from k9bench.merge import main as merge_main
+
+    s0 = newer(write_raw(tmp_path / "a.json", [0, 1]), "raw", "inference")
+    s1 = write_raw(tmp_path / "b.json", [2, 3])
+    out = tmp_path / "raw.json"
+    assert merge_main(["--output_file", str(out), str(s0), str(s1)]) == 2
+    assert_one_line_naming(capsys.readouterr().err, s0, "raw")
+    assert not out.exists()
+
+
+def test_the_report_refuses_a_newer_eval_file_in_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    import k9bench.scoring.embedding
+    from tests.fake_embedder import FakeLoader
+
+    monkeypatch.setattr(k9bench.scoring.embedding, "load_embedding_model", FakeLoader())
+    raw, sim, ev = (tmp_path / f"{k}_tiny_mf4_n6.json" for k in ("raw", "sim", "eval"))
+    write_raw(raw)
+    assert evaluate_results.main(["--mode", "all", "--input_file", str(raw), "--output_file", str(ev), "-q"]) == 0
+    newer(ev, "eval", "evaluate")
+    capsys.readouterr()
+    assert evaluate_results.main(["--mode", "report", "--input_file", str(ev), "--report_dir", str(tmp_path / "rep")]) == 2
+    assert_one_line_naming(capsys.readouterr().err, ev, "eval")
+    assert not (tmp_path / "rep" / "report.json").exists()
+
+
+def test_the_download_refuses_a_newer_manifest_in_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    import download_videos
+    import k9bench.download.one as one
+
+    monkeypatch.setattr(one, "fetch", lambda *a, **k: (_ for _ in ()).throw(AssertionError("no online fetch")))
+    out = tmp_path / "videos"
+    assert download_videos.main(["--dataset_name", "demo", "--output_dir", str(out), "-q"]) == 0
+    manifest = out / "download_manifest.json"
+    assert read_header(manifest).stage == "download"
+    newer(manifest, "manifest", "download")
+    before = manifest.read_bytes()
+    capsys.readouterr()
+    assert download_videos.main(["--dataset_name", "demo", "--output_dir", str(out)]) == 2
+    assert_one_line_naming(capsys.readouterr().err, manifest, "manifest")
+    assert manifest.read_bytes() == before  # never overwritten with an older layout
+
+
+def test_the_judge_refuses_a_newer_meta_sidecar(tmp_path):
+    from k9bench.judge.run import read_meta
+    from k9bench.judge.settings import JudgeInputError
+
+    sidecar = tmp_path / "judge.json.meta.json"
+    sidecar.write_text(json.dumps({"judge": {"model": "m"}, "input": {}, HEADER_KEY: {"kind": "judge", "schema_version": 9}}))
+    with pytest.raises(JudgeInputError) as err:
+        read_meta(SimpleNamespace(meta=sidecar))
+    assert err.value.exit_code == 2 and str(sidecar) in str(err.value) and "schema_version 9" in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("block, fault", [({"kind": "raw", "schema_version": "2"}, "is not a positive integer"),
+                                          ({"kind": "video", "schema_version": 1}, "is none of"),
+                                          ([1], "not an object")])
+def test_a_malformed_header_block_is_one_line(tmp_path, block, fault):
+    path = write_raw(tmp_path / "raw.json", **{HEADER_KEY: block})
+    with pytest.raises(ArtifactError) as err:
+        load_records_artifact(path)
+    assert str(path) in str(err.value) and fault in str(err.value) and not isinstance(err.value, NewerSchema)
+
+
+# --------------------------------------------------------------------------- the reference's files, and older ones of ours
+
+
+def test_the_reference_layouts_read_as_before_without_a_header(tmp_path):
+    raw = write_raw(tmp_path / "raw.json", [0, 1])
+    header = read_header(raw)
+    assert type(header) is RawHeader and (header.stage, header.schema_version, header.declared) == (None, 1, False)
+    assert header.total_count == 2
+    art = load_records_artifact(raw)
+    assert art.stage == "raw" and art.to_dict() == json.loads(raw.read_text())  # written back as it was: no header added
+    failed = {"individual_results": [record(0), {"example_id": 1, "error": "Video not found"}], "total_count": 2}
+    assert type(read_header(failed)) is RawHeader
+    sim = {"individual_results": [record(0, cosine_similarities=dict.fromkeys("ABCDE", 0.1))], "total_count": 1}
+    assert type(read_header(sim)) is SimHeader
+    ev = {"evaluation_timestamp": "t", "eval_mode": "fine", "threshold": 0.5, "accuracy": 1.0, "correct_count": 1,
+          "total_count": 1, "category_wise_accuracy": {}, "individual_results": [record(0, is_correct=True)],
+          "metadata": {"similarity_model": "m"}}
+    header = read_header(ev)
+    assert type(header) is EvalHeader and header.stage is None and header.similarity_model == "m"
+    older = {"model": "m", "threshold_results": {"0.5": {k: v for k, v in ev.items()}}}
+    assert type(read_header(older)) is EvalHeader and read_header(older).threshold_key == "0.5"
+    judge = tmp_path / "judge.json"
+    judge.write_text(json.dumps([{"idx": 0, "scores": {}}]))
+    header = read_header(judge)  # a bare list, no sidecar
+    assert type(header) is JudgeHeader and not header.declared and header.stage is None
+
+
+def test_an_older_file_of_ours_without_a_version_reads_as_version_1(tmp_path):
+    sim = write_raw(tmp_path / "sim.json", [0], similarity_model="m", provenance={"script": "evaluate_results.py"},
+                    stage={"name": "calculate", "fingerprint": {}, "inputs": {}})
+    header = read_header(sim)
+    assert type(header) is SimHeader and (header.schema_version, header.stage, header.declared) == (1, "calculate", False)
+    no_version = write_raw(tmp_path / "raw.json", [0], **{HEADER_KEY: {"kind": "raw", "stage": "inference"}})
+    header = read_header(no_version)
+    assert (header.schema_version, header.stage, header.declared) == (1, "inference", True)
+    judge = tmp_path / "judge.json"
+    judge.write_text("[]")
+    (tmp_path / "judge.json.meta.json").write_text(json.dumps({"judge": {"model": "gpt-4o"}, "input": {"sha256": "ab"},
+                                                                "stage": {"name": "judge"}}))
+    header = read_header(judge)  # through its sidecar
+    assert type(header) is JudgeHeader and header.schema_version == 1 and header.settings["model"] == "gpt-4o"
