@@ -64,6 +64,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.planning``              which questions, grouped how, into which file; checks before a model loads
 ``k9bench.inference.records``               one record per question, the per-video records, the raw file's blocks
 ``k9bench.inference.runner``                the loop: batch by batch, each record checkpointed at once
+``k9bench.inference.planned``               the loop's cross-video path: batches spanning videos, prepared ahead of the model
 ``k9bench.inference.resume_check``          which earlier records a run may reuse
 ``k9bench.inference.data_parallel``         --data_parallel N: one worker process per GPU, then one merge
 ``k9bench.inference.outcome``               what a finished run's records mean for its exit code (all failed: exit 1)

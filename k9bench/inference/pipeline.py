@@ -181,7 +181,7 @@ class BatchesInFlight:
 
     def __init__(self, run_batch: Callable[..., None], prefetch: Any, in_flight: int):
         """``run_batch(group, questions, frames, audio)`` answers one batch and emits its records (the loop's
-        :meth:`k9bench.inference.runner.Runner._run_batch`); ``prefetch`` releases a video's frames (or None)."""
+        :meth:`k9bench.inference.runner.Runner.run_batch`); ``prefetch`` releases a video's frames (or None)."""
         import queue
 
         self.run_batch = run_batch

@@ -9,7 +9,7 @@ Two paths:
 - batch size 1, or a backend whose ``prepares_batches()`` is False (the OpenAI backend): video by video, each
   video's questions in batches of the batch size within that video (:meth:`Runner._run_by_video`);
   a background thread decodes the next videos' frames (:class:`FramePrefetcher`).
-- batch size > 1 with the HF backend (:meth:`Runner._run_planned`): batches that span videos
+- batch size > 1 with the HF backend (:func:`k9bench.inference.planned.run_planned`): batches that span videos
   (:func:`k9bench.inference.batching.plan_batches`: questions stay grouped by video, a video is split
   only at a batch boundary), each prepared on the CPU ahead of the model by
   :class:`k9bench.inference.pipeline.AheadPipeline` (frames decoded on worker threads, the processor
@@ -39,13 +39,13 @@ import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from k9bench.artifacts import QuestionRecord
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
 from k9bench.inference.pipeline import BatchesInFlight
+from k9bench.inference.planned import run_planned
 from k9bench.inference.planning import EXIT_BACKEND, PLACEMENTS, UsageError, VideoGroup, build_messages, chunks, question_too_long
 from k9bench.inference.records import RunContext, RunStats, make_record
 from k9bench.inference.records import error_text as _error_text
@@ -123,7 +123,7 @@ class Runner:
 
     # -- one batch -------------------------------------------------------
 
-    def _requests(self, questions: list, frames: "Frames | None", path: Path | None = None, audio: Any = None) -> list[GenerationRequest]:
+    def requests_for(self, questions: list, frames: "Frames | None", path: Path | None = None, audio: Any = None) -> list[GenerationRequest]:
         return [
             GenerationRequest(
                 key=q.idx,
@@ -168,7 +168,7 @@ class Runner:
 
     def _run_one(self, group: VideoGroup, question: "Question", frames: "Frames | None", audio: Any = None) -> QuestionRecord:
         try:
-            out = self._generate(self._requests([question], frames, group.path, audio))[0]
+            out = self._generate(self.requests_for([question], frames, group.path, audio))[0]
             return make_record(question, self.ctx, output=out, frames=frames, audio=audio)
         except BackendUnavailable:
             raise
@@ -192,7 +192,7 @@ class Runner:
         info = {"first_error": first_error, "retried": True, "original_num_frames": frames.num_frames, "retry_num_frames": fewer.num_frames}
         log.warning("idx %s: out of memory with %d frames; retrying once with %d", question.idx, frames.num_frames, fewer.num_frames)
         try:
-            out = self._generate(self._requests([question], fewer, group.path, audio))[0]
+            out = self._generate(self.requests_for([question], fewer, group.path, audio))[0]
             return make_record(question, self.ctx, output=out, frames=fewer, oom_retry=info, audio=audio)
         except BackendUnavailable:
             raise
@@ -204,13 +204,13 @@ class Runner:
         log.warning("idx %s: failed again with %d frames: %s", question.idx, fewer.num_frames, error_text)
         return make_record(question, self.ctx, prompt=self._prompt_for(question, True), frames=fewer, error=error_text, error_class=error_class, oom_retry=info, audio=audio)
 
-    def _run_batch(self, group: VideoGroup, questions: list, frames: "Frames | None", audio: Any = None) -> None:
+    def run_batch(self, group: VideoGroup, questions: list, frames: "Frames | None", audio: Any = None) -> None:
         if len(questions) == 1:
-            self._emit(self._run_one(group, questions[0], frames, audio))
+            self.emit(self._run_one(group, questions[0], frames, audio))
             return
         failure = None
         try:
-            outputs = self._generate(self._requests(questions, frames, group.path, audio))
+            outputs = self._generate(self.requests_for(questions, frames, group.path, audio))
         except BackendUnavailable:
             raise
         except Exception as exc:
@@ -225,12 +225,12 @@ class Runner:
                 self.stats.batch_fallbacks += 1
             log.warning("video %s: batch of %d failed (%s); running its questions one by one", group.scene_name, len(questions), error_text)
             for q in questions:
-                self._emit(self._run_one(group, q, frames, audio))
+                self.emit(self._run_one(group, q, frames, audio))
             return
         for q, out in zip(questions, outputs):
-            self._emit(make_record(q, self.ctx, output=out, frames=frames, audio=audio))
+            self.emit(make_record(q, self.ctx, output=out, frames=frames, audio=audio))
 
-    def _emit(self, record: QuestionRecord) -> None:
+    def emit(self, record: QuestionRecord) -> None:
         with self._emit_lock:  # batches may finish on worker threads (see BatchesInFlight)
             if self._stopped:
                 return  # the run was interrupted: the checkpoint is closed, this answer is dropped
@@ -254,13 +254,13 @@ class Runner:
 
     # -- the loop --------------------------------------------------------
 
-    def _video_failed(self, questions: list, exc: BaseException) -> None:
+    def video_failed(self, questions: list, exc: BaseException) -> None:
         """Failed records for questions whose video (or soundtrack) cannot be read."""
         for q in questions:
-            self._emit(make_record(q, self.ctx, prompt=self._prompt_for(q, True), error=str(exc),
+            self.emit(make_record(q, self.ctx, prompt=self._prompt_for(q, True), error=str(exc),
                                    error_class=getattr(exc, "reason_class", None) or "decode_error"))
 
-    def _audio_rate(self) -> int | None:
+    def audio_rate(self) -> int | None:
         if not self.config.frames.audio or self.config.frames.text_only:
             return None
         rate = self.backend.audio_sampling_rate()
@@ -279,7 +279,7 @@ class Runner:
                     short.append(q)
                 else:
                     log.warning("idx %s: %s", q.idx, why)
-                    self._emit(make_record(q, self.ctx, error=why, error_class="question_too_long"))
+                    self.emit(make_record(q, self.ctx, error=why, error_class="question_too_long"))
             if short:
                 kept.append((group, short))
         return kept
@@ -304,7 +304,7 @@ class Runner:
         try:
             pending = self._refuse_too_long(pending)
             if planned:
-                self._run_planned(pending, frame_cache)
+                run_planned(self, pending, frame_cache)
             else:
                 self._run_by_video(pending, frame_cache)
         except BaseException:
@@ -333,9 +333,9 @@ class Runner:
 
         prefetch = FramePrefetcher(frame_cache) if frame_cache is not None else None
         depth = max(0, self.config.frames.prefetch_videos)
-        rate = self._audio_rate()
+        rate = self.audio_rate()
         in_flight = max(1, int(self.backend.max_batches_in_flight()))
-        pipeline = BatchesInFlight(self._run_batch, prefetch, in_flight) if in_flight > 1 else None
+        pipeline = BatchesInFlight(self.run_batch, prefetch, in_flight) if in_flight > 1 else None
         size = self.choice.batch_size
         try:
             for i, (group, questions) in enumerate(pending):
@@ -350,14 +350,14 @@ class Runner:
                         if rate is not None:
                             audio = frame_cache.get_audio(group.path, rate)
                     except (VideoError, AudioError) as exc:
-                        self._video_failed(questions, exc)
+                        self.video_failed(questions, exc)
                         prefetch.release(group.path)
                         continue
                 if pipeline is not None:
                     pipeline.submit(group, chunks(questions, size), frames, audio)
                     continue
                 for batch in chunks(questions, size):
-                    self._run_batch(group, batch, frames, audio)
+                    self.run_batch(group, batch, frames, audio)
                 if prefetch is not None:
                     prefetch.release(group.path)
             if pipeline is not None:
@@ -367,174 +367,8 @@ class Runner:
                 self.stats.frame_wait_seconds = prefetch.wait_seconds
                 prefetch.close()
 
-    def _run_planned(self, pending: list, frame_cache: Any) -> None:
-        """Batches spanning videos (:func:`k9bench.inference.batching.plan_batches`), each prepared on the CPU
-        ahead of the model by :class:`k9bench.inference.pipeline.AheadPipeline` (frames decoded, processor run),
-        answered by the backend's ``run_prepared``; a video's frames are released after its last batch."""
-        import os
-
-        from k9bench.video.audio import AudioError
-        from k9bench.inference.batching import BatchPart, PlannedBatch, plan_batches
-        from k9bench.inference.pipeline import AheadPipeline
-        from k9bench.video.sampling import VideoError
-
-        rate = self._audio_rate()
-        cursor = [0] * len(pending)
-        choice = self.choice
-        issued: list[PlannedBatch] = []
-        """Batches handed to the pipeline and not yet answered (prepared or being prepared at their planned size)."""
-
-        def batches() -> Iterator[PlannedBatch]:
-            # planned with the batch size in use, from what no batch has taken yet (pulled on this thread)
-            size = choice.batch_size
-            base = list(cursor)
-            remaining = [len(qs) - base[g] for g, (_, qs) in enumerate(pending)]
-            for planned in plan_batches(remaining, size):
-                parts = tuple(BatchPart(p.group, p.start + base[p.group], p.stop + base[p.group]) for p in planned.parts)
-                for p in parts:
-                    cursor[p.group] = p.stop
-                batch = PlannedBatch(parts, planned.release)
-                issued.append(batch)
-                yield batch
-
-        def replan() -> int:
-            # after an out-of-memory halving: the batches prepared ahead at the old size go back, in order, to be
-            # planned again at the new size (they are the last ones taken of each video, so what is left stays contiguous)
-            for batch in issued:
-                for p in batch.parts:
-                    cursor[p.group] = min(cursor[p.group], p.start)
-            back = len(issued)
-            issued.clear()
-            return back
-
-        workers = max(2, min(PREPARE_WORKERS_MAX, (os.cpu_count() or 2) // 2))
-        depth = max(2, self.config.frames.prefetch_videos)
-        decode_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k9bench-decode") if frame_cache is not None else None
-
-        def media(path: Path) -> tuple:
-            frames = frame_cache.get(path)
-            return frames, (frame_cache.get_audio(path, rate) if rate is not None else None)
-
-        def prepare(batch: PlannedBatch) -> _ReadyBatch:
-            ready = _ReadyBatch(batch)
-            loading = {p.group: decode_pool.submit(media, pending[p.group][0].path) for p in batch.parts} if decode_pool else {}
-            for part in batch.parts:
-                group, questions = pending[part.group]
-                frames = audio = None
-                if part.group in loading:
-                    try:
-                        frames, audio = loading[part.group].result()
-                    except (VideoError, AudioError) as exc:
-                        ready.failed.append((questions[part.start:part.stop], exc))
-                        continue
-                for q in questions[part.start:part.stop]:
-                    ready.rows.append((group, q, frames, audio))
-            if ready.rows:
-                ready.requests = [self._requests([q], frames, group.path, audio)[0] for group, q, frames, audio in ready.rows]
-                try:
-                    ready.prepared = self.backend.prepare_batch(ready.requests)
-                except Exception as exc:  # the batch is rerun by video on the generate path, which records failures
-                    ready.prepare_error = exc
-            return ready
-
-        totals: dict[str, float] = {}
-        try:
-            while True:
-                size = choice.batch_size
-                ahead = AheadPipeline(prepare, workers=workers, depth=depth)
-                try:
-                    for item in ahead.run(batches()):
-                        if item.error is not None:
-                            raise item.error
-                        issued.remove(item.item)
-                        ready = item.value
-                        for questions, exc in ready.failed:
-                            self._video_failed(questions, exc)
-                        if ready.rows:
-                            self._answer_ready(ready)
-                        if frame_cache is not None:
-                            for g in item.item.release:
-                                frame_cache.release(pending[g][0].path)
-                        if choice.batch_size != size:
-                            break
-                finally:
-                    ahead.close()
-                    _add_stats(totals, ahead.stats.to_dict())
-                if choice.batch_size == size:
-                    break
-                log.info("%d batch(es) prepared at %d question(s) planned again at %d", replan(), size, choice.batch_size)
-        finally:
-            if decode_pool is not None:
-                decode_pool.shutdown(wait=False, cancel_futures=True)
-            self.stats.frame_wait_seconds = totals.get("wait_seconds", 0.0)
-            self.stats.prepare = {**totals, "decode_workers": workers if decode_pool else 0}
-
-    def _answer_ready(self, ready: "_ReadyBatch") -> None:
-        failure = None
-        if ready.prepare_error is not None:
-            failure = (_error_text(ready.prepare_error), False)
-        else:
-            t0 = time.perf_counter()
-            try:
-                outputs = self.backend.run_prepared(ready.prepared)
-                if len(outputs) != len(ready.rows):
-                    raise RuntimeError(f"backend returned {len(outputs)} outputs for {len(ready.rows)} requests")
-            except BackendUnavailable:
-                raise
-            except Exception as exc:
-                failure = (_error_text(exc), self.backend.is_out_of_memory(exc))
-            finally:
-                self.stats.generate_seconds += time.perf_counter() - t0
-        if failure is None:
-            for (group, q, frames, audio), out in zip(ready.rows, outputs):
-                self._emit(make_record(q, self.ctx, output=out, frames=frames, audio=audio))
-            return
-        # out of the except block (the failed batch's tensors are gone): rerun by video on the generate path
-        error_text, out_of_memory = failure
-        size = 1
-        if out_of_memory:
-            self.backend.recover_from_out_of_memory()
-            size = self.choice.halve()
-            log.warning("batch of %d questions ran out of memory; batch size now %d", len(ready.rows), size)
-        self.stats.batch_fallbacks += 1
-        log.warning("batch of %d question(s) failed (%s); rerunning it by video at batch size %d", len(ready.rows), error_text, size)
-        by_video: dict[str, tuple] = {}
-        for group, q, frames, audio in ready.rows:
-            by_video.setdefault(str(group.path), (group, frames, audio, []))[3].append(q)
-        for group, frames, audio, questions in by_video.values():
-            for chunk in chunks(questions, size):
-                self._run_batch(group, chunk, frames, audio)
-
-
-def _add_stats(totals: dict, stats: dict) -> None:
-    """Sum one pipeline's :class:`~k9bench.inference.pipeline.PipelineStats` into ``totals`` (a run re-planned
-    after an out-of-memory error has one pipeline per batch size)."""
-    for key, value in stats.items():
-        if key in ("workers", "depth", "max_wait_seconds"):
-            totals[key] = max(totals.get(key, 0), value)
-        else:
-            totals[key] = totals.get(key, 0) + value
-
-
-PREPARE_WORKERS_MAX = 8
-"""Most threads decoding videos and preparing batches ahead of the model (half the CPU cores, at least 2, at most this)."""
-
-
-@dataclass
-class _ReadyBatch:
-    """A planned batch after its CPU preparation."""
-
-    planned: Any
-    rows: list = field(default_factory=list)
-    """``(group, question, frames, audio)`` per question, in batch order."""
-    failed: list = field(default_factory=list)
-    """``(questions, exception)`` for videos whose frames or soundtrack cannot be read."""
-    requests: list = field(default_factory=list)
-    prepared: Any = None
-    prepare_error: BaseException | None = None
-
 
 __all__ = [
     "EXIT_BACKEND", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "FramePrefetcher", "PLACEMENTS",
-    "PREPARE_WORKERS_MAX", "Runner", "RunContext", "UsageError", "VideoGroup", "build_messages", "make_record",
+    "Runner", "RunContext", "UsageError", "VideoGroup", "build_messages", "make_record",
 ]
