@@ -46,7 +46,46 @@ class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, except that no error line echoes a secret: an unknown ``--api_key sk-...`` is
     reported as ``--api_key ***``, and the credentials of a URL in a bad value are masked. Every
     secret on the command line is registered for masking by value before parsing. Every script builds
-    its parser from this."""
+    its parser from this.
+
+    It also answers which flags it accepts (:meth:`flag`, :meth:`accepts`), its argument groups' flags
+    included, without argparse's private ``_actions``: each ``add_argument`` is noted as it is made."""
+
+    def _note(self, action: argparse.Action) -> argparse.Action:
+        if "_flags" not in self.__dict__:
+            self._flags: dict[str, argparse.Action] = {}
+        for option in action.option_strings:
+            self._flags[option] = action
+        return action
+
+    def add_argument(self, *args, **kwargs):  # noqa: D102 (argparse's)
+        return self._note(super().add_argument(*args, **kwargs))
+
+    def add_argument_group(self, *args, **kwargs):  # noqa: D102 (argparse's): its flags are noted here too
+        return self._watch(super().add_argument_group(*args, **kwargs))
+
+    def add_mutually_exclusive_group(self, **kwargs):  # noqa: D102 (argparse's): its flags are noted here too
+        return self._watch(super().add_mutually_exclusive_group(**kwargs))
+
+    def _watch(self, group):
+        """``group``'s flags (and those of the groups made from it) are noted on this parser."""
+        add, make_group, make_exclusive = group.add_argument, group.add_argument_group, group.add_mutually_exclusive_group
+        group.add_argument = lambda *a, **kw: self._note(add(*a, **kw))
+        group.add_argument_group = lambda *a, **kw: self._watch(make_group(*a, **kw))
+        group.add_mutually_exclusive_group = lambda **kw: self._watch(make_exclusive(**kw))
+        return group
+
+    def flag(self, option: str) -> argparse.Action:
+        """The action of ``option`` (``--max_frames``): its ``type``, ``choices`` and ``default``; KeyError if
+        this parser has no such flag."""
+        try:
+            return self.__dict__.get("_flags", {})[option]
+        except KeyError:
+            raise KeyError(f"{self.prog} has no flag {option}") from None
+
+    def accepts(self, option: str) -> bool:
+        """Whether this parser has the flag ``option``."""
+        return option in self.__dict__.get("_flags", {})
 
     def parse_args(self, args=None, namespace=None):  # noqa: D102 (argparse's)
         from k9bench.redact import redact_argv, register_argv_secrets
