@@ -1,12 +1,14 @@
 """Shared helpers of the launcher's in-process tests: a clean launcher environment and stand-in stages.
 
-The stand-ins replace :func:`k9bench.pipeline.scripts.run_main` (each script's ``main``), so that the
-plan, the records, reruns, locks, signals and SLURM wiring are tested in milliseconds; the real chain
-runs in tests/test_pipeline_demo.py and tests/test_launcher.py.
+The stand-ins replace the work of each stage (:func:`use_fakes` swaps each registry entry's ``build`` for a
+:class:`FakeStage`), so that the plan, reruns, locks, signals and SLURM wiring are tested in milliseconds;
+what decides a rerun (the outputs, the input files, the settings fingerprint) is still the real Stage's.
+The real chain runs in tests/test_pipeline_demo.py and tests/test_launcher.py.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import socket
@@ -15,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from k9bench.pipeline import scripts, stages
+from k9bench.pipeline import registry
+from k9bench.stage import Stage, file_digest
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -48,7 +51,8 @@ def option(argv: list[str], flag: str) -> str | None:
 
 
 class FakeScripts:
-    """Stand-in ``run_main``: writes each script's outputs (their content names the argv), records each call."""
+    """Stand-in work of every stage (the ``runner(script, argv)`` of a :class:`FakeStage`): writes each script's
+    outputs (their content names the argv), records each call."""
 
     def __init__(self):
         self.calls: list[tuple[str, list[str]]] = []
@@ -92,12 +96,73 @@ class FakeScripts:
         return self.codes.get(key, 0)
 
 
+class FakeStage(Stage):
+    """A step's real Stage (built by its registry entry) for its inputs and fingerprint; its work is the
+    stand-in runner's (``runner(script, argv)``), and its stage block is kept beside its first output."""
+
+    def __init__(self, step, real: Stage, runner):
+        self.step, self.real, self.runner, self.name = step, real, runner, step.name
+
+    def outputs(self) -> list[Path]:
+        return list(self.step.outputs)
+
+    def folder_outputs(self) -> set[Path]:
+        return self.real.folder_outputs()
+
+    def inputs(self) -> list[Path]:
+        return [Path(p) for p in self.real.inputs()]
+
+    def fingerprint(self) -> dict:
+        from k9bench.redact import redact
+
+        return json.loads(json.dumps(redact(self.real.fingerprint()), default=str))  # a record never holds a key
+
+    def input_digests(self) -> dict[str, str]:
+        return {str(p): file_digest(p) for p in self.inputs() if p.is_file()}
+
+    def record_file(self) -> Path:
+        first = self.step.outputs[0]
+        return first.parent / ".k9bench" / f"{first.name}.fake-stage.json"
+
+    def recorded(self) -> dict | None:
+        try:
+            return json.loads(self.record_file().read_text())
+        except (OSError, ValueError):
+            return None
+
+    def run(self) -> int:
+        code = self.runner(self.step.script, list(self.step.argv))
+        if code == 0:
+            self.record_file().parent.mkdir(parents=True, exist_ok=True)
+            self.record_file().write_text(json.dumps(self.stage_block()))
+        else:
+            self.record_file().unlink(missing_ok=True)
+        return code
+
+
+def use_fakes(monkeypatch, runner, real: tuple[str, ...] = ()) -> None:
+    """Every registry entry but those named in ``real`` runs as a :class:`FakeStage` of ``runner``."""
+    def faked(build):
+        def make(step):
+            return FakeStage(step, build(step), runner)
+
+        make.real_build = build  # a second use_fakes (another runner, other real stages) starts from the real ones
+        return make
+
+    entries = []
+    for e in registry.STAGES:
+        build = getattr(e.build, "real_build", e.build)
+        entries.append(dataclasses.replace(e, build=build if e.name in real else faked(build)))
+    entries = tuple(entries)
+    monkeypatch.setattr(registry, "STAGES", entries)
+    monkeypatch.setattr(registry, "BY_NAME", {e.name: e for e in entries})
+
+
 @pytest.fixture
 def fake(monkeypatch):
-    """Every stage through :class:`FakeScripts` (the download too: no package class)."""
+    """Every stage's work through :class:`FakeScripts` (:func:`use_fakes`)."""
     runner = FakeScripts()
-    monkeypatch.setattr(scripts, "run_main", runner)
-    monkeypatch.setattr(stages, "PACKAGE_STAGES", {})
+    use_fakes(monkeypatch, runner)
     return runner
 
 

@@ -106,8 +106,8 @@ def test_the_launcher_reruns_a_threshold_change_with_the_judge_on_without_a_requ
                                                                                     monkeypatch):
     """`THRESHOLD=0.3 ... run_eval.sh` after a first run with the judge on: exit 0, the judge done, 0 requests.
     The stages before the judge are stand-ins; the judge is the real JudgeStage against the fake server."""
-    from k9bench.pipeline import main, scripts, stages
-    from tests.pipeline_fakes import option
+    from k9bench.pipeline import main
+    from tests.pipeline_fakes import option, use_fakes
 
     def with_real_eval(script: str, argv: list[str]) -> int:
         code = fake(script, argv)
@@ -118,8 +118,7 @@ def test_the_launcher_reruns_a_threshold_change_with_the_judge_on_without_a_requ
             path.write_text(json.dumps(data))
         return code
 
-    monkeypatch.setattr(scripts, "run_main", with_real_eval)
-    monkeypatch.setattr(stages, "PACKAGE_STAGES", {"judge": stages._judge})
+    use_fakes(monkeypatch, with_real_eval, real=("judge",))
     with FakeOpenAIServer(good) as server:
         launcher_env(JUDGE_BASE_URL=server.base_url, OPENAI_API_KEY=KEY, REPORT="0")
         assert main([]) == 0, capsys.readouterr().out[-3000:]

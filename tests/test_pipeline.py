@@ -92,17 +92,16 @@ def test_a_change_reruns_its_stage_and_the_ones_after_and_none_before(fake, laun
     assert ran == [], out
 
 
-def test_changed_infer_args_moves_the_old_raw_aside_and_says_why(fake, launcher_env, capsys, tmp_path):
+def test_changed_infer_args_reruns_inference_and_says_why(fake, launcher_env, capsys, tmp_path):
+    """The reason is the real InferenceStage's (its fingerprint); setting the old records aside is its own
+    ``redo_changed`` (tests/test_inference_records.py)."""
     launcher_env(INFER_ARGS="--max_new_tokens 24")
     assert launch(fake, capsys)[0] == 0
     raw = tmp_path / "out" / f"raw_{TAG}.json"
-    old = raw.read_text()
     launcher_env(INFER_ARGS="--max_new_tokens 5")
     code, out, ran = launch(fake, capsys)
     assert code == 0 and ran[:1] == ["inference"]
-    assert "step inference: runs: settings differ: max_new_tokens: 24" in out
-    kept = list((tmp_path / "out" / ".k9bench" / "superseded").rglob(raw.name))
-    assert len(kept) == 1 and kept[0].read_text() == old  # never lost
+    assert "step inference: runs: settings differ: records.generation.max_new_tokens: 24 in the existing file, 5 now" in out
     assert " ".join(json.loads(raw.read_text())["argv"]).endswith("--max_new_tokens 5")
 
 
@@ -294,21 +293,16 @@ def test_shard_runs_lock_only_their_shard(fake, launcher_env, capsys, tmp_path):
     assert "shard 1 of 2 done" in out and "K9_FINALIZE=1 NUM_SHARDS=2 bash run_eval.sh" in out
 
 
-def test_raw_file_without_a_record_is_kept_when_it_names_this_run_and_refused_otherwise(fake, launcher_env, capsys, tmp_path):
-    """(The stage adapter's rule, as the bash launcher had it.) A raw file an older launcher or a hand run left."""
+def test_raw_file_without_a_stage_block_is_a_reason_to_run_inference(fake, launcher_env, capsys, tmp_path):
+    """A raw file an older launcher or a hand run left: the InferenceStage's own done() says so and it runs
+    (keeping the records made with these settings, setting the others aside: its ``redo_changed``)."""
     out = tmp_path / "out"
     out.mkdir()
     raw = out / f"raw_{TAG}.json"
-    raw.write_text(json.dumps({"individual_results": [], "model_name_or_path": "/elsewhere/tiny-m",
-                               "inference": {"dataset": {"source": "demo", "split": "test"}}}))
+    raw.write_text(json.dumps({"individual_results": [], "model_name_or_path": os.environ["MODEL_NAME"]}))
     code, out_text, ran = launch(fake, capsys)
-    assert code == 2 and ran == ["download"]
-    assert f"step inference: {raw} exists but was made with other settings (MODEL_NAME='/elsewhere/tiny-m' there" in out_text
-    raw.write_text(json.dumps({"individual_results": [], "model_name_or_path": os.environ["MODEL_NAME"],
-                               "inference": {"dataset": {"source": "demo", "split": "test"}, "frames": {"audio": False}}}))
-    code, out_text, ran = launch(fake, capsys)
-    assert code == 0 and "inference" not in ran, out_text
-    assert "has no stage record (an older launcher or a hand run made it)" in out_text
+    assert code == 0 and ran == ALL, out_text
+    assert f"step inference: runs: {raw} records no stage settings" in out_text
 
 
 def test_an_in_process_run_leaves_the_environment_as_it_was(fake, launcher_env, capsys, monkeypatch):

@@ -201,7 +201,9 @@ def test_two_launches_racing_on_the_demo_model_both_finish_and_it_is_built_once(
         time.sleep(0.4)
         return fake(script, argv)
 
-    monkeypatch.setattr("k9bench.pipeline.scripts.run_main", slow_fake)
+    from tests.pipeline_fakes import use_fakes
+
+    use_fakes(monkeypatch, slow_fake)
     said: dict[int, list[str]] = {0: [], 1: []}
     failures: list[BaseException] = []
 

@@ -20,6 +20,6 @@ __all__ = ["build_parser", "main"]
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m k9bench.pipeline [--dry_run | --help]``; the settings are environment variables."""
-    from k9bench.pipeline.run import main as run_main
+    from k9bench.pipeline.run import main as launch
 
-    return run_main(argv)
+    return launch(argv)

@@ -185,10 +185,8 @@ def script_parser(script: str, cache: dict) -> argparse.ArgumentParser:
 
 
 def _flag_action(var: Variable, parsers: dict) -> argparse.Action:
-    for action in script_parser(var.script, parsers)._actions:
-        if var.flag in action.option_strings:
-            return action
-    raise KeyError(f"{var.script}.py has no flag {var.flag}")
+    """The script flag that takes the variable (:meth:`k9bench.cli.ArgumentParser.flag`: its type, choices, default)."""
+    return script_parser(var.script, parsers).flag(var.flag)
 
 
 def _refusal(name: str, text: str, kind: object, exc: Exception) -> LaunchError:

@@ -1,8 +1,8 @@
 """The plan: which stages one launcher run has, with what arguments, and why each will or will not run.
 
 :func:`build_steps` turns the checked settings into the ordered :class:`~k9bench.pipeline.stages.Step`
-list (download -> inference or its shards -> merge -> calculate -> evaluate -> judge -> report), each
-with the exact argv its script gets. :func:`check_steps` parses every argv with its script's own parser
+list by asking each entry of the stage registry (:data:`k9bench.pipeline.registry.STAGES`, in its order)
+for its steps; no stage is named here. :func:`check_steps` parses every argv with its stage's own parser
 before anything runs (so a bad ``INFER_ARGS`` is refused up front); :func:`describe_plan` says for each
 stage whether it runs and why (``--dry_run``).
 """
@@ -13,7 +13,8 @@ import logging
 from dataclasses import dataclass
 from pathlib import Path
 
-from k9bench.layout import RunLayout, checkpoint_path, shard_path, skipped_path
+from k9bench.layout import RunLayout
+from k9bench.pipeline import registry
 from k9bench.pipeline.env import LaunchError, LaunchSettings
 from k9bench.pipeline.stages import Step
 
@@ -21,8 +22,6 @@ log = logging.getLogger("k9bench.pipeline")
 
 SERVED_URL = "http://127.0.0.1:0/v1"
 """Stands for the URL of the server SERVE=vllm starts (known once it runs; not part of any record)."""
-
-ARGS_OF = {"eval_video_llm": "INFER_ARGS", "evaluate_results": "SCORE_ARGS", "subjective_evals": "JUDGE_ARGS"}
 
 
 @dataclass(frozen=True)
@@ -36,11 +35,20 @@ class ShardMode:
     """K9_FINALIZE=1: merge and score only (the array's merge job)."""
     in_array: bool = False
 
+    @property
+    def shard_only(self) -> bool:
+        """This launch runs one shard of several (an array task, SHARD_ID): the merge job (or K9_FINALIZE=1)
+        does the rest."""
+        return self.num_shards > 1 and self.shard_id is not None and not self.finalize
 
-def files(layout: RunLayout) -> dict[str, Path]:
-    raw, judge = layout.path("raw"), layout.path("judge")
-    return {"raw": raw, "sim": layout.path("sim"), "eval": layout.path("eval"), "judge": judge,
-            "judge_skipped": skipped_path(judge), "report_dir": Path(layout.out_dir) / f"report_{layout.tag}"}
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What an entry's :attr:`~k9bench.pipeline.registry.StageEntry.steps` makes its steps from."""
+
+    settings: LaunchSettings
+    layout: RunLayout
+    mode: ShardMode
 
 
 def video_transport() -> str:
@@ -77,59 +85,13 @@ def inference_argv(s: LaunchSettings, output: Path, shard: int | None, num_shard
     return argv + list(s.extra["INFER_ARGS"])
 
 
-def _inference_step(s: LaunchSettings, output: Path, name: str, shard: int | None, num_shards: int) -> Step:
-    stem = output.name[:-5] if output.name.endswith(".json") else output.name
-    return Step(name=name, script="eval_video_llm", argv=inference_argv(s, output, shard, num_shards), outputs=[output],
-                replace_stale=True, served=bool(s.values["SERVE"]), companions=[checkpoint_path(output), output.with_name(stem + ".meta.json")])
-
-
 def build_steps(s: LaunchSettings, layout: RunLayout, mode: ShardMode) -> list[Step]:
-    """The ordered stages of this run."""
-    v, f = s.values, files(layout)
+    """The ordered stages of this run: each registry entry's steps, in the registry's order."""
+    context = PlanContext(s, layout, mode)
     steps: list[Step] = []
-    if not mode.finalize and v["MAX_FRAMES"] != "0":  # MAX_FRAMES=0 is text-only: no video is read, none is fetched
-        download = ["--dataset_name", v["DATASET_NAME"], "--split", v["SPLIT"], "--output_dir", v["VIDEO_DIR"],
-                    "--max_samples", v["MAX_SAMPLES"]]
-        steps.append(Step(name="download", script="download_videos", argv=download,
-                          outputs=[Path(v["VIDEO_DIR"]) / "download_manifest.json"],
-                          incomplete_codes=() if v["DOWNLOAD_STRICT"] == "1" else (1,)))
-    shards = [shard_path(f["raw"], mode.num_shards, i) for i in range(mode.num_shards)]
-    if mode.num_shards == 1:
-        if not mode.finalize:
-            steps.append(_inference_step(s, f["raw"], "inference", None, 1))
-    elif not mode.finalize:
-        wanted = [mode.shard_id] if mode.shard_id is not None else range(mode.num_shards)
-        for i in wanted:
-            steps.append(_inference_step(s, shards[i], f"inference-shard{i}", i, mode.num_shards))
-    if mode.num_shards > 1:
-        if mode.shard_id is not None and not mode.finalize:
-            return steps  # one shard only: the merge job (or K9_FINALIZE=1) does the rest
-        steps.append(Step(name="merge", script="merge", argv=["--output_file", str(f["raw"]), "--expect_shards",
-                                                               str(mode.num_shards), *map(str, shards)],
-                          outputs=[f["raw"]], inputs=list(shards),
-                          depends=tuple(f"inference-shard{i}" for i in range(mode.num_shards))))
-    upstream = ("merge",) if mode.num_shards > 1 else ("inference",)
-    steps.append(Step(name="calculate", script="evaluate_results", inputs=[f["raw"]], outputs=[f["sim"]], depends=upstream,
-                      argv=["--mode", "calculate", "--input_file", str(f["raw"]), "--output_file", str(f["sim"]),
-                            "--device", v["DEVICE"], "--embedding_model", v["EMBEDDING_MODEL"], "--batch_size",
-                            v["EMBED_BATCH_SIZE"], *s.extra["SCORE_ARGS"]]))
-    steps.append(Step(name="evaluate", script="evaluate_results", inputs=[f["sim"]], outputs=[f["eval"]], depends=("calculate",),
-                      argv=["--mode", "evaluate", "--input_file", str(f["sim"]), "--output_file", str(f["eval"]),
-                            "--threshold", v["THRESHOLD"]]))
-    if s.judge_on:
-        # --fail_on_skipped: entries left skipped end the run with exit 1 (after the report), and the next run retries them
-        judge = ["--evaluations", str(f["eval"]), "--output", str(f["judge"]), "--skipped", str(f["judge_skipped"]),
-                 "--judge_model", v["JUDGE_MODEL"], "--fail_on_skipped"]
-        if v["JUDGE_BASE_URL"]:
-            judge += ["--base_url", v["JUDGE_BASE_URL"]]
-        stem = f["judge"].name[:-5]
-        steps.append(Step(name="judge", script="subjective_evals", inputs=[f["eval"]], outputs=[f["judge"], f["judge_skipped"]],
-                          # no depends: its own done() (its requests' content, issue 31) says when evaluate's rerun changed them
-                          depends=(), argv=judge + list(s.extra["JUDGE_ARGS"]), incomplete_codes=(1,), replace_stale=True,
-                          companions=[checkpoint_path(f["judge"]), f["judge"].with_name(stem + ".meta.json"),
-                                      f["judge"].with_name(stem + ".summary.json")]))
-    if v["REPORT"] == "1":
-        steps.append(report_step(s, layout))
+    for e in registry.STAGES:
+        if e.steps is not None and (e.in_shard_runs or not mode.shard_only):
+            steps += e.steps(e, context)
     return steps
 
 
@@ -155,54 +117,18 @@ def demo_note(s: LaunchSettings) -> tuple[str, str, bool]:
     return what, meaning, random
 
 
-def report_step(s: LaunchSettings, layout: RunLayout) -> Step:
-    """The report over this run and every run of the same model and questions at other MAX_FRAMES
-    (found again just before it runs: :func:`refresh_report`)."""
-    f = files(layout)
-    step = Step(name="report", script="evaluate_results", argv=[], inputs=[f["eval"]], outputs=[f["report_dir"] / "report.md"],
-                depends=("evaluate", "judge"))
-    refresh_report(step, s, layout)
-    return step
-
-
-def refresh_report(step: Step, s: LaunchSettings, layout: RunLayout) -> int:
-    """Fill in the report's inputs as they are now: the frame-budget runs beside this one, the judge
-    file when there is one. Returns how many other runs are in the plot."""
-    f = files(layout)
-    evals = [f["eval"]]
-    if f["eval"].is_file():
-        try:
-            from k9bench.report import frame_sweep_files
-
-            evals = list(frame_sweep_files(f["eval"])) or evals
-        except Exception as exc:  # noqa: BLE001 (any unreadable neighbour: report this run alone, and say so)
-            log.info("step report: could not look for runs at other MAX_FRAMES in %s (%s); reporting this run alone",
-                     layout.out_dir, exc)
-    argv = ["--mode", "report", "--input_file", *map(str, evals), "--report_dir", str(f["report_dir"]),
-            "--published", s.values["PUBLISHED"]]
-    inputs = list(evals)
-    if f["judge"].is_file() and f["judge"].stat().st_size:
-        argv += ["--judge_files", str(f["judge"])]
-        inputs.append(f["judge"])
-    if s.demo:
-        what, meaning, _ = demo_note(s)
-        argv += ["--note", f"DEMO run: {what}; {meaning}."]
-    step.argv, step.inputs = argv, inputs
-    return len(evals) - 1
-
-
 def check_steps(steps: list[Step], s: LaunchSettings) -> None:
-    """Every stage's argv through its script's own parser, before anything runs: a bad ``INFER_ARGS``,
+    """Every stage's argv through its stage's own parser, before anything runs: a bad ``INFER_ARGS``,
     ``SCORE_ARGS`` or ``JUDGE_ARGS`` (or a clash with the launcher's own flags) is one line, exit 2."""
     from k9bench.pipeline.scripts import ArgsError, check_argv
 
-    if s.extra["JUDGE_ARGS"] and not any(step.script == "subjective_evals" for step in steps):
-        steps = [*steps, Step(name="judge", script="subjective_evals", outputs=[],
-                              argv=["--evaluations", "eval.json", *s.extra["JUDGE_ARGS"]])]  # checked even while the judge is off
-    for step in steps:
-        if step.script not in ARGS_OF:
+    planned = {registry.entry(step.name).name for step in steps}
+    probes = [e.probe(e, s) for e in registry.STAGES  # checked even while the stage is off (JUDGE_ARGS, the judge)
+              if e.probe is not None and e.name not in planned and s.extra.get(e.args_variable)]
+    for step in [*steps, *probes]:
+        variable = registry.entry(step.name).args_variable
+        if not variable:
             continue
-        variable = ARGS_OF[step.script] if (step.script != "evaluate_results" or step.name == "calculate") else "SCORE_ARGS"
         name = variable if s.extra.get(variable) else f"the launcher's arguments for {step.script}.py"
         try:
             check_argv(step.script, step.argv, name)

@@ -101,34 +101,66 @@ def check_endpoint(url: str) -> None:
 
 
 def check_outputs(steps) -> None:
-    """Every stage's outputs can be written (nothing is created)."""
+    """Every stage's outputs can be written (nothing is created); a refusal names the entry's
+    :attr:`~k9bench.pipeline.registry.StageEntry.writes_to` variable."""
+    from k9bench.pipeline.registry import entry
     from k9bench.stage import OutputError, check_output
 
     for step in steps:
         for out in step.outputs:
-            variable = "VIDEO_DIR" if step.name == "download" else "OUT_DIR"
             try:
-                check_output(out, flag=f"{variable} (step {step.name} writes)", inputs=step.inputs)
+                check_output(out, flag=f"{entry(step.name).writes_to} (step {step.name} writes)", inputs=step.inputs)
             except OutputError as exc:
                 raise PreflightError(str(exc)) from None
 
 
+# --------------------------------------------------------------------------- the registry entries' checks
+# Each takes (settings, environ); an entry names those of its stage (StageEntry.checks).
+
+
+def dataset(s, env: dict) -> None:
+    """DATASET_NAME resolves (:func:`check_dataset`)."""
+    check_dataset(s.values["DATASET_NAME"])
+
+
+def model(s, env: dict) -> None:
+    """MODEL_NAME is cached when offline, unless a server started elsewhere answers for it or the demo builds it."""
+    if not s.values["SERVE_URL"] and not s.demo_build_model:
+        check_model_cached("MODEL_NAME", s.values["MODEL_NAME"], "model")
+
+
+def vllm(s, env: dict) -> None:
+    """SERVE=vllm: the vLLM environment imports vllm; BACKEND=vllm: this python does (the in-process engine)."""
+    if s.values["SERVE"]:
+        check_vllm(env, f"SERVE={s.values['SERVE']}")
+    if s.values.get("BACKEND") == "vllm":
+        check_vllm({}, "BACKEND=vllm")
+
+
+def embedding_model(s, env: dict) -> None:
+    """EMBEDDING_MODEL is cached when offline."""
+    check_model_cached("EMBEDDING_MODEL", s.values["EMBEDDING_MODEL"], "embedding model")
+
+
+def judge_endpoint(s, env: dict) -> None:
+    """Something answers at JUDGE_BASE_URL (when set)."""
+    if s.values["JUDGE_BASE_URL"]:
+        check_endpoint(s.values["JUDGE_BASE_URL"])
+
+
 def check_settings(s, steps, env: dict) -> None:
-    """The checks of the module doc that read only the settings (no stage object needed)."""
-    v = s.values
-    names = {step.name for step in steps}
-    if "download" in names or any(n.startswith("inference") for n in names):
-        check_dataset(v["DATASET_NAME"])
-    if any(n.startswith("inference") for n in names) and not v["SERVE_URL"] and not s.demo_build_model:
-        check_model_cached("MODEL_NAME", v["MODEL_NAME"], "model")
-    if "calculate" in names:
-        check_model_cached("EMBEDDING_MODEL", v["EMBEDDING_MODEL"], "embedding model")
-    if v["SERVE"] and any(n.startswith("inference") for n in names):
-        check_vllm(env, f"SERVE={v['SERVE']}")
-    if v.get("BACKEND") == "vllm" and any(n.startswith("inference") for n in names):
-        check_vllm({}, "BACKEND=vllm")  # the in-process engine: this python must import vllm
-    if "judge" in names and v["JUDGE_BASE_URL"]:
-        check_endpoint(v["JUDGE_BASE_URL"])
+    """The checks that read only the settings (no stage object needed): those of every registry entry in
+    the plan (:attr:`~k9bench.pipeline.registry.StageEntry.checks`), each once, in the registry's order;
+    then the outputs."""
+    from k9bench.pipeline.registry import STAGES, entry
+
+    planned = {entry(step.name).name for step in steps}
+    done: list = []
+    for e in STAGES:
+        for check in (e.checks if e.name in planned else ()):
+            if check not in done:
+                done.append(check)
+                check(s, env)
     check_outputs(steps)
 
 

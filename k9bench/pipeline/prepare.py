@@ -1,57 +1,159 @@
 """The demo's preparation (DEMO=1): the tiny random-weight model and, with AUDIO=1, the demo videos with
-soundtracks. Not stages (they make the demo's inputs, not results); each says what it did."""
+soundtracks. Not plan stages (they make the demo's inputs, not results), but each runs as a Stage object
+like every stage (:class:`DemoModelStage`, :class:`DemoVideosStage`), named by its registry entry
+(:attr:`k9bench.pipeline.registry.StageEntry.prepare`); each says what it did."""
 
 from __future__ import annotations
 
+import shlex
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 from k9bench.pipeline.env import LaunchSettings
 from k9bench.pipeline.slurm import StepFailed
+from k9bench.pipeline.stages import Step
+from k9bench.stage import Stage
 
 
-def prepare_demo(settings: LaunchSettings, *, say: Callable[[str], None], enter: Callable[[str], None] = lambda name: None) -> None:
-    """Build the tiny model at its own place (never into a folder the user named), then the soundtracks.
+class DemoModelStage(Stage):
+    """The tiny random-weight model (:func:`k9bench.tiny_model.build_tiny`) written into one folder."""
+
+    def __init__(self, step: Step):
+        self.name = step.name
+        self.folder = Path(step.outputs[0])
+        self.family = str(step.params["family"])
+
+    def outputs(self) -> list[Path]:
+        return [self.folder]
+
+    def folder_outputs(self) -> set[Path]:
+        return {self.folder}
+
+    def fingerprint(self) -> dict:
+        return {"family": self.family}
+
+    def done(self) -> str | None:
+        return None if (self.folder / "config.json").is_file() else f"{self.folder / 'config.json'} is missing"
+
+    def run(self) -> int:
+        from k9bench.tiny_model import build_tiny
+
+        print(build_tiny(self.family, self.folder))
+        return 0
+
+
+class DemoVideosStage(Stage):
+    """The demo videos (:func:`k9bench.data.demo.make_demo_videos`) in one folder, those missing only."""
+
+    def __init__(self, step: Step):
+        self.name = step.name
+        self.folder = Path(step.outputs[0])
+        self.soundtrack = bool(step.params["soundtrack"])
+
+    def outputs(self) -> list[Path]:
+        return [self.folder]
+
+    def folder_outputs(self) -> set[Path]:
+        return {self.folder}
+
+    def fingerprint(self) -> dict:
+        return {"soundtrack": self.soundtrack}
+
+    def run(self) -> int:
+        from k9bench.data.demo import make_demo_videos
+
+        for path in make_demo_videos(self.folder, soundtrack=self.soundtrack):
+            print(path)
+        return 0
+
+
+def run_prepared(step: Step) -> int:
+    """Run a preparation step's Stage (:func:`k9bench.stage.run_stage`, its lines prefixed with its name)."""
+    from k9bench.pipeline.registry import make_stage
+    from k9bench.pipeline.report_lines import step_output
+    from k9bench.stage import run_stage
+
+    with step_output(step.name):
+        return run_stage(make_stage(step))
+
+
+@dataclass(frozen=True)
+class Preparing:
+    """What an entry's ``prepare`` is given besides its entry and the settings."""
+
+    say: Callable[[str], None]
+    enter: Callable[[str], None]
+    """Told each step's name (a signal then names it)."""
+    run: Callable[[Step], int]
+    """Runs a step's Stage, as the launcher runs every stage; its exit code."""
+
+
+def prepare_demo(settings: LaunchSettings, *, say: Callable[[str], None], enter: Callable[[str], None] = lambda name: None,
+                 run: Callable[[Step], int] = run_prepared) -> None:
+    """Every registry entry's :attr:`~k9bench.pipeline.registry.StageEntry.prepare`, in order (DEMO=1 only)."""
+    if not settings.demo:
+        return
+    from k9bench.pipeline.registry import STAGES
+
+    for e in STAGES:
+        if e.prepare is not None:
+            e.prepare(e, settings, Preparing(say, enter, run))
+
+
+def _by_hand(e, step: Step) -> str:
+    return f"python -m {e.module} {shlex.join(step.argv)}"
+
+
+def prepare_model(e, settings: LaunchSettings, p: Preparing) -> None:
+    """Build the tiny model at its own place (never into a folder the user named).
 
     Two launches that need the same tiny model (array tasks, two demos on one OUT_DIR) share it: the
     build holds a lock beside the model; the other waits ("waiting for ... built by pid N on host H") and
-    then finds it built. ``enter`` is told each step's name (a signal then names it)."""
-    if not settings.demo:
-        return
-    from k9bench.pipeline.report_lines import step_output
-    from k9bench.pipeline.scripts import run_main
+    then finds it built."""
     from k9bench.stage import build_lock
 
+    say = p.say
     model = Path(settings["MODEL_NAME"])
-    enter("demo-model")
+    p.enter(e.name)
     if (model / "config.json").is_file():
-        say(f"step demo-model: {model} exists, skipping")
-    elif not settings.demo_build_model:
-        say(f"step demo-model: MODEL_NAME={model} was set, so the tiny demo model is not built there (unset MODEL_NAME to build it)")
-    else:
-        with build_lock(model.parent / ".run_eval.demo-model.lock", what=f"the tiny demo model {model}", say=say):
-            if (model / "config.json").is_file():  # built by the launch we waited for
-                say(f"step demo-model: {model} was built by another launch meanwhile, using it")
-            else:
-                # built beside its place and renamed when complete: an interrupted build leaves no half model behind
-                partial = model.with_name(model.name + ".partial")
-                shutil.rmtree(partial, ignore_errors=True)
-                say(f"step demo-model: python -m k9bench.tiny_model {partial} --family {settings.demo_family}")
-                with step_output("demo-model"):
-                    code = run_main("tiny_model", [str(partial), "--family", settings.demo_family])
-                if code != 0:
-                    raise StepFailed(code, f"step demo-model failed (exit {code})")
-                shutil.rmtree(model, ignore_errors=True)  # a half-built folder left by an older launcher (no config.json)
-                partial.rename(model)
-                say("step demo-model: done")
-    if settings.audio and settings["DATASET_NAME"] == "demo":
-        enter("demo-videos")
-        video_dir = Path(settings["VIDEO_DIR"])
-        # the demo videos with soundtracks (two of three), before the download step, which then finds them
-        with build_lock(video_dir / ".run_eval.demo-videos.lock", what=f"the demo videos in {video_dir}", say=say):
-            say(f"step demo-videos: python -m k9bench.data.demo --video_dir {video_dir} --soundtrack")
-            with step_output("demo-videos"):
-                code = run_main("demo", ["--video_dir", str(video_dir), "--soundtrack"])
+        say(f"step {e.name}: {model} exists, skipping")
+        return
+    if not settings.demo_build_model:
+        say(f"step {e.name}: MODEL_NAME={model} was set, so the tiny demo model is not built there (unset MODEL_NAME to build it)")
+        return
+    with build_lock(model.parent / f".run_eval.{e.name}.lock", what=f"the tiny demo model {model}", say=say):
+        if (model / "config.json").is_file():  # built by the launch we waited for
+            say(f"step {e.name}: {model} was built by another launch meanwhile, using it")
+            return
+        # built beside its place and renamed when complete: an interrupted build leaves no half model behind
+        partial = model.with_name(model.name + ".partial")
+        shutil.rmtree(partial, ignore_errors=True)
+        step = Step(name=e.name, script=e.script, argv=[str(partial), "--family", settings.demo_family], outputs=[partial],
+                    params={"family": settings.demo_family})
+        say(f"step {e.name}: {_by_hand(e, step)}")
+        code = p.run(step)
         if code != 0:
-            raise StepFailed(code, f"step demo-videos failed (exit {code})")
+            raise StepFailed(code, f"step {e.name} failed (exit {code})")
+        shutil.rmtree(model, ignore_errors=True)  # a half-built folder left by an older launcher (no config.json)
+        partial.rename(model)
+        say(f"step {e.name}: done")
+
+
+def prepare_videos(e, settings: LaunchSettings, p: Preparing) -> None:
+    """With AUDIO=1 on the demo set: the demo videos with soundtracks (two of three), before the download
+    step, which then finds them; launches sharing VIDEO_DIR make them one at a time."""
+    from k9bench.stage import build_lock
+
+    if not (settings.audio and settings["DATASET_NAME"] == "demo"):
+        return
+    p.enter(e.name)
+    video_dir = Path(settings["VIDEO_DIR"])
+    step = Step(name=e.name, script=e.script, argv=["--video_dir", str(video_dir), "--soundtrack"], outputs=[video_dir],
+                params={"soundtrack": True})
+    with build_lock(video_dir / f".run_eval.{e.name}.lock", what=f"the demo videos in {video_dir}", say=p.say):
+        p.say(f"step {e.name}: {_by_hand(e, step)}")
+        code = p.run(step)
+    if code != 0:
+        raise StepFailed(code, f"step {e.name} failed (exit {code})")

@@ -39,11 +39,9 @@ def config_lines(launch) -> list[str]:
     if mode.finalize:
         shards += " (finalize: merge + scoring)"
     lines.append(shards)
-    if s.judge_on:
-        key = "set" if s.environ.get("OPENAI_API_KEY") else "not set"
-        lines.append(f"  judge            {v['JUDGE_MODEL']} at {v['JUDGE_BASE_URL'] or 'the OpenAI API'} (OPENAI_API_KEY {key})")
-    else:
-        lines.append("  judge            off (no OPENAI_API_KEY or JUDGE_BASE_URL)")
+    from k9bench.pipeline.registry import STAGES
+
+    lines += [f"  {e.name:<17}{e.config_line(s)}" for e in STAGES if e.config_line is not None]  # the judge: on or off
     if v["SERVE"]:
         lines.append(f"  SERVE            vllm (tensor parallel {v['TENSOR_PARALLEL'] or v['GPUS'] or 1}); inference through --backend openai")
     elif v["SERVE_URL"]:

@@ -20,10 +20,11 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from k9bench.pipeline import registry
 from k9bench.pipeline.env import LaunchError, LaunchSettings
 from k9bench.pipeline.plan import SERVED_URL, ShardMode
 from k9bench.pipeline.slurm import StepFailed
-from k9bench.pipeline.stages import ScriptStage, Step
+from k9bench.pipeline.stages import Step
 
 log = logging.getLogger("k9bench.pipeline")
 
@@ -168,7 +169,7 @@ class Launch:
         from k9bench.pipeline.prepare import prepare_demo
 
         slurm.link_array_log(self.env, say)
-        prepare_demo(self.s, say=say, enter=lambda name: setattr(self, "current", name))
+        prepare_demo(self.s, say=say, enter=lambda name: setattr(self, "current", name), run=self.run_prepared)
         if self.mode.in_array and self.mode.shard_id == 0:
             script = self.env.get("K9BENCH_SCRIPT") or str(self.repo / "run_eval.sh")
             slurm.submit_finalize(self.env, out_dir=Path(self.s["OUT_DIR"]), num_shards=self.mode.num_shards, repo=self.repo,
@@ -186,19 +187,16 @@ class Launch:
                 say(f"after every shard: K9_FINALIZE=1 NUM_SHARDS={self.mode.num_shards} bash run_eval.sh (same settings) merges and scores")
             return 0
         if self.incomplete:
-            from k9bench.pipeline.registry import entry
-
             step = self.incomplete[0]
-            e = entry(step.name)
+            e = registry.entry(step.name)
             return die(1, f"step {step.name} incomplete: {e.incomplete_ends_run.format(output=step.outputs[e.note_output])}")
         say(f"all steps done: {self.layout.path('eval')}")
-        report = next((st for st in self.steps if st.name == "report"), None)
-        if report is not None:  # the results page the report stage writes beside report.md (docs/view.md)
-            say(f"results page: {Path(report.outputs[0]).parent / 'index.html'}")
+        for step in self.steps:
+            note = registry.entry(step.name).final_note
+            if note:
+                say(note.format(folder=Path(step.outputs[0]).parent))
         if self.s.demo and self.demo_note()[2]:
-            from k9bench.pipeline.registry import entry
-
-            if any(entry(name).prints_accuracy for name in self.ran):
+            if any(registry.entry(name).prints_accuracy for name in self.ran):
                 say("DEMO finished. Reminder: random weights, so the accuracy above is MEANINGLESS (chance is 20%).")
             else:  # nothing was scored in this run, so no accuracy was printed above
                 say(f"DEMO finished (nothing changed, nothing rerun). Reminder: random weights, so the accuracy in "
@@ -224,80 +222,58 @@ class Launch:
         own = stage.done()
         if own is None and incomplete_marker(step).is_file():
             own = f"its last run ended with exit {incomplete_marker(step).read_text().strip()}: some entries to retry"
-        from k9bench.pipeline.registry import entry
-
-        if own and isinstance(stage, ScriptStage) and stage.recorded() is None and entry(step.name).adopts_unrecorded \
-                and all(p.exists() for p in step.outputs):
-            own = self.adopt(step, stage)
         return own or (f"an earlier stage ran ({upstream})" if upstream else None)
-
-    def adopt(self, step: Step, stage: ScriptStage) -> str | None:
-        """A raw file without a record (an older launcher, a hand run): refused when it names another
-        model, dataset, split or AUDIO; else taken as this run's (said so), as the launcher always did."""
-        from k9bench.pipeline.stages import raw_mismatch
-
-        v = self.s.values
-        raw = step.outputs[0]
-        why = raw_mismatch(raw, model=v["MODEL_NAME"], dataset=v["DATASET_NAME"], split=v["SPLIT"], audio=self.s.audio)
-        if why:
-            raise StepFailed(2, f"step {step.name}: {raw} exists but was made with other settings ({why}); set another OUT_DIR, "
-                                "or move it away to redo inference")
-        stage.write_record(0, True)
-        say(f"step {step.name}: {raw} has no stage record (an older launcher or a hand run made it); it names the same "
-            "MODEL_NAME, DATASET_NAME, SPLIT and AUDIO, so it is kept as this run's")
-        return None
 
     def run_step(self, step: Step) -> int | None:
         """Run ``step`` if it must run; None to go on, else the launcher's exit code."""
-        from k9bench.pipeline.plan import refresh_report
-        from k9bench.pipeline.stages import make_stage, supersede
-
         self.current = step.name
-        from k9bench.pipeline.registry import entry
-
-        if entry(step.name).refresh_inputs:
-            others = refresh_report(step, self.s, self.layout)
-            if others:
-                say(f"step report: with {others} run(s) of the same model and questions at other MAX_FRAMES (frame-budget plot)")
+        refresh = registry.entry(step.name).refresh
+        if refresh is not None:
+            line = refresh(step, self.s, self.layout)
+            if line:
+                say(f"step {step.name}: {line}")
         with self.download_lock(step):
-            stage = self.stage_of(step, make_stage)
+            stage = self.stage_of(step)
             why = self.reason(step, stage)
             if why is None:
                 say(f"step {step.name}: done already, skipping ({', '.join(map(str, step.outputs))}: same settings and inputs)")
                 return None
             say(f"step {step.name}: runs: {why}")
-            if isinstance(stage, ScriptStage) and step.replace_stale and any(p.exists() for p in step.outputs):
-                record = stage.recorded() or {}
-                resumable = record.get("state") == "incomplete" and record.get("fingerprint") == stage.fingerprint()
-                if not resumable:
-                    for old, new in supersede([*step.outputs, *step.companions], Path(self.s["OUT_DIR"])):
-                        say(f"step {step.name}: moved the earlier {old.name} aside to {new} (made with other settings or inputs)")
             from k9bench.redact import redact_argv
 
             say(f"step {step.name}: {step.script} {shlex.join(redact_argv(step.argv))}")
             code = self.execute(step, stage)
         gc.collect()
-        return self.after(step, stage, code)
+        return self.after(step, code)
 
-    def stage_of(self, step: Step, make_stage):
-        """The step's Stage object; a refusal by its settings is the step's failure (one line, its exit code)."""
+    def stage_of(self, step: Step):
+        """The step's Stage object (its registry entry builds it); a refusal by its settings is the step's
+        failure (one line, its exit code)."""
         from k9bench.stage import StageError
 
         try:
-            return make_stage(step)
+            return registry.make_stage(step)
         except StageError as exc:
             raise StepFailed(exc.exit_code, f"step {step.name} failed (exit {exc.exit_code}): {exc}") from None
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else 2
             raise StepFailed(code, f"step {step.name} failed (exit {code})") from None
 
+    def run_prepared(self, step: Step) -> int:
+        """A preparation step (the demo's model and videos: :mod:`k9bench.pipeline.prepare`), run as every
+        stage is; a stop signal stops the run, naming the step."""
+        from k9bench.stage import EXIT_INTERRUPTED, Interrupted
+
+        code = self.execute(step, self.stage_of(step))
+        if code in (EXIT_INTERRUPTED, 130) or self.stop.requested:
+            raise Interrupted(self.stop.received or self._signals.last() or signal.SIGTERM)
+        return code
+
     @contextlib.contextmanager
     def download_lock(self, step: Step) -> Iterator[None]:
         """Launches sharing VIDEO_DIR (array tasks, two runs) download one at a time; the later one then finds
         the videos verified and fetches only what is still missing."""
-        from k9bench.pipeline.registry import entry
-
-        lock = entry(step.name).shared_lock
+        lock = registry.entry(step.name).shared_lock
         if not lock:
             yield
             return
@@ -308,28 +284,26 @@ class Launch:
             yield
 
     def execute(self, step: Step, stage) -> int:
+        """``stage`` through :func:`k9bench.stage.run_stage`, its lines prefixed with the step's name. A step
+        served by a server the launcher starts (SERVE=vllm) gets its Stage built again with the server's URL."""
         from k9bench.pipeline.report_lines import step_output
-        from k9bench.stage import run_stage
+        from k9bench.stage import StageError, run_stage
 
         self._signals.reset()
-        if not isinstance(stage, ScriptStage):
-            with step_output(step.name):
-                return run_stage(stage)
-        from k9bench.stage import StageError
-
         try:
-            with self.server(step), step_output(step.name):
-                return stage.run()
+            with self.server(step) as url:
+                if url is not None:
+                    stage = self.stage_of(step.with_url(SERVED_URL, url))
+                with step_output(step.name):
+                    return run_stage(stage)
         except StageError as exc:  # the vLLM server did not come up
             raise StepFailed(exc.exit_code, f"step {step.name}: {exc}") from None
 
-    def after(self, step: Step, stage, code: int) -> int | None:
+    def after(self, step: Step, code: int) -> int | None:
         from k9bench.stage import EXIT_INTERRUPTED
 
         self.ran.add(step.name)
         complete, incomplete = code in step.complete_codes, code in step.incomplete_codes
-        if isinstance(stage, ScriptStage) and (complete or incomplete):
-            stage.write_record(code, complete)
         if complete or incomplete:
             from k9bench.pipeline.stages import mark_incomplete
 
@@ -340,9 +314,7 @@ class Launch:
         if code in (EXIT_INTERRUPTED, 130) or self.stop.requested:
             got = self.stop.received or self._signals.last() or signal.SIGTERM
             return self.interrupted(got)
-        from k9bench.pipeline.registry import entry
-
-        e = entry(step.name)
+        e = registry.entry(step.name)
         if incomplete and e.incomplete_note:
             say(f"step {step.name}: {e.incomplete_note.format(output=step.outputs[e.note_output])}")
             if e.incomplete_ends_run:
@@ -367,27 +339,23 @@ class Launch:
     # ----------------------------------------------------------------- servers
 
     @contextlib.contextmanager
-    def server(self, step: Step) -> Iterator[None]:
-        """SERVE=vllm: a vLLM server for the inference stage, stopped however the stage ends."""
-        if not (step.script == "eval_video_llm" and self.s["SERVE"]):
-            yield
+    def server(self, step: Step) -> Iterator[str | None]:
+        """SERVE=vllm: a vLLM server for a served step (inference), stopped however the stage ends; yields its
+        URL (None: the step is not served)."""
+        if not step.served:
+            yield None
             return
         log_path = Path(self.s["OUT_DIR"]) / f"vllm_server_{self.layout.tag}.log"
         with start_server(self.s, say, log_path) as url:
-            step.run_argv = lambda argv: [url if a == SERVED_URL else a for a in argv]
-            try:
-                yield
-            finally:
-                step.run_argv = None
+            yield url
 
     def preflight(self) -> dict:
         """Every stage's checks (:mod:`k9bench.pipeline.preflight`), before any stage runs; the Stage objects."""
         from k9bench.pipeline import preflight
-        from k9bench.pipeline.stages import make_stage
 
         try:
             preflight.check_settings(self.s, self.steps, self.env)
-            stages = {step.name: self.stage_of(step, make_stage) for step in self.steps}
+            stages = {step.name: self.stage_of(step) for step in self.steps}
             preflight.check_stages(stages)
         except preflight.PreflightError as exc:
             raise StepFailed(2, str(exc)) from None

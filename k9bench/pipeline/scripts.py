@@ -1,5 +1,5 @@
-"""The scripts as the launcher sees them: their own parsers (to check every ``*_ARGS`` before anything
-runs) and their ``main()`` (to run a stage in this process; no shell, no new interpreter).
+"""The scripts' own parsers as the launcher sees them: to check every ``*_ARGS`` before anything runs
+(the stages themselves run as Stage objects: :func:`k9bench.pipeline.registry.make_stage`).
 
 Each comes from the package module the stage registry names (:mod:`k9bench.pipeline.registry`): the
 launcher never imports the root scripts and never touches ``sys.path``.
@@ -54,13 +54,3 @@ def check_argv(script: str, argv: list[str], variable: str) -> None:
         raise ArgsError(redact_text(f"{variable}: {why}")) from None
     except StageError as exc:
         raise ArgsError(redact_text(f"{variable}: {exc}")) from None
-
-
-def run_main(script: str, argv: list[str]) -> int:
-    """``script``'s ``main(argv)`` in this process; its exit code (a ``SystemExit`` is one too)."""
-    main = registry.script_main(script)
-    try:
-        code = main(list(argv))
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 2)
-    return int(code or 0)
