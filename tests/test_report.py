@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 from pathlib import Path
@@ -121,7 +120,9 @@ def test_an_eval_file_without_records_is_refused_in_one_line(tmp_path):
 def report_args(tmp_path: Path, *argv: str) -> ReportSettings:
     """Parse like evaluate_results.py would (its own flags plus add_report_args) and build the
     settings as its main() does."""
-    parser = argparse.ArgumentParser()
+    from k9bench.cli import ArgumentParser  # add_report_args asks it which flags it has (parser.accepts)
+
+    parser = ArgumentParser()
     parser.add_argument("--mode", choices=("calculate", "evaluate", "report"))
     parser.add_argument("--input_file", nargs="+")
     parser.add_argument("--output_file")
