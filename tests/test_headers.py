@@ -207,6 +207,18 @@ def test_the_download_refuses_a_newer_manifest_in_one_line_exit_2(tmp_path, caps
     assert manifest.read_bytes() == before  # never overwritten with an older layout
 
 
+def test_the_judge_refuses_a_newer_eval_file_in_one_line_exit_2(tmp_path, capsys, monkeypatch):
+    import subjective_evals
+    from tests.test_judge_run import make_records, write_eval
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-headers-never-sent")
+    ev = newer(write_eval(tmp_path / "eval.json", make_records(3)), "eval", "evaluate")
+    out = tmp_path / "judge.json"
+    assert subjective_evals.main(["--evaluations", str(ev), "--output", str(out), "--base_url", "http://127.0.0.1:9/v1"]) == 2
+    assert_one_line_naming(capsys.readouterr().err, ev, "eval")
+    assert not out.exists() and not Path(f"{out}.meta.json").exists()
+
+
 def test_the_judge_refuses_a_newer_meta_sidecar(tmp_path):
     from k9bench.judge.run import read_meta
     from k9bench.judge.settings import JudgeInputError
