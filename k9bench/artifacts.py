@@ -14,7 +14,9 @@ judge      a bare list of :class:`JudgeEntry`; skipped entries in a second list;
 =========  ================================================================
 
 Our own extra keys (provenance, failure reasons, sampling details...) are added
-beside the reference's and never replace them.
+beside the reference's and never replace them. A file a stage of ours writes carries its typed,
+versioned header block (:mod:`k9bench.headers`: kind, schema_version, the writing stage), stamped by
+:meth:`RecordsArtifact.to_dict`; :func:`load_records_artifact` refuses one newer than this code reads.
 
 Files are read and written through :mod:`k9bench.artifact_io` (the one reader, atomic writes,
 checkpoints; its names are re-exported here): a file that is missing, a folder, not UTF-8, not
@@ -43,7 +45,8 @@ from k9bench.redact import redact, redact_argv
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
-"""Bumped whenever our extra keys change meaning."""
+"""The ``provenance`` block's own version (kept for its readers); what a file is and which version of
+its layout it follows is its header's (:data:`k9bench.headers.SCHEMA_VERSIONS`)."""
 
 
 REFERENCE_FAILED_ID = "example_id"
