@@ -30,6 +30,8 @@ from k9bench.headers import (
     stamped,
 )
 
+from tests.fake_openai_server import fake_openai  # noqa: F401 (fixture: the local OpenAI-compatible server)
+
 OPTIONS = [f"{k}. option {k}" for k in "ABCDE"]
 
 
@@ -282,3 +284,22 @@ def test_an_older_file_of_ours_without_a_version_reads_as_version_1(tmp_path):
                                                                 "stage": {"name": "judge"}}))
     header = read_header(judge)  # through its sidecar
     assert type(header) is JudgeHeader and header.schema_version == 1 and header.settings["model"] == "gpt-4o"
+
+
+def test_inference_writes_its_header_and_refuses_a_newer_raw_file_on_rerun(fake_openai, tmp_path, monkeypatch, capsys):  # noqa: F811
+    import eval_video_llm
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-headers-never-written")
+    out = tmp_path / "raw.json"
+    argv = ["--backend", "openai", "--api_model", "gpt-test", "--base_url", fake_openai.base_url, "--dataset_name", "demo",
+            "--max_frames", "0", "--max_samples", "2", "--max_retries", "0", "--output_file", str(out), "-q"]
+    assert eval_video_llm.main(argv) == 0
+    data = json.loads(out.read_text())
+    assert data[HEADER_KEY] == {"kind": "raw", "schema_version": 1, "stage": "inference"} and data["stage"]["name"] == "inference"
+    assert list(data)[0] == "individual_results" and data["total_count"] == 2  # the reference's layout first
+    newer(out, "raw", "inference")
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert eval_video_llm.main(argv) == 2
+    assert_one_line_naming(capsys.readouterr().err, out, "raw")
+    assert out.read_bytes() == before
