@@ -13,10 +13,10 @@ import pytest
 import eval_video_llm
 from k9bench.layout import checkpoint_path
 from k9bench.data.dataset import load_questions
-from k9bench.inference import planning
+from k9bench.inference import planning, registry
 from k9bench.inference import records as records_module
 from k9bench.inference import stage as inference_stage
-from k9bench.inference.backend import BACKENDS, Backend, BackendError, GenerationOutput, backend_class
+from k9bench.inference.backend import Backend, BackendError, GenerationOutput, backend_class
 from k9bench.inference.planning import (
     EXIT_BACKEND,
     build_messages,
@@ -388,7 +388,7 @@ def test_chunks():
 
 def test_backend_registry():
     assert backend_class("hf").__name__ == "HFBackend"
-    assert set(BACKENDS) >= {"hf", "openai"}
+    assert set(registry.REGISTRY) >= {"hf", "openai"}
     with pytest.raises(BackendError):
         backend_class("nope")
 

@@ -24,7 +24,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from k9bench.inference.registry import REGISTRY
+from k9bench.inference import registry
 
 if TYPE_CHECKING:
     from k9bench.video.audio import Audio
@@ -32,9 +32,6 @@ if TYPE_CHECKING:
     from k9bench.video.sampling import Frames
 
 log = logging.getLogger(__name__)
-
-BACKENDS: dict[str, str] = {name: e.target for name, e in REGISTRY.items()}
-"""``--backend`` name -> ``"module:Class"`` (from :data:`k9bench.inference.registry.REGISTRY`). Modules are imported only when chosen."""
 
 
 class BackendError(RuntimeError):
@@ -181,10 +178,11 @@ class Backend:
 
 
 def backend_class(name: str) -> type:
-    """Import and return the backend class registered under ``name``."""
-    target = BACKENDS.get(name)
-    if target is None:
-        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(sorted(BACKENDS))}")
+    """Import and return the backend class registered under ``name`` (:data:`k9bench.inference.registry.REGISTRY`)."""
+    found = registry.REGISTRY.get(name)
+    if found is None:
+        raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(sorted(registry.REGISTRY))}")
+    target = found.target
     module_name, _, cls_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
