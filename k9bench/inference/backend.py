@@ -1,4 +1,4 @@
-"""The model-backend interface of the inference loop, and the registry of backends.
+"""The model-backend interface of the inference loop, and the import of a registered backend.
 
 The loop in :mod:`k9bench.inference.runner` knows nothing about a model family or an API: it
 hands a backend a batch of :class:`GenerationRequest` (chat messages whose user turn holds a
