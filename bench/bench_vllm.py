@@ -12,6 +12,13 @@ The figure of each is the run's own ``run_stats.questions_per_second`` (answerin
 the server start are left out, and printed apart). Answers: in-process against the server (same engine,
 greedy: want identical) and against HF (agreement reported).
 
+Like for like: the server gets the in-process engine's ``max_num_seqs`` and ``max_num_batched_tokens`` (vLLM's
+defaults differ between ``vllm.LLM`` and its server) and the same ``--dtype``; its mp4 is the lossless one
+unless ``--video_crf`` says otherwise. The inputs are compared (prompt token counts, the ``<t seconds>`` stamps),
+and unless ``--no_serial`` both vLLM routes run again one request at a time (in-process ``--batch_size 1``, the
+client ``--concurrency 1``): with no batching on either side, a difference left there is in the inputs, one that
+appears only when batched is the engine's numerics (bf16 sums are not batch-invariant).
+
 Questions: the demo set's 12, repeated over ``--copies`` copies of its 3 videos (each copy a file of its own,
 decoded on its own). Model: on CPU the tiny random-weight Qwen3-VL with head size 64 (vLLM's CPU attention
 refuses 16); with ``--device cuda`` the full-size random Qwen3-VL-4B architecture of ``bench/bench_gpu.py``,
@@ -50,6 +57,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_frames", type=int, default=None, help="default: 8 on CPU, 32 on cuda")
     p.add_argument("--max_new_tokens", type=int, default=None, help="default: 24 on CPU, 64 on cuda")
     p.add_argument("--routes", default="inprocess,server,hf", help="comma-separated subset of inprocess,server,hf")
+    p.add_argument("--dtype", default="auto", help="vLLM's dtype on both vLLM routes (auto: the checkpoint's, as vLLM resolves it; "
+                   "float32 takes bf16's rounding out)")
+    p.add_argument("--video_crf", type=int, default=None, help="the server route's mp4 lossy at this CRF (eval_video_llm.py's --video_crf; "
+                   "default: lossless)")
+    p.add_argument("--no_serial", action="store_true", help="skip the second answer check: both vLLM routes again, one request at a time")
     p.add_argument("--vllm_python", default=os.environ.get("K9BENCH_VLLM_PYTHON", ""), help="the vLLM environment's python")
     p.add_argument("--work_dir", default=None, help="keep the model, videos and raw files here (default: a temporary folder)")
     p.add_argument("--json_out", default=None, help="write the figures here")
@@ -129,6 +141,68 @@ def agreement(a: dict, b: dict) -> str:
     return f"{same}/{len(a)}"
 
 
+def pair_stamps(times: list[float]) -> list[float]:
+    """Qwen3-VL's ``<t seconds>`` stamps of frames shown at ``times``: the mean of each frame pair, one decimal."""
+    times = times + times[-1:] if len(times) % 2 else times
+    return [round(float(f"{(times[i] + times[i + 1]) / 2:.1f}"), 1) for i in range(0, len(times), 2)]
+
+
+def same_inputs(inprocess: dict, server: dict) -> dict:
+    """How many questions got the same prompt token count and the same stamps (the server's: its mp4's frame times) on both routes."""
+    a = {r["idx"]: r for r in inprocess["individual_results"]}
+    b = {r["idx"]: r for r in server["individual_results"]}
+    tokens = sum(1 for k in a if k in b and a[k].get("num_input_tokens") and a[k]["num_input_tokens"] == b[k].get("num_input_tokens"))
+    stamps = sum(1 for k in a if k in b and a[k].get("prompt_timestamps")
+                 and a[k]["prompt_timestamps"] == pair_stamps((b[k].get("video_sent") or {}).get("played_times_s") or []))
+    codecs = sorted({(r.get("video_sent") or {}).get("codec") or "?" for r in b.values()})
+    return {"prompt_tokens_equal": f"{tokens}/{len(a)}", "stamps_equal": f"{stamps}/{len(a)}", "codecs": ", ".join(codecs)}
+
+
+def matched_engine_args(engine: dict | None) -> list[str]:
+    """The server's engine args that make it the in-process engine: vLLM's defaults differ between ``vllm.LLM`` and the
+    server (on CPU 256 sequences and 4,096 batched tokens against 128 and 2,048), and the split of a step changes bf16 sums."""
+    if not engine:
+        return []
+    out = ["--max-num-seqs", str(engine["max_num_seqs"])]
+    if engine.get("max_num_batched_tokens"):
+        out += ["--max-num-batched-tokens", str(engine["max_num_batched_tokens"])]
+    return out
+
+
+def inprocess_route(args, model: Path, data: Path, videos: Path, work: Path, env: dict, engine: list[str], tag: str) -> tuple[dict, dict]:
+    raw, secs = run_script(args.vllm_python, ["--backend", "vllm", *common(model, data, videos, work / f"{tag}.json", args), *engine],
+                           work / f"{tag}.log", env)
+    return raw, {**figures(raw, secs), "engine": raw["inference"]["backend"]["engine"]}
+
+
+def server_route(args, model: Path, data: Path, videos: Path, work: Path, env: dict, max_len: str, match: list[str], tag: str, *,
+                 concurrency: int) -> tuple[dict, dict]:
+    from k9bench.serving.serve import serve_vllm
+
+    serve_args = ["--served-model-name", "bench", "--max-model-len", max_len, "--limit-mm-per-prompt", '{"image": 32, "video": 1}',
+                  "--media-io-kwargs", '{"video": {"num_frames": -1}}', "--trust-request-mm-kwargs", "--dtype", args.dtype, *match]
+    serve_args += ["--enforce-eager"] if args.device == "cpu" else []
+    s0 = time.monotonic()
+    saved = {k: os.environ.get(k) for k in ENV}
+    os.environ.update(ENV)
+    try:
+        with serve_vllm(str(model), python=args.vllm_python, args=serve_args, log_path=work / f"{tag}.vllm_server.log", timeout=1200,
+                        env={k: env[k] for k in (*ENV, "VLLM_CPU_KVCACHE_SPACE") if k in env}) as url:
+            started = time.monotonic() - s0
+            raw, secs = run_script(sys.executable, ["--backend", "openai", "--api_model", "bench", "--base_url", url,
+                                                    "--video_transport", "video", "--concurrency", str(concurrency), "--timeout", "1200",
+                                                    *(["--video_crf", str(args.video_crf)] if args.video_crf is not None else []),
+                                                    *common(model, data, videos, work / f"{tag}.json", args)[2:]],
+                                   work / f"{tag}_client.log", env)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    return raw, {**figures(raw, secs), "server_start_seconds": started, "concurrency": concurrency}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.max_frames = args.max_frames or (32 if args.device == "cuda" else 8)
@@ -150,40 +224,20 @@ def main(argv: list[str] | None = None) -> int:
           f"{args.max_new_tokens} new tokens, greedy", flush=True)
     max_len = "4096" if args.device == "cpu" else "8192"  # the tiny model's max_position_embeddings is 4096
     engine = ["--max_model_len", max_len] + (["--enforce_eager"] if args.device == "cpu" else [])
-    result: dict = {"device": args.device, "copies": args.copies, "max_frames": args.max_frames, "max_new_tokens": args.max_new_tokens}
+    engine += ["--torch_dtype", args.dtype] if args.dtype != "auto" else []
+    result: dict = {"device": args.device, "copies": args.copies, "max_frames": args.max_frames, "max_new_tokens": args.max_new_tokens,
+                    "dtype": args.dtype, "video_crf": args.video_crf}
     raws: dict = {}
     if "inprocess" in routes:
-        raw, secs = run_script(args.vllm_python, ["--backend", "vllm", *common(model, data, videos, work / "inprocess.json", args), *engine],
-                               work / "inprocess.log", env)
-        raws["inprocess"], result["inprocess"] = raw, figures(raw, secs)
-        result["inprocess"]["engine"] = raw["inference"]["backend"]["engine"]
+        raws["inprocess"], result["inprocess"] = inprocess_route(args, model, data, videos, work, env, engine, "inprocess")
     if "server" in routes:
-        from k9bench.serving.serve import serve_vllm
-
-        serve_args = ["--served-model-name", "bench", "--max-model-len", max_len, "--limit-mm-per-prompt", '{"image": 32, "video": 1}',
-                      "--media-io-kwargs", '{"video": {"num_frames": -1}}', "--trust-request-mm-kwargs"]
-        serve_args += ["--enforce-eager"] if args.device == "cpu" else []
-        s0 = time.monotonic()
-        saved = {k: os.environ.get(k) for k in ENV}
-        os.environ.update(ENV)
-        try:
-            with serve_vllm(str(model), python=args.vllm_python, args=serve_args, log_path=work / "server.log", timeout=1200,
-                            env={k: env[k] for k in (*ENV, "VLLM_CPU_KVCACHE_SPACE") if k in env}) as url:
-                started = time.monotonic() - s0
-                raw, secs = run_script(sys.executable, ["--backend", "openai", "--api_model", "bench", "--base_url", url,
-                                                        "--video_transport", "video", "--concurrency", "64", "--timeout", "1200",
-                                                        *common(model, data, videos, work / "server.json", args)[2:]],
-                                       work / "server_client.log", env)
-        finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-        raws["server"], result["server"] = raw, {**figures(raw, secs), "server_start_seconds": started}
+        match = matched_engine_args(result.get("inprocess", {}).get("engine"))
+        result["server_engine_args"] = match
+        raws["server"], result["server"] = server_route(args, model, data, videos, work, env, max_len, match, "server", concurrency=64)
     if "hf" in routes:
+        hf_dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if args.device == "cuda" else None)
         raw, secs = run_script(sys.executable, ["--batch_size", "auto", *common(model, data, videos, work / "hf.json", args),
-                                                *(["--torch_dtype", "bfloat16"] if args.device == "cuda" else [])], work / "hf.log", env)
+                                                *(["--torch_dtype", hf_dtype] if hf_dtype else [])], work / "hf.log", env)
         raws["hf"], result["hf"] = raw, figures(raw, secs)
     for name in routes:
         f = result[name]
@@ -193,6 +247,7 @@ def main(argv: list[str] | None = None) -> int:
             line += f", {FULL / f['questions_per_second'] / 60:.1f} min for {FULL}"
         print(line + ")")
     if "inprocess" in raws:
+        print(f"in-process engine: {json.dumps(result['inprocess']['engine'], sort_keys=True)}")
         q = result["inprocess"]["questions_per_second"]
         for other in ("server", "hf"):
             if other in raws:
@@ -200,6 +255,22 @@ def main(argv: list[str] | None = None) -> int:
                 result[f"same_answers_inprocess_{other}"] = agreement(answers(raws["inprocess"]), answers(raws[other]))
                 print(f"in-process / {other}: {result[f'inprocess_over_{other}']:.2f}x; identical answers "
                       f"{result[f'same_answers_inprocess_{other}']}")
+    if "inprocess" in raws and "server" in raws:
+        inputs = same_inputs(raws["inprocess"], raws["server"])
+        result["inputs_inprocess_server"] = inputs
+        print(f"in-process vs server inputs: prompt tokens equal {inputs['prompt_tokens_equal']}, "
+              f"<t seconds> stamps equal {inputs['stamps_equal']}, mp4 {inputs['codecs']}; server engine args {' '.join(match)}")
+        if not args.no_serial:  # the same again, one request at a time on each side: no batching, so only the inputs can differ
+            raw_i, result["inprocess_serial"] = inprocess_route(args, model, data, videos, work, env, [*engine, "--batch_size", "1"],
+                                                                "inprocess_serial")
+            raw_s, result["server_serial"] = server_route(args, model, data, videos, work, env, max_len, match, "server_serial",
+                                                          concurrency=1)
+            result["same_answers_inprocess_server_serial"] = agreement(answers(raw_i), answers(raw_s))
+            result["same_answers_inprocess_serial_batched"] = agreement(answers(raw_i), answers(raws["inprocess"]))
+            result["same_answers_server_serial_batched"] = agreement(answers(raw_s), answers(raws["server"]))
+            print(f"one request at a time on both: identical answers {result['same_answers_inprocess_server_serial']} "
+                  f"(each route against its own batched run: in-process {result['same_answers_inprocess_serial_batched']}, "
+                  f"server {result['same_answers_server_serial_batched']})")
     if args.json_out:
         Path(args.json_out).write_text(json.dumps(result, indent=1), encoding="utf-8")
     if not args.work_dir:

@@ -112,7 +112,9 @@ class VLLMBackend(Backend):
         self._defaults = self._model_defaults()
         self._generation = self._generation_settings()
         model_config = self.llm.llm_engine.model_config
-        self.max_num_seqs = int(getattr(self.llm.llm_engine.vllm_config.scheduler_config, "max_num_seqs", 256) or 256)
+        scheduler = self.llm.llm_engine.vllm_config.scheduler_config
+        self.max_num_seqs = int(getattr(scheduler, "max_num_seqs", 256) or 256)
+        batched_tokens = getattr(scheduler, "max_num_batched_tokens", None)
         self._info = {
             "backend": "vllm", "model": path, "device": str(getattr(self.llm.llm_engine.vllm_config.device_config, "device_type", "?")),
             "engine": {
@@ -120,7 +122,8 @@ class VLLMBackend(Backend):
                 "dtype": str(model_config.dtype).removeprefix("torch."), "dtype_requested": kwargs["dtype"],
                 "tensor_parallel": v.tensor_parallel, "max_model_len": int(model_config.max_model_len),
                 "prefix_caching": True, "enforce_eager": v.enforce_eager, "gpu_memory_utilization": v.gpu_memory_utilization,
-                "max_num_seqs": self.max_num_seqs,
+                "max_num_seqs": self.max_num_seqs, "max_num_batched_tokens": int(batched_tokens) if batched_tokens else None,
+                "chunked_prefill": bool(getattr(scheduler, "enable_chunked_prefill", False)),
             },
             "attn_implementation": "vllm",
             "generation": dict(self._generation),
