@@ -118,10 +118,10 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.pipeline.__main__``               python -m k9bench.pipeline
 ``k9bench.pipeline.env``                    environment variables read once, checked, frozen
 ``k9bench.pipeline.flags``                  the launcher's own flags (--dry_run, --help)
-``k9bench.pipeline.scripts``                the scripts' own parsers, to check every *_ARGS first
-``k9bench.pipeline.registry``               the stage registry: one entry per stage (module, factory, variables, exits)
+``k9bench.pipeline.scripts``                the stages' own parsers, to check every *_ARGS first
+``k9bench.pipeline.registry``               the stage registry, the one place the launcher knows its stages
 ``k9bench.pipeline.plan``                   which stages run and why (--dry_run)
-``k9bench.pipeline.stages``                 one step per stage, through the Stage contract
+``k9bench.pipeline.stages``                 one step per stage (each runs as its entry's Stage object)
 ``k9bench.pipeline.preflight``              every stage checked before the first one runs
 ``k9bench.pipeline.run``                    check everything, take the run's lock, run what must run
 ``k9bench.pipeline.prepare``                the demo's preparation

@@ -67,7 +67,7 @@ class FakeScripts:
                 out.append({"calculate": "calculate", "evaluate": "evaluate", "report": "report"}[option(argv, "--mode")])
             else:
                 out.append({"download_videos": "download", "eval_video_llm": "inference", "subjective_evals": "judge",
-                            "merge": "merge", "tiny_model": "demo-model", "demo": "demo-videos"}[script])
+                            "merge": "merge", "tiny_model": "demo-model", "demo": "demo-videos"}.get(script, script))
         return out
 
     def __call__(self, script: str, argv: list[str]) -> int:
@@ -132,6 +132,12 @@ class FakeStage(Stage):
 
     def run(self) -> int:
         code = self.runner(self.step.script, list(self.step.argv))
+        for out in self.step.outputs:  # what the runner did not write (a stage it does not know: any new entry)
+            if not out.exists():
+                if out in self.folder_outputs():
+                    out.mkdir(parents=True)
+                else:
+                    out.write_text(json.dumps({"script": self.step.script, "argv": self.step.argv}))
         if code == 0:
             self.record_file().parent.mkdir(parents=True, exist_ok=True)
             self.record_file().write_text(json.dumps(self.stage_block()))

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from k9bench.pipeline.env import VARIABLES, LaunchError, read_settings
-from k9bench.pipeline.plan import ShardMode, build_steps, inference_argv
+from k9bench.pipeline.plan import build_steps
+from k9bench.pipeline.stages import ShardMode, inference_argv
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -186,7 +186,7 @@ def test_build_lock_waits_for_the_holder_and_says_who_it_is(tmp_path):
 
 def test_two_launches_racing_on_the_demo_model_both_finish_and_it_is_built_once(fake, launcher_env, capsys, tmp_path,
                                                                                monkeypatch):
-    from k9bench.pipeline import prepare
+    from k9bench.pipeline import plan
 
     launcher_env(DEMO="1", OUT_DIR=str(tmp_path / "o"))
     monkeypatch.delenv("MODEL_NAME")
@@ -209,7 +209,7 @@ def test_two_launches_racing_on_the_demo_model_both_finish_and_it_is_built_once(
 
     def one(i: int):
         try:
-            prepare.prepare_demo(settings, say=said[i].append)
+            plan.prepare_demo(settings, say=said[i].append)
         except BaseException as exc:  # noqa: BLE001 (the test reports it)
             failures.append(exc)
 

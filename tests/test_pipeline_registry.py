@@ -35,7 +35,8 @@ def test_every_entry_names_a_package_module_and_makes_steps_or_prepares():
 def test_every_step_of_a_plan_is_a_registry_entry_and_built_from_it(tmp_path):
     from k9bench.layout import RunLayout
     from k9bench.pipeline.env import read_settings
-    from k9bench.pipeline.plan import ShardMode, build_steps
+    from k9bench.pipeline.plan import build_steps
+    from k9bench.pipeline.stages import ShardMode
 
     model = tmp_path / "m"
     model.mkdir()

@@ -11,7 +11,8 @@ import pytest
 
 from k9bench.layout import RunLayout
 from k9bench.pipeline.env import VARIABLES, OTHER_VARIABLES, read_settings
-from k9bench.pipeline.plan import ShardMode, build_steps
+from k9bench.pipeline.plan import build_steps
+from k9bench.pipeline.stages import ShardMode
 from tests.pipeline_fakes import fake, launcher_env, listener  # noqa: F401 (fixtures)
 from tests.test_pipeline import launch
 

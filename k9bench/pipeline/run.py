@@ -22,9 +22,8 @@ from typing import Iterator
 
 from k9bench.pipeline import registry
 from k9bench.pipeline.env import LaunchError, LaunchSettings
-from k9bench.pipeline.plan import SERVED_URL, ShardMode
 from k9bench.pipeline.slurm import StepFailed
-from k9bench.pipeline.stages import Step
+from k9bench.pipeline.stages import SERVED_URL, ShardMode, Step
 
 log = logging.getLogger("k9bench.pipeline")
 
@@ -166,7 +165,7 @@ class Launch:
 
     def run_all(self) -> int:
         from k9bench.pipeline import slurm
-        from k9bench.pipeline.prepare import prepare_demo
+        from k9bench.pipeline.plan import prepare_demo
 
         slurm.link_array_log(self.env, say)
         prepare_demo(self.s, say=say, enter=lambda name: setattr(self, "current", name), run=self.run_prepared)
@@ -209,7 +208,7 @@ class Launch:
                 "is skipped and VIDEO_DIR is not read")
 
     def demo_note(self) -> tuple[str, str, bool]:
-        from k9bench.pipeline.plan import demo_note
+        from k9bench.pipeline.stages import demo_note
 
         return demo_note(self.s)
 
@@ -259,15 +258,16 @@ class Launch:
             code = exc.code if isinstance(exc.code, int) else 2
             raise StepFailed(code, f"step {step.name} failed (exit {code})") from None
 
-    def run_prepared(self, step: Step) -> int:
+    def run_prepared(self, step: Step) -> None:
         """A preparation step (the demo's model and videos: :mod:`k9bench.pipeline.prepare`), run as every
-        stage is; a stop signal stops the run, naming the step."""
+        stage is; a stop signal stops the run, naming the step; another non-zero exit fails it."""
         from k9bench.stage import EXIT_INTERRUPTED, Interrupted
 
         code = self.execute(step, self.stage_of(step))
         if code in (EXIT_INTERRUPTED, 130) or self.stop.requested:
             raise Interrupted(self.stop.received or self._signals.last() or signal.SIGTERM)
-        return code
+        if code != 0:
+            raise StepFailed(code, f"step {step.name} failed (exit {code})")
 
     @contextlib.contextmanager
     def download_lock(self, step: Step) -> Iterator[None]:
@@ -352,9 +352,10 @@ class Launch:
     def preflight(self) -> dict:
         """Every stage's checks (:mod:`k9bench.pipeline.preflight`), before any stage runs; the Stage objects."""
         from k9bench.pipeline import preflight
+        from k9bench.pipeline.plan import check_settings
 
         try:
-            preflight.check_settings(self.s, self.steps, self.env)
+            check_settings(self.s, self.steps, self.env)
             stages = {step.name: self.stage_of(step) for step in self.steps}
             preflight.check_stages(stages)
         except preflight.PreflightError as exc:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, Mapping
 
 from k9bench.pipeline.env import LaunchError
-from k9bench.pipeline.plan import ShardMode
+from k9bench.pipeline.stages import ShardMode
 
 ARRAY_VARS = ("SLURM_ARRAY_JOB_ID", "SLURM_ARRAY_TASK_ID", "SLURM_ARRAY_TASK_COUNT", "SLURM_ARRAY_TASK_MIN",
               "SLURM_ARRAY_TASK_MAX", "SLURM_ARRAY_TASK_STEP", "SLURM_RESTART_COUNT")

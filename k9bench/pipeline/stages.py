@@ -1,5 +1,6 @@
 """The launcher's steps: one :class:`Step` per stage of the plan (what the registry's entry made of the
-launch settings), and the note a stage that ended "incomplete" leaves for the next run.
+launch settings), what steps are made of (the shard mode, the inference command line, the demo's note),
+and the note a stage that ended "incomplete" leaves for the next run.
 
 Every step runs as its entry's Stage object (:func:`k9bench.pipeline.registry.make_stage`), in this
 process, through :func:`k9bench.stage.run_stage`: the Stage writes its own stage block into its artifact
@@ -15,8 +16,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from k9bench.layout import RunLayout
+
+# (LaunchSettings, k9bench.pipeline.env's, is named in annotations only: env reaches the registry, which imports this module)
+
 RECORD_DIR = ".k9bench"
 """The folder (in OUT_DIR) of the launcher's notes on its stages (:func:`incomplete_marker`)."""
+
+SERVED_URL = "http://127.0.0.1:0/v1"
+"""Stands for the URL of the server SERVE=vllm starts (known once it runs; not part of any record)."""
+
+
+@dataclass(frozen=True)
+class ShardMode:
+    """How this run shards inference (from NUM_SHARDS/SHARD_ID or the SLURM array: :mod:`k9bench.pipeline.slurm`)."""
+
+    num_shards: int = 1
+    shard_id: int | None = None
+    """Only this shard (an array task, or SHARD_ID); None: every shard in turn."""
+    finalize: bool = False
+    """K9_FINALIZE=1: merge and score only (the array's merge job)."""
+    in_array: bool = False
+
+    @property
+    def shard_only(self) -> bool:
+        """This launch runs one shard of several (an array task, SHARD_ID): the merge job (or K9_FINALIZE=1)
+        does the rest."""
+        return self.num_shards > 1 and self.shard_id is not None and not self.finalize
+
+
+@dataclass(frozen=True)
+class PlanContext:
+    """What an entry's :attr:`~k9bench.pipeline.registry.StageEntry.steps` makes its steps from."""
+
+    settings: "LaunchSettings"
+    layout: RunLayout
+    mode: ShardMode
 
 
 @dataclass
@@ -62,3 +97,62 @@ def mark_incomplete(step: Step, code: int | None) -> None:
         return
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.write_text(f"{code}\n")
+
+
+# --------------------------------------------------------------------------- what steps are made of
+
+
+def video_transport() -> str:
+    """The transport that sends our sampled frames as a video to a vLLM/SGLang server."""
+    from k9bench.inference.settings import TRANSPORTS
+
+    return "video" if "video" in TRANSPORTS else "video_url"
+
+
+def inference_argv(s: "LaunchSettings", output: Path, shard: int | None, num_shards: int) -> list[str]:
+    v = s.values
+    argv = ["--model_name_or_path", v["MODEL_NAME"], "--dataset_name", v["DATASET_NAME"], "--split", v["SPLIT"],
+            "--video_dir", v["VIDEO_DIR"], "--max_frames", v["MAX_FRAMES"], "--max_samples", v["MAX_SAMPLES"],
+            "--batch_size", v["BATCH_SIZE"], "--output_file", str(output)]
+    served = bool(v["SERVE"] or v["SERVE_URL"])
+    if served:
+        argv += ["--backend", "openai", "--base_url", v["SERVE_URL"] or SERVED_URL, "--api_model", v["MODEL_NAME"],
+                 "--video_transport", video_transport()]
+    else:
+        if v["DTYPE"]:
+            argv += ["--torch_dtype", v["DTYPE"]]
+        if v.get("BACKEND") == "vllm":  # vLLM in-process: its own attention kernels
+            argv += ["--backend", "vllm", "--tensor_parallel", v["TENSOR_PARALLEL"] or v["GPUS"] or "1"]
+        elif v["ATTN_IMPL"]:
+            argv += ["--attn_implementation", v["ATTN_IMPL"]]
+    if s.thinking:
+        argv.append("--thinking_mode")
+    if s.audio:
+        argv.append("--audio")
+    if shard is not None:
+        argv += ["--num_shards", str(num_shards), "--shard_id", str(shard)]
+    if v["GPUS_PER_NODE"] and int(v["GPUS_PER_NODE"]) > 1 and not served and v.get("BACKEND") != "vllm":
+        argv += ["--data_parallel", v["GPUS_PER_NODE"]]
+    return argv + list(s.extra["INFER_ARGS"])
+
+
+def demo_note(s: "LaunchSettings") -> tuple[str, str, bool]:
+    """(what runs, what the scores mean, random weights?) for the demo's banner and report note."""
+    v = s.values
+    model = v["MODEL_NAME"]
+    random = s.demo_build_model or (Path(model, "config.json").is_file() and Path(model).name.startswith("tiny-"))
+    who = f"a tiny RANDOM-WEIGHT model ({model})" if random else f"MODEL_NAME={model}"
+    n = int(v["MAX_SAMPLES"])
+    if v["DATASET_NAME"] == "demo":
+        questions = (f"all {s.demo_questions} questions of the synthetic demo set" if n == -1 or n >= s.demo_questions
+                     else f"the first {n} of the {s.demo_questions} synthetic demo questions")
+    elif n == -1:
+        questions = f"every question of DATASET_NAME={v['DATASET_NAME']}"
+    else:
+        questions = f"the first {n} question{'' if n == 1 else 's'} of DATASET_NAME={v['DATASET_NAME']}"
+    from k9bench.report.model import model_display_name  # a venv path would fill five lines of every figure's stamp
+
+    what = f"{who} answers {questions}, scored with EMBEDDING_MODEL={model_display_name(v['EMBEDDING_MODEL'])}"
+    meaning = ("its answers are gibberish, so these scores are MEANINGLESS (they only show that the pipeline works)" if random
+               else "a demo-sized run: these scores are not comparable to the paper's")
+    return what, meaning, random
