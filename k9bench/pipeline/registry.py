@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Callable, Mapping
 
-from k9bench.layout import RunLayout, checkpoint_path, shard_path, skipped_path
+from k9bench.layout import RunLayout, shard_path, skipped_path
 from k9bench.pipeline import preflight
 from k9bench.pipeline.stages import PlanContext, Step, demo_note, inference_argv
 
