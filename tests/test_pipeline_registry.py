@@ -27,6 +27,7 @@ def test_every_entry_names_a_package_module_and_makes_steps_or_prepares():
         assert entry.module.startswith("k9bench."), entry
         module = importlib.import_module(entry.module)
         assert hasattr(module, "main") or (hasattr(module, "build_parser") and hasattr(module, "config_from_argv")), entry
+        assert not entry.args_variable or hasattr(module, "config_from_argv"), entry  # its *_ARGS are checked with it
         assert callable(entry.build) and (entry.steps is None) != (entry.prepare is None), entry
         assert all(f in registry.BY_NAME for f in (*entry.follows, *entry.reruns_after)), entry
         assert 0 in entry.exits, entry
@@ -63,6 +64,7 @@ def test_the_pipeline_never_imports_the_root_scripts_nor_touches_sys_path():
         assert "sys.path.insert" not in code and "sys.path.append" not in code, name
         assert not re.search(r"import_module\((['\"])(eval_video_llm|evaluate_results|subjective_evals|download_videos)\1", code), name
         assert "run_main" not in code and "ScriptStage" not in code, name  # one execution path: every step is a Stage
+        assert "hasattr(" not in code, name  # no probing of modules for what they might have
 
 
 def _string_constants(tree: ast.AST) -> list[ast.Constant]:

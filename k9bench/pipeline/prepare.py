@@ -29,6 +29,9 @@ class DemoModelStage(Stage):
     def folder_outputs(self) -> set[Path]:
         return {self.folder}
 
+    def output_flags(self) -> list[str]:
+        return ["MODEL_NAME (the tiny demo model is built beside it)"]
+
     def fingerprint(self) -> dict:
         return {"family": self.family}
 
@@ -55,6 +58,9 @@ class DemoVideosStage(Stage):
 
     def folder_outputs(self) -> set[Path]:
         return {self.folder}
+
+    def output_flags(self) -> list[str]:
+        return ["VIDEO_DIR"]
 
     def fingerprint(self) -> dict:
         return {"soundtrack": self.soundtrack}

@@ -33,19 +33,15 @@ class ArgsError(ValueError):
 
 
 def check_argv(script: str, argv: list[str], variable: str) -> None:
-    """Parse ``argv`` as ``script`` will (``config_from_argv`` where the package has it, which also checks
-    values that need each other; else the parser); raise :class:`ArgsError` naming ``variable``."""
+    """Parse ``argv`` as the stage will (its package's ``config_from_argv``, which also checks values that
+    need each other); raise :class:`ArgsError` naming ``variable``."""
     from k9bench.redact import redact_text
     from k9bench.stage import StageError
 
-    parse = getattr(script_module(script), "config_from_argv", None)
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
-            if parse is not None:
-                parse(list(argv))
-            else:
-                build_parser(script).parse_args(list(argv))
+            script_module(script).config_from_argv(list(argv))
     except SystemExit as exc:
         if exc.code in (0, None):
             raise ArgsError(f"{variable}: {script}.py printed its help instead of running; remove -h/--help") from None
