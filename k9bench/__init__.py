@@ -19,7 +19,10 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.redact``                        secrets kept out of artifacts and logs, by name and by value
 ``k9bench.artifact_io``                   the one reader of every JSON/text input, atomic writes, checkpoints, full-disk messages
 ``k9bench.artifacts``                     typed records, record files, provenance
-``k9bench.headers``                       typed, versioned artifact headers (one class per kind), the one header reader and writer
+``k9bench.headers``                       typed, versioned artifact headers: what each file says about itself
+``k9bench.headers.kinds``                 one frozen header class per artifact kind, the schema versions, the stage -> kind table
+``k9bench.headers.blocks``                typed views of the nested header blocks readers use (run settings, judge settings)
+``k9bench.headers.files``                 the one header reader and writer; a newer schema version refused in one line
 ``k9bench.resume``                        one resumable stage: final file, checkpoint log, retries, refusal to mix settings
 ``k9bench.answers``                       answer extraction from model replies
 ``k9bench.stats``                         bootstrap intervals that resample videos; when an interval is shown

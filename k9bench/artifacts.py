@@ -39,14 +39,15 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from k9bench.artifact_io import ArtifactError, read_json
-from k9bench.headers import HEADER_KEY, STAGE_KINDS, Header, find_records, header_of, stamped
+from k9bench.headers.files import find_records, header_of, stamped
+from k9bench.headers.kinds import HEADER_KEY, STAGE_KINDS, Header
 from k9bench.redact import redact, redact_argv
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 """The ``provenance`` block's own version (kept for its readers); what a file is and which version of
-its layout it follows is its header's (:data:`k9bench.headers.SCHEMA_VERSIONS`)."""
+its layout it follows is its header's (:data:`k9bench.headers.kinds.SCHEMA_VERSIONS`)."""
 
 
 REFERENCE_FAILED_ID = "example_id"
@@ -184,7 +185,7 @@ class RecordsArtifact:
 
     @property
     def header(self) -> Header:
-        """The typed header of :attr:`meta` (:func:`k9bench.headers.header_of`): the declared kind and
+        """The typed header of :attr:`meta` (:func:`k9bench.headers.files.header_of`): the declared kind and
         stage, else the stage block's, else judged from the keys (the reference's files)."""
         return header_of(self.meta, rows=[{"cosine_similarities": r.cosine_similarities} for r in self.records], path=self.path)
 
@@ -212,7 +213,7 @@ class RecordsArtifact:
         return out
 
     def _stamped(self) -> dict:
-        """:attr:`meta` with the header block (:func:`k9bench.headers.stamped`) when a stage of ours
+        """:attr:`meta` with the header block (:func:`k9bench.headers.files.stamped`) when a stage of ours
         writes it (it carries a ``stage`` block) or it declared one; the reference's layouts as they are."""
         meta = dict(self.meta)
         declared = meta.get(HEADER_KEY) if isinstance(meta.get(HEADER_KEY), dict) else {}

@@ -43,7 +43,7 @@ from pathlib import Path
 
 from k9bench.artifacts import QuestionRecord, is_finite_number, RecordsArtifact, load_records_artifact, provenance
 from k9bench.artifact_io import ArtifactError, write_json_atomic
-from k9bench.headers import NewerSchema
+from k9bench.headers.files import NewerSchema
 from k9bench.layout import checkpoint_path, shard_path
 from k9bench.scoring.rule import check_record, where_of
 from k9bench.scoring.settings import ScoringError

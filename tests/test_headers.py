@@ -14,20 +14,18 @@ import evaluate_results
 from k9bench import CATEGORIES
 from k9bench.artifact_io import ArtifactError, write_json_atomic
 from k9bench.artifacts import load_records_artifact
-from k9bench.headers import (
+from k9bench.headers.blocks import BackendInfo, FrameSettings, JudgeSettings
+from k9bench.headers.files import NewerSchema, header_of, read_header, stamped
+from k9bench.headers.kinds import (
     HEADER_CLASSES,
     HEADER_KEY,
     SCHEMA_VERSIONS,
     EvalHeader,
     JudgeHeader,
     ManifestHeader,
-    NewerSchema,
     RawHeader,
     ReportHeader,
     SimHeader,
-    header_of,
-    read_header,
-    stamped,
 )
 
 from tests.fake_openai_server import fake_openai  # noqa: F401 (fixture: the local OpenAI-compatible server)
@@ -86,9 +84,22 @@ def test_typed_fields_read_what_the_report_reads():
     assert isinstance(header, EvalHeader)
     assert (header.threshold, header.correct_count, header.similarity_model) == (0.5, 1, "m")
     assert isinstance(header.raw, RawHeader) and header.raw.model_name_or_path == "org/tiny"
-    assert header.raw.dataset == {"source": "demo"} and header.raw.frames == {}
+    assert header.raw.dataset.source == "demo" and header.raw.frames == FrameSettings()  # absent: all None
     raw = header_of(stamped("raw", "inference", SAMPLES["raw"][1]))
-    assert raw.frames["max_frames"] == 4 and raw.audio is False and raw.shard_id is None and "shard_id" in raw.to_meta()
+    assert raw.frames.max_frames == 4 and raw.audio is False and raw.shard_id is None and "shard_id" in raw.to_meta()
+    assert raw.dataset.extra == {} and raw.text_only is None
+
+
+def test_the_nested_blocks_are_typed_and_keep_unknown_keys():
+    frames = FrameSettings.of({"fps": 2.0, "max_frames": 32, "a_newer_key": 1})
+    assert (frames.fps, frames.max_frames, frames.audio, frames.extra) == (2.0, 32, None, {"a_newer_key": 1})
+    assert FrameSettings.of(None) == FrameSettings.of([1, 2]) == FrameSettings()  # not an object: all None
+    server = {"url": "http://127.0.0.1:8000/v1", "models": ["m"]}
+    assert BackendInfo.of({"server": server, "engine": {"in_process": True}}).serving == server
+    assert BackendInfo.of({"engine": {"in_process": True, "model": "m"}}).serving == {"in_process": True, "model": "m"}
+    assert BackendInfo.of({"engine": {"model": "m"}}).serving is None
+    judge = JudgeSettings.of({"model": "gpt-4o", "reference_prompt": True, "temperature": 0})
+    assert (judge.model, judge.reference_prompt, judge.extra) == ("gpt-4o", True, {"temperature": 0})
 
 
 # --------------------------------------------------------------------------- the stage written by every writer
@@ -283,7 +294,8 @@ def test_an_older_file_of_ours_without_a_version_reads_as_version_1(tmp_path):
     (tmp_path / "judge.json.meta.json").write_text(json.dumps({"judge": {"model": "gpt-4o"}, "input": {"sha256": "ab"},
                                                                 "stage": {"name": "judge"}}))
     header = read_header(judge)  # through its sidecar
-    assert type(header) is JudgeHeader and header.schema_version == 1 and header.settings["model"] == "gpt-4o"
+    assert type(header) is JudgeHeader and header.schema_version == 1 and header.settings.model == "gpt-4o"
+    assert header.judged.sha256 == "ab"
 
 
 def test_inference_writes_its_header_and_refuses_a_newer_raw_file_on_rerun(fake_openai, tmp_path, monkeypatch, capsys):  # noqa: F811

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from k9bench.download.failures import FAILURE_CLASSES
-from k9bench.headers import NewerSchema, read_header, stamped
+from k9bench.headers.files import NewerSchema, read_header, stamped
 
 log = logging.getLogger(__name__)
 
@@ -155,7 +155,7 @@ class DownloadReport:
         return text
 
     def manifest(self) -> dict:
-        """The manifest JSON object, through :class:`k9bench.headers.ManifestHeader` (header block: stage ``download``)."""
+        """The manifest JSON object, through :class:`k9bench.headers.kinds.ManifestHeader` (header block: stage ``download``)."""
         decided = {r.scene_name for r in self.results}
         out = {
             "manifest_version": MANIFEST_VERSION,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from k9bench.answers import extract_answer, prompt_opens_thinking
 from k9bench.artifacts import QuestionRecord, now_iso, provenance
-from k9bench.headers import stamped
+from k9bench.headers.files import stamped
 
 from k9bench.inference import registry
 from k9bench.inference.backend import GenerationOutput
@@ -239,7 +239,7 @@ def final_meta(config: RunConfig, argv: list[str] | None, *, records: list, mode
                image_patch_size: int | None, prompt: tuple[str, str], loaded: Any, stats: RunStats, started: str,
                frame_cache: Any, download_summary: dict | None) -> dict:
     """The raw file's top-level keys besides ``individual_results`` (docs/artifacts.md "raw JSON"), through the
-    typed :class:`k9bench.headers.RawHeader` with its header block (stage ``inference``); the caller adds the
+    typed :class:`k9bench.headers.kinds.RawHeader` with its header block (stage ``inference``); the caller adds the
     ``stage`` block."""
     failures = failure_counts(records)
     return stamped("raw", "inference", {

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 from k9bench.artifacts import JudgeEntry, SkippedEntry, now_iso
 from k9bench.artifact_io import ArtifactError, CheckpointLog, read_json, write_json_atomic
-from k9bench.headers import read_header, stamped
+from k9bench.headers.files import read_header, stamped
 from k9bench.judge.parse import AXES, JudgeParseError, stored_score
 from k9bench.judge.cache import ReplyStore, default_store_folder, endpoint_id
 from k9bench.judge.score import Outcome, judge_task, outcome_from_reply, summarize, task_key

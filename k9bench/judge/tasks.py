@@ -14,7 +14,7 @@ from typing import Any, Iterable
 
 from k9bench import LETTERS
 from k9bench.artifacts import QuestionRecord, records_artifact_from
-from k9bench.headers import find_records
+from k9bench.headers.files import find_records
 from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.judge.settings import JudgeInputError
 

@@ -28,7 +28,8 @@ from typing import Any, Iterable
 from k9bench import CATEGORIES
 from k9bench.artifacts import QuestionRecord, is_finite_number, load_records_artifact
 from k9bench.artifact_io import ArtifactError, read_json
-from k9bench.headers import EvalHeader, JudgeHeader, NewerSchema, read_header
+from k9bench.headers.files import NewerSchema, read_header
+from k9bench.headers.kinds import EvalHeader, JudgeHeader
 from k9bench.layout import next_stage_path, parse_artifact_name, short_model_name, skipped_path
 from k9bench.data.published import AXIS_KEYS, CONFIRMED_PROMPTS, JUDGE_AXES, PAPER_SETUP
 from k9bench.report.model import (
@@ -146,13 +147,13 @@ def read_settings(meta: "EvalHeader | dict", records: list[QuestionRecord], ques
     """A run's settings from its eval file's typed header (or top-level keys) and records (see :class:`RunSettings`)."""
     header = meta if isinstance(meta, EvalHeader) else EvalHeader.from_meta(_dict(meta))
     raw = header.raw  # the raw file's header, carried in input_meta
-    inference, frames, prompt = raw.settings, raw.frames, raw.prompt
+    frames, prompt = raw.frames, raw.prompt
     record_frames = _most_common(r.max_frames for r in records if isinstance(r.max_frames, int) and not isinstance(r.max_frames, bool))
-    max_frames = record_frames if record_frames is not None else frames.get("max_frames")
-    text_only = inference.get("text_only")
-    if not isinstance(text_only, bool):
+    max_frames = record_frames if record_frames is not None else frames.max_frames
+    text_only = raw.text_only
+    if text_only is None:
         text_only = (max_frames == 0) if max_frames is not None else None
-    placement = prompt.get("placement")
+    placement = prompt.placement
     if placement not in PROMPT_PLACEMENTS:
         if placement is not None:
             log.warning("unknown prompt placement %r in the inference settings; read as not recorded", placement)
@@ -163,12 +164,10 @@ def read_settings(meta: "EvalHeader | dict", records: list[QuestionRecord], ques
         flags = {r.extra.get("audio_used") for r in records} - {None}
         audio = True if True in flags else False if False in flags else None
     prompts = {}
-    if prompt.get("system_prompt_source") is not None or prompt.get("system_prompt_sha256") is not None:
-        digest = prompt.get("system_prompt_sha256")
-        prompts["system_prompt"] = {"source": prompt.get("system_prompt_source"), "sha256": digest,
-                                    "reference": prompt_is_reference("system_prompt", digest, prompt.get("reference_prompts"))}
-    engine = _dict(raw.backend.get("engine"))  # --backend vllm: the in-process engine's fingerprint
-    server = _dict(raw.backend.get("server")) or (engine if engine.get("in_process") else None)
+    if prompt.system_prompt_source is not None or prompt.system_prompt_sha256 is not None:
+        digest = prompt.system_prompt_sha256
+        prompts["system_prompt"] = {"source": prompt.system_prompt_source, "sha256": digest,
+                                    "reference": prompt_is_reference("system_prompt", digest, prompt.reference_prompts)}
     settings = RunSettings(
         model_name_or_path=raw.model_name_or_path,
         embedding_model=header.similarity_model,
@@ -178,13 +177,13 @@ def read_settings(meta: "EvalHeader | dict", records: list[QuestionRecord], ques
         audio=audio,
         text_only=text_only,
         max_frames=int(max_frames) if is_finite_number(max_frames) else None,
-        fps=_number(frames.get("fps")),
-        max_pixels=int(frames["max_pixels"]) if is_finite_number(frames.get("max_pixels")) else None,
+        fps=_number(frames.fps),
+        max_pixels=int(frames.max_pixels) if is_finite_number(frames.max_pixels) else None,
         questions=questions,
-        dataset=raw.dataset.get("source"),
-        server=server,
+        dataset=raw.dataset.source,
+        server=raw.backend.serving,  # a server's fingerprint, or --backend vllm's in-process engine's
     )
-    settings.dtype, settings.batch_size = inference_dtype_and_batch(inference, _dict(raw.run_stats))
+    settings.dtype, settings.batch_size = inference_dtype_and_batch(raw.settings, _dict(raw.run_stats))
     settings.differences, settings.unconfirmed = compare_with_paper(settings)
     settings.caveats = batch_caveats(settings)
     return settings
@@ -420,21 +419,22 @@ def load_judge(path: str | Path) -> JudgeSummary:
         summary.skipped = [{"idx": e.get("idx"), "reason": _skipped_reason(e)} for e in _read_list(skipped, "skipped file")
                            if isinstance(e, dict)]
     judge = judge_meta(path).settings
-    summary.judge_model = judge.get("model")
-    if judge.get("prompt_sha256") or judge.get("prompt_source"):
-        digest = judge.get("prompt_sha256")
+    summary.judge_model = judge.model
+    if judge.prompt_sha256 or judge.prompt_source:
+        digest = judge.prompt_sha256
         # the judge checked its template (k9bench.data.published.is_reference_prompt: the reference hash covers the template
         # filled with its placeholders' names, so the raw sha256 never matches) and records the result as
         # reference_prompt / prompt_status; reference_prompts is an older spelling
-        recorded = CONFIRMED_PROMPTS if judge.get("reference_prompt") is True else judge.get("prompt_status", judge.get("reference_prompts"))
-        summary.prompt = {"source": judge.get("prompt_source"), "sha256": digest,
+        status = judge.prompt_status if judge.prompt_status is not None else judge.reference_prompts
+        recorded = CONFIRMED_PROMPTS if judge.reference_prompt is True else status
+        summary.prompt = {"source": judge.prompt_source, "sha256": digest,
                           "reference": prompt_is_reference("judge_prompt", digest, recorded)}
     return summary
 
 
 def judge_meta(path: str | Path) -> JudgeHeader:
     """The typed header of the judge's ``<judge>.meta.json`` sidecar (empty when absent or unreadable, with a
-    log line; one written by a newer k9bench is refused, :class:`~k9bench.headers.NewerSchema`)."""
+    log line; one written by a newer k9bench is refused, :class:`~k9bench.headers.files.NewerSchema`)."""
     sidecar = Path(f"{path}.meta.json")
     if not sidecar.is_file():
         return JudgeHeader()
@@ -458,7 +458,7 @@ def match_judge_to_run(judge: JudgeSummary, runs: list[RunSummary]) -> RunSummar
     Table 1 does (``--labels`` included): the eval file with the bytes (or path) the judge's meta sidecar
     names, else the eval file whose default judge output (``eval_X.json`` -> ``judge_X.json``) it is."""
     info = judge_meta(judge.path).judged
-    digest, source = info.get("sha256"), info.get("evaluations")
+    digest, source = info.sha256, info.evaluations
     match = None
     for run in runs:
         try:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from k9bench.artifacts import now_iso
 from k9bench.artifact_io import ArtifactError, write_json_atomic, write_text_atomic
-from k9bench.headers import NewerSchema, stamped
+from k9bench.headers.files import NewerSchema, stamped
 from k9bench.report.load import common_questions, disambiguate, judge_side_files, load_judge, load_run, match_judge_to_run
 from k9bench.report.markdown import judge_markdown, leaderboard_markdown, published_rows_for, report_markdown
 from k9bench.report.model import Report, ReportError

@@ -25,7 +25,7 @@ from typing import Any, Sequence
 
 from k9bench import LETTERS
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, is_finite_number, records_artifact_from
-from k9bench.headers import find_records
+from k9bench.headers.files import find_records
 from k9bench.artifact_io import read_json
 from k9bench.scoring.settings import ScoringError
 

@@ -23,7 +23,7 @@ from typing import Any
 
 from k9bench.artifacts import RecordsArtifact, provenance
 from k9bench.artifact_io import ArtifactError, write_json_atomic
-from k9bench.headers import NewerSchema
+from k9bench.headers.files import NewerSchema
 from k9bench.scoring.settings import EmbeddingSettings, EvalSettings, ScoringConfig, ScoringError, ScoringFiles
 from k9bench.settings import add_arguments, from_namespace, result_fingerprint, to_dict
 from k9bench.stage import EXIT_OK, EXIT_USAGE, Stage, StageError, check_output, deferred, run_stage

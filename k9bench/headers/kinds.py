@@ -1,37 +1,13 @@
-"""Typed, versioned artifact headers: what a file says about itself, besides its records.
-
-Each artifact kind has one frozen class: :class:`RawHeader` (``raw_*.json``), :class:`SimHeader`,
-:class:`EvalHeader`, :class:`JudgeHeader` (the judge's ``<output>.meta.json`` sidecar, the judge file
-itself being a bare list), :class:`ReportHeader` (``report_<tag>/report.json``) and
-:class:`ManifestHeader` (``download_manifest.json``). A header is every top-level key of the file
-except the records; the keys our writers and the reference write are fields, any other key (a newer
-minor writer's addition) is kept in :attr:`Header.extra` and written back, never dropped.
-
-What the file declares about itself sits in one top-level block, written by :func:`stamped` (the one
-function every writer goes through)::
-
-    "header": {"kind": "raw", "schema_version": 1, "stage": "inference"}
-
-``stage`` is the stage that wrote the file (:data:`STAGE_KINDS`), written, never guessed. A file
-whose ``schema_version`` is above what this code reads (:data:`SCHEMA_VERSIONS`) is refused in one
-line naming the file and both versions (:class:`NewerSchema`, an
-:class:`~k9bench.artifact_io.ArtifactError`: exit 2 in every script). Files without the block are read as before: one of ours (it has a ``stage`` or
-``provenance`` block) as version 1, the reference's (a bare list, or the SPEC section 2 layouts) as
-version 1 with ``stage`` None and the kind judged from its keys. :func:`read_header` is the one reader.
-"""
+"""One typed, frozen header class per artifact kind, the versions this code reads and the stage -> kind
+table (see :mod:`k9bench.headers`)."""
 
 from __future__ import annotations
 
 import dataclasses
-import logging
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar, Mapping
 
-from k9bench.artifact_io import ArtifactError, read_json
-
-log = logging.getLogger(__name__)
+from k9bench.headers.blocks import BackendInfo, DatasetSettings, FrameSettings, JudgeInput, JudgeSettings, PromptSettings
 
 HEADER_KEY = "header"
 """The top-level key of the header block (``kind``, ``schema_version``, ``stage``)."""
@@ -43,15 +19,6 @@ readers may ignore keeps the version (it lands in their ``extra``); a change of 
 STAGE_KINDS: dict[str, str] = {"inference": "raw", "merge": "raw", "calculate": "sim", "evaluate": "eval",
                                "judge": "judge", "report": "report", "download": "manifest"}
 """The kind of file each writing stage makes."""
-
-_OURS = ("stage", "provenance")
-"""Top-level keys only our writers put in a file: a file with one of them and no header block is an
-older file of ours (version 1)."""
-
-
-class NewerSchema(ArtifactError):
-    """A header whose ``schema_version`` is above what this code reads: one line naming the file and both
-    versions; exit 2 (:data:`k9bench.errors.EXIT_USAGE`) in every script, whatever its other input faults exit with."""
 
 
 def _dict(value: Any) -> dict:
@@ -170,29 +137,36 @@ class RawHeader(Header):
         return _dict(self.inference)
 
     @property
-    def frames(self) -> dict:
-        """``inference.frames`` (``{}`` in text-only mode or when absent)."""
-        return _dict(self.settings.get("frames"))
+    def frames(self) -> FrameSettings:
+        """``inference.frames`` (all None in text-only mode or when absent)."""
+        return FrameSettings.of(self.settings.get("frames"))
 
     @property
-    def prompt(self) -> dict:
+    def prompt(self) -> PromptSettings:
         """``inference.prompt``."""
-        return _dict(self.settings.get("prompt"))
+        return PromptSettings.of(self.settings.get("prompt"))
 
     @property
-    def dataset(self) -> dict:
+    def dataset(self) -> DatasetSettings:
         """``inference.dataset`` (source, split, range)."""
-        return _dict(self.settings.get("dataset"))
+        return DatasetSettings.of(self.settings.get("dataset"))
 
     @property
-    def backend(self) -> dict:
+    def backend(self) -> BackendInfo:
         """``inference.backend`` (what the backend reported: classes, dtype, server or engine)."""
-        return _dict(self.settings.get("backend"))
+        return BackendInfo.of(self.settings.get("backend"))
+
+    @property
+    def text_only(self) -> bool | None:
+        """``inference.text_only`` when it is a boolean, else None."""
+        value = self.settings.get("text_only")
+        return value if isinstance(value, bool) else None
 
     @property
     def audio(self) -> bool | None:
-        """Whether the run heard the soundtrack, as its settings say (None when they do not)."""
-        heard = self.frames.get("audio", self.settings.get("audio"))
+        """Whether the run heard the soundtrack, as its settings say (``frames.audio``, or an older file's
+        ``inference.audio``); None when they do not."""
+        heard = self.frames.audio if self.frames.audio is not None else self.settings.get("audio")
         return heard if isinstance(heard, bool) else None
 
 
@@ -269,14 +243,14 @@ class JudgeHeader(Header):
     failed_at_inference: list | None = None
 
     @property
-    def settings(self) -> dict:
-        """The ``judge`` block (``{}`` when absent)."""
-        return _dict(self.judge)
+    def settings(self) -> JudgeSettings:
+        """The ``judge`` block."""
+        return JudgeSettings.of(self.judge)
 
     @property
-    def judged(self) -> dict:
-        """The ``input`` block (``{}`` when absent)."""
-        return _dict(self.input)
+    def judged(self) -> JudgeInput:
+        """The ``input`` block."""
+        return JudgeInput.of(self.input)
 
 
 @dataclass(frozen=True)
@@ -320,127 +294,5 @@ HEADER_CLASSES: dict[str, type[Header]] = {c.KIND: c for c in (RawHeader, SimHea
 """Kind -> header class."""
 
 
-# ---------------------------------------------------------------------------
-# Reading
-
-
-def find_records(data: Any, *, where: str) -> tuple[list, dict]:
-    """Split a loaded raw, sim or eval file into ``(records, top-level meta)``.
-
-    Accepts ``{"individual_results": [...]}`` and the older layout with records under
-    ``threshold_results -> <key> -> individual_results`` (the first key is used)."""
-    if isinstance(data, dict) and isinstance(data.get("individual_results"), list):
-        meta = {k: v for k, v in data.items() if k != "individual_results"}
-        return data["individual_results"], meta
-    if isinstance(data, dict) and isinstance(data.get("threshold_results"), dict):
-        usable = [k for k, b in data["threshold_results"].items() if isinstance(b, dict) and isinstance(b.get("individual_results"), list)]
-        if len(usable) > 1:
-            log.warning("%s: 'threshold_results' holds %d record lists (%s); using the first, %r", where, len(usable),
-                        ", ".join(map(str, usable)), usable[0])
-        if usable:
-            block = data["threshold_results"][usable[0]]
-            meta = {k: v for k, v in data.items() if k != "threshold_results"}
-            meta.update({k: v for k, v in block.items() if k != "individual_results"})
-            meta.setdefault("threshold_key", usable[0])
-            return block["individual_results"], meta
-    raise ArtifactError(f"{where}: no 'individual_results' list (nor 'threshold_results' -> <key> -> 'individual_results')")
-
-
-def _guess_kind(meta: Mapping, rows: list | None) -> str | None:
-    """The kind of a file that declares none (the reference's), from its keys, as before headers."""
-    if "category_wise_accuracy" in meta or "evaluation_timestamp" in meta:
-        return "eval"
-    if rows is not None:
-        if "similarity_model" in meta or any(isinstance(r, dict) and r.get("cosine_similarities") is not None for r in rows):
-            return "sim"
-        return "raw"
-    if "manifest_version" in meta:
-        return "manifest"
-    if "runs" in meta and "generated_at" in meta:
-        return "report"
-    if "judge" in meta and "input" in meta:
-        return "judge"
-    return None
-
-
-def _version(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ArtifactError(f"{where}: header schema_version {value!r} is not a positive integer")
-    return value
-
-
-def header_of(meta: Mapping, *, rows: list | None = None, path: str | os.PathLike | None = None,
-              kind: str | None = None) -> Header:
-    """The typed header of a file's top-level keys ``meta`` (``rows``: its records, for a record file).
-
-    The kind is the declared one, else the writing stage's (:data:`STAGE_KINDS`), else judged from the
-    keys; ``kind`` is what the caller expects when nothing says. Raises :class:`ArtifactError` (one line
-    naming the file) for a malformed header block or a version newer than :data:`SCHEMA_VERSIONS`."""
-    where = str(path) if path is not None else "<artifact>"
-    raw_block = meta.get(HEADER_KEY)
-    block = _dict(raw_block)
-    if raw_block is not None and not block:
-        raise ArtifactError(f"{where}: 'header' is {type(raw_block).__name__}, not an object (kind, schema_version, stage)")
-    stage_block = _dict(meta.get("stage"))
-    written_stage = block.get("stage", stage_block.get("name"))
-    stage = written_stage if isinstance(written_stage, str) else None
-    declared_kind = block.get("kind")
-    if block and declared_kind not in HEADER_CLASSES:
-        raise ArtifactError(f"{where}: header kind {declared_kind!r} is none of {', '.join(HEADER_CLASSES)}")
-    found = declared_kind or STAGE_KINDS.get(stage or "") or _guess_kind(meta, rows) or kind
-    if found is None:
-        raise ArtifactError(f"{where}: not a k9bench artifact (no header block, no records, no known keys)")
-    if "schema_version" in block:
-        version = _version(block["schema_version"], where)
-    elif found == "manifest" and isinstance(meta.get("manifest_version"), int):
-        version = meta["manifest_version"]  # the manifest's own version key, older than headers
-    else:
-        version = 1  # an older file of ours (or the reference's): the layout of version 1
-    known = SCHEMA_VERSIONS[found]
-    if version > known:
-        raise NewerSchema(f"{where}: {found} header schema_version {version} is newer than this k9bench reads "
-                            f"(up to version {known}); update k9bench to read it")
-    if not block and not any(k in meta for k in _OURS):
-        stage = None  # the reference's file: no stage wrote it
-    return HEADER_CLASSES[found].from_meta(meta, schema_version=version, stage=stage, declared=bool(block),
-                                           path=None if path is None else str(path))
-
-
-def read_header(path_or_data: Any, *, kind: str | None = None, path: str | os.PathLike | None = None) -> Header:
-    """The typed header of an artifact: a file path (read through :func:`k9bench.artifact_io.read_json`)
-    or its loaded JSON. A bare list is a judge file (the reference's layout): its header is that of its
-    ``<file>.meta.json`` sidecar when there is one, else an undeclared :class:`JudgeHeader`. Faults are
-    :class:`ArtifactError` lines naming the file."""
-    if isinstance(path_or_data, (str, os.PathLike)):
-        path = path_or_data
-        data = read_json(path)
-    else:
-        data = path_or_data
-    where = str(path) if path is not None else "<artifact>"
-    if isinstance(data, list):
-        sidecar = Path(f"{path}.meta.json") if path is not None else None
-        if sidecar is not None and sidecar.is_file():
-            return read_header(sidecar, kind="judge")
-        return JudgeHeader(path=None if path is None else str(path))
-    if not isinstance(data, dict):
-        raise ArtifactError(f"{where}: expected a JSON object or list, got {type(data).__name__}")
-    if isinstance(data.get("individual_results"), list) or isinstance(data.get("threshold_results"), dict):
-        rows, meta = find_records(data, where=where)
-        return header_of(meta, rows=rows, path=path, kind=kind)
-    return header_of(data, path=path, kind=kind)
-
-
-# ---------------------------------------------------------------------------
-# Writing
-
-
-def stamped(kind: str, stage: str, meta: Mapping) -> dict:
-    """The one way a writer puts its header into a file: ``meta`` (the file's top-level keys, records
-    aside) through the kind's typed class, with the header block ``{kind, schema_version (this code's),
-    stage}`` last. Unknown keys are kept, in their order."""
-    header = HEADER_CLASSES[kind].from_meta(meta, schema_version=SCHEMA_VERSIONS[kind], stage=stage, declared=True)
-    return {**header.to_meta(), HEADER_KEY: header.block()}
-
-
-__all__ = ["EvalHeader", "HEADER_CLASSES", "HEADER_KEY", "Header", "JudgeHeader", "ManifestHeader", "NewerSchema", "RawHeader",
-           "ReportHeader", "SCHEMA_VERSIONS", "STAGE_KINDS", "SimHeader", "find_records", "header_of", "read_header", "stamped"]
+__all__ = ["EvalHeader", "HEADER_CLASSES", "HEADER_KEY", "Header", "JudgeHeader", "ManifestHeader", "RawHeader",
+           "ReportHeader", "SCHEMA_VERSIONS", "STAGE_KINDS", "SimHeader"]
