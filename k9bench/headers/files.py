@@ -23,10 +23,6 @@ class NewerSchema(ArtifactError):
     versions; exit 2 (:data:`k9bench.errors.EXIT_USAGE`) in every script, whatever its other input faults exit with."""
 
 
-def _dict(value: Any) -> dict:
-    return value if isinstance(value, dict) else {}
-
-
 # ---------------------------------------------------------------------------
 # Reading
 
@@ -85,10 +81,10 @@ def header_of(meta: Mapping, *, rows: list | None = None, path: str | os.PathLik
     naming the file) for a malformed header block or a version newer than :data:`SCHEMA_VERSIONS`."""
     where = str(path) if path is not None else "<artifact>"
     raw_block = meta.get(HEADER_KEY)
-    block = _dict(raw_block)
+    block = raw_block if isinstance(raw_block, dict) else {}
     if raw_block is not None and not block:
         raise ArtifactError(f"{where}: 'header' is {type(raw_block).__name__}, not an object (kind, schema_version, stage)")
-    stage_block = _dict(meta.get("stage"))
+    stage_block = meta["stage"] if isinstance(meta.get("stage"), dict) else {}
     written_stage = block.get("stage", stage_block.get("name"))
     stage = written_stage if isinstance(written_stage, str) else None
     declared_kind = block.get("kind")

@@ -195,11 +195,17 @@ class EvalHeader(Header):
     KIND: ClassVar[str] = "eval"
 
     evaluation_timestamp: str | None = None
+    """When it was scored (ISO 8601)."""
     eval_mode: str | None = None
+    """Always ``fine``."""
     threshold: float | None = None
+    """The similarity threshold of the rule."""
     accuracy: float | None = None
+    """Correct / total, a fraction."""
     correct_count: int | None = None
+    """Records judged correct."""
     total_count: int | None = None
+    """Records scored (failed samples included)."""
     category_wise_accuracy: dict | None = None
     """The reference's per-category ``{accuracy, correct, total}``."""
     metadata: dict | None = None
@@ -207,11 +213,15 @@ class EvalHeader(Header):
     statistics: dict | None = None
     """Ours: intervals, failed samples, threshold sensitivity."""
     similarity_run: dict | None = None
+    """How the sim file's similarities were computed."""
     input_file: str | None = None
+    """The sim file scored."""
     input_meta: dict | None = None
     """The input's other top-level keys (the raw file's: model, ``inference``, ``run_stats``...)."""
     input_provenance: list | None = None
+    """Earlier stages' provenance, oldest first."""
     subset: dict | None = None
+    """``--subset``: path, description, sha256, counts."""
     threshold_key: str | None = None
     """The reference's older layout: the ``threshold_results`` key the records came from."""
 
@@ -235,12 +245,15 @@ class JudgeHeader(Header):
     input: dict | None = None
     """The judged file: ``evaluations``, ``sha256``, ``stage``, ``records``."""
     dataset_check: dict | None = None
+    """``--dataset_name``: the judged file's questions checked against the dataset."""
     judge: dict | None = None
     """The judge's settings: model, prompt source and hash, request settings, fingerprint."""
     run: dict | None = None
     """This run's counts."""
     counts: dict | None = None
+    """Entries scored and skipped, and records failed at inference."""
     failed_at_inference: list | None = None
+    """Records that failed at inference (``{idx, error, error_class}``), not judged."""
 
     @property
     def settings(self) -> JudgeSettings:
@@ -260,16 +273,27 @@ class ReportHeader(Header):
     KIND: ClassVar[str] = "report"
 
     generated_at: str | None = None
+    """When (ISO 8601)."""
     runs: list | None = None
+    """One summary per eval file: scores, intervals, settings, standing against the paper."""
     common_questions: dict | None = None
+    """Two runs or more on the questions all of them had."""
     paired_comparison: dict | None = None
+    """``--baseline``: the paired differences."""
     subset: Any = None
+    """The subset the tables cover, when one was given."""
     judges: list | None = None
+    """One summary per judge file."""
     published: list | None = None
+    """The paper's rows shown beside ours."""
     plots: dict | None = None
+    """Plot name -> file (None when skipped)."""
     stamp: Any = None
+    """What made the report (versions, commit)."""
     notes: list | None = None
+    """The report's own notes."""
     caller_notes: list | None = None
+    """``--note`` lines."""
 
 
 @dataclass(frozen=True)
@@ -279,15 +303,23 @@ class ManifestHeader(Header):
     KIND: ClassVar[str] = "manifest"
 
     manifest_version: int | None = None
+    """The manifest's own version key (older than headers; still written)."""
     output_dir: str | None = None
+    """The video folder."""
     started_at: str | None = None
     finished_at: str | None = None
     complete: bool | None = None
+    """False when the run was interrupted before every video was tried."""
     summary: dict | None = None
+    """Counts per status and failure class."""
     failure_classes: Any = None
+    """The failure classes an entry may name."""
     config: dict | None = None
+    """The download settings used."""
     videos: list | None = None
+    """One entry per video (status, file, size, format...)."""
     earlier: dict | None = None
+    """An earlier manifest's entries for videos this run did not decide."""
 
 
 HEADER_CLASSES: dict[str, type[Header]] = {c.KIND: c for c in (RawHeader, SimHeader, EvalHeader, JudgeHeader, ReportHeader, ManifestHeader)}
