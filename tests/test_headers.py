@@ -281,6 +281,18 @@ def test_the_reference_layouts_read_as_before_without_a_header(tmp_path):
     assert type(header) is JudgeHeader and not header.declared and header.stage is None
 
 
+def test_a_stage_no_kind_is_known_for_still_has_its_stage_block_read(tmp_path):
+    from k9bench.headers.kinds import Header
+
+    path = tmp_path / "toy.json"
+    path.write_text(json.dumps({"stage": {"name": "toy", "fingerprint": {"n": 1}, "inputs": {}}, "value": 3}))
+    header = read_header(path)
+    assert type(header) is Header and header.stage == "toy" and header.stage_block["fingerprint"] == {"n": 1}
+    assert header.extra == {"value": 3}
+    with pytest.raises(ArtifactError, match="not a k9bench artifact"):
+        read_header({"value": 3}, path=path)
+
+
 def test_an_older_file_of_ours_without_a_version_reads_as_version_1(tmp_path):
     sim = write_raw(tmp_path / "sim.json", [0], similarity_model="m", provenance={"script": "evaluate_results.py"},
                     stage={"name": "calculate", "fingerprint": {}, "inputs": {}})

@@ -77,7 +77,8 @@ def header_of(meta: Mapping, *, rows: list | None = None, path: str | os.PathLik
     """The typed header of a file's top-level keys ``meta`` (``rows``: its records, for a record file).
 
     The kind is the declared one, else the writing stage's (:data:`STAGE_KINDS`), else judged from the
-    keys; ``kind`` is what the caller expects when nothing says. Raises :class:`ArtifactError` (one line
+    keys; ``kind`` is what the caller expects when nothing says. A file of a stage no kind is known for
+    (its ``stage`` block names another) reads as a plain :class:`Header`. Raises :class:`ArtifactError` (one line
     naming the file) for a malformed header block or a version newer than :data:`SCHEMA_VERSIONS`."""
     where = str(path) if path is not None else "<artifact>"
     raw_block = meta.get(HEADER_KEY)
@@ -91,6 +92,8 @@ def header_of(meta: Mapping, *, rows: list | None = None, path: str | os.PathLik
     if block and declared_kind not in HEADER_CLASSES:
         raise ArtifactError(f"{where}: header kind {declared_kind!r} is none of {', '.join(HEADER_CLASSES)}")
     found = declared_kind or STAGE_KINDS.get(stage or "") or _guess_kind(meta, rows) or kind
+    if found is None and stage_block:  # a stage of ours this table does not know (a new one): its block still reads
+        return Header.from_meta(meta, stage=stage, path=None if path is None else str(path))
     if found is None:
         raise ArtifactError(f"{where}: not a k9bench artifact (no header block, no records, no known keys)")
     if "schema_version" in block:
@@ -102,7 +105,7 @@ def header_of(meta: Mapping, *, rows: list | None = None, path: str | os.PathLik
     known = SCHEMA_VERSIONS[found]
     if version > known:
         raise NewerSchema(f"{where}: {found} header schema_version {version} is newer than this k9bench reads "
-                            f"(up to version {known}); update k9bench to read it")
+                          f"(up to version {known}); update k9bench to read it")
     if not block and not any(k in meta for k in _OURS):
         stage = None  # the reference's file: no stage wrote it
     return HEADER_CLASSES[found].from_meta(meta, schema_version=version, stage=stage, declared=bool(block),
