@@ -172,7 +172,9 @@ class _ScoringStage(Stage):
             raise  # exit 2: this code is older than the file
         except ArtifactError as exc:
             raise ScoringError(str(exc)) from None
-        log.info("%s: %d records (%s file)", self.source, len(artifact.records), artifact.stage)
+        header = artifact.header  # the typed header (k9bench.headers): its kind and the stage that wrote it
+        log.info("%s: %d records (%s file, %s)", self.source, len(artifact.records), header.KIND,
+                 f"written by {header.stage}, header version {header.schema_version}" if header.stage else "no stage named: the reference's layout")
         extra: dict = {}
         if chosen is not None:
             keep = [i for i, r in enumerate(artifact.records) if r.idx in chosen.idx]
