@@ -281,6 +281,20 @@ def test_the_reference_layouts_read_as_before_without_a_header(tmp_path):
     assert type(header) is JudgeHeader and not header.declared and header.stage is None
 
 
+def test_a_header_carried_over_by_an_older_k9bench_is_not_taken_for_the_files_own(tmp_path):
+    """An older k9bench scoring our raw file kept its unknown top-level keys, the raw header among them: the eval
+    file it wrote is what its own stage block says (an eval file, written before headers), not a raw file."""
+    ev = {"evaluation_timestamp": "t", "eval_mode": "fine", "threshold": 0.5, "accuracy": 1.0, "correct_count": 1,
+          "total_count": 1, "category_wise_accuracy": {}, "individual_results": [record(0, is_correct=True)],
+          "stage": {"name": "evaluate", "fingerprint": {}, "inputs": {}},
+          HEADER_KEY: {"kind": "raw", "schema_version": SCHEMA_VERSIONS["raw"] + 1, "stage": "inference"}}
+    path = tmp_path / "eval.json"
+    path.write_text(json.dumps(ev))
+    header = read_header(path)
+    assert type(header) is EvalHeader and (header.stage, header.declared, header.schema_version) == ("evaluate", False, 1)
+    assert load_records_artifact(path).stage == "eval"
+
+
 def test_a_stage_no_kind_is_known_for_still_has_its_stage_block_read(tmp_path):
     from k9bench.headers.kinds import Header
 
