@@ -380,15 +380,19 @@ class Stage(abc.ABC):
         return {"name": self.name, "fingerprint": self.fingerprint(), "inputs": self.input_digests()}
 
     def recorded(self) -> dict | None:
-        """The stage block the last complete run stored; default: top-level ``"stage"`` of the JSON
-        object in ``outputs()[0]``. None when there is none (or the file cannot be read)."""
-        first = self.outputs()[0]
+        """The stage block the last complete run stored: the ``stage`` block of the typed header of
+        ``outputs()[0]`` (:func:`k9bench.headers.files.read_header`, the one reader). None when there is none
+        or the file cannot be read; a file written by a newer k9bench is refused
+        (:class:`k9bench.headers.files.NewerSchema`, one line, exit 2)."""
+        from k9bench.artifact_io import ArtifactError
+        from k9bench.headers.files import NewerSchema, read_header
+
         try:
-            with open(first, encoding="utf-8") as fh:
-                data = json.load(fh)
-        except (OSError, ValueError, RecursionError):
+            block = read_header(self.outputs()[0]).stage_block
+        except NewerSchema:
+            raise
+        except ArtifactError:
             return None
-        block = data.get("stage") if isinstance(data, dict) else None
         return block if isinstance(block, dict) else None
 
     def done(self) -> str | None:

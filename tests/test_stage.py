@@ -186,3 +186,22 @@ def test_partial_fingerprint_compares_only_the_keys_known_now_at_every_depth():
     assert fingerprint_differences(prior, {"a": {"b": {"c": 1}}}) == [
         "a.b.old_only: 2 in the existing file, None now", "gone: 3 in the existing file, None now"]
     assert fingerprint_differences({"t": (1, 2)}, {"t": [1, 2]}) == []  # as JSON gives it back
+
+
+def test_done_reads_the_typed_header_and_refuses_a_newer_one(tmp_path, capsys):
+    """recorded() reads the stage block through the one header reader: an output written by a newer
+    k9bench (a schema_version above what this code reads) is refused in one line, exit 2, untouched."""
+    from k9bench.headers.files import NewerSchema
+
+    src, dst = tmp_path / "in.txt", tmp_path / "out.json"
+    src.write_text("abc")
+    assert run_stage(CopyStage(src, dst)) == 0
+    data = json.loads(dst.read_text())
+    data["header"] = {"kind": "raw", "schema_version": 99, "stage": "copy"}
+    dst.write_text(json.dumps(data))
+    before = dst.read_text()
+    with pytest.raises(NewerSchema) as err:
+        CopyStage(src, dst).done()
+    assert str(dst) in str(err.value) and "99" in str(err.value) and "\n" not in str(err.value)
+    assert err.value.exit_code == 2
+    assert dst.read_text() == before
