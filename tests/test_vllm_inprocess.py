@@ -133,6 +133,8 @@ def test_engine_fingerprint_is_in_the_record(chain, tiny64):  # noqa: F811
     assert engine["engine"] == "vllm" and engine["in_process"] is True and engine["version"] == "0.32.0"
     assert engine["checkpoint"] == str(tiny64) and engine["tensor_parallel"] == 1 and engine["max_model_len"] == 4096
     assert engine["prefix_caching"] is True and engine["enforce_eager"] is True and engine["dtype"]
+    # what a server needs to be this engine (vLLM's CPU defaults in-process: 256 sequences, 4,096 batched tokens)
+    assert engine["max_num_seqs"] == 256 and engine["max_num_batched_tokens"] == 4096 and engine["chunked_prefill"] is True
     assert backend["generation"]["do_sample"] is False and backend["generation"]["temperature"] == 0.0
     from k9bench.report.markdown import server_text
 
