@@ -379,16 +379,20 @@ class Stage(abc.ABC):
         """What to store in the artifact (top-level ``"stage"``) so that :meth:`done` can judge a rerun."""
         return {"name": self.name, "fingerprint": self.fingerprint(), "inputs": self.input_digests()}
 
+    def record_file(self) -> Path:
+        """The output whose header holds this stage's block (default: the first output)."""
+        return Path(self.outputs()[0])
+
     def recorded(self) -> dict | None:
         """The stage block the last complete run stored: the ``stage`` block of the typed header of
-        ``outputs()[0]`` (:func:`k9bench.headers.files.read_header`, the one reader). None when there is none
+        :meth:`record_file` (:func:`k9bench.headers.files.read_header`, the one reader). None when there is none
         or the file cannot be read; a file written by a newer k9bench is refused
         (:class:`k9bench.headers.files.NewerSchema`, one line, exit 2)."""
         from k9bench.artifact_io import ArtifactError
         from k9bench.headers.files import NewerSchema, read_header
 
         try:
-            block = read_header(self.outputs()[0]).stage_block
+            block = read_header(self.record_file()).stage_block
         except NewerSchema:
             raise
         except ArtifactError:

@@ -232,15 +232,8 @@ class ReportStage(Stage):
     def fingerprint(self) -> dict:
         return result_fingerprint(self.settings)
 
-    def recorded(self) -> dict | None:
-        import json
-
-        try:
-            data = json.loads((Path(self.settings.report_dir) / "report.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
-            return None
-        block = data.get("stage") if isinstance(data, dict) else None
-        return block if isinstance(block, dict) else None
+    def record_file(self) -> Path:
+        return Path(self.settings.report_dir) / "report.json"
 
     def done(self) -> str | None:
         missing = [p for p in self._given_inputs() if not p.is_file()]
