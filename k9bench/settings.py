@@ -194,3 +194,44 @@ def field_docs(cls: type) -> dict[str, str]:
             default = None
         docs[f.name] = text.replace("%(default)s", str(default)).replace("%%", "%")
     return docs
+
+
+class UnknownSetting(KeyError):
+    """:func:`with_values` was given a flag or field no settings class of the object has."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def _field_keys(f: dataclasses.Field) -> tuple[str, ...]:
+    """What names field ``f`` in :func:`with_values`: its name and its flags (declared, else ``--<name>``)."""
+    return (f.name, *((f.metadata or {}).get("flags") or (f"--{f.name}",)))
+
+
+def _set_values(obj: Any, values: dict[str, Any], used: set[str]) -> Any:
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        hit = next((k for k in _field_keys(f) if k in values), None)
+        if hit is not None:
+            changes[f.name] = values[hit]
+            used.add(hit)
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            new = _set_values(value, values, used)
+            if new is not value:
+                changes[f.name] = new
+    return dataclasses.replace(obj, **changes) if changes else obj
+
+
+def with_values(config: Any, values: dict[str, Any]) -> Any:
+    """``config`` (a frozen settings dataclass, nested ones included) with each value of ``values`` set,
+    by flag (``--max_frames``) or field name, with :func:`dataclasses.replace`: every field of that flag or
+    name at any depth takes it (the way one parsed flag feeds every settings class with that field).
+    Values are set as given (typed: an int stays an int); :class:`UnknownSetting` (one line) for a key no
+    field has."""
+    used: set[str] = set()
+    out = _set_values(config, dict(values), used)
+    unknown = [k for k in values if k not in used]
+    if unknown:
+        raise UnknownSetting(f"{type(config).__name__} has no setting {', '.join(unknown)}")
+    return out
