@@ -78,6 +78,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.backend``               the Backend base class (defaults for every optional capability)
 ``k9bench.inference.registry``              the backends --backend names (importable without torch)
 ``k9bench.inference.hf``                    the transformers backend (device maps, offload, placement recorded)
+``k9bench.inference.hf_load``               how that backend loads a checkpoint (device, dtype, attention, device map)
 ``k9bench.inference.openai_backend``        the OpenAI-compatible backend
 ``k9bench.inference.vllm_backend``          ``--backend vllm``: vLLM in-process, fed our frames, in checkpointed chunks
 ``k9bench.inference.openai_request``        the requests that backend sends

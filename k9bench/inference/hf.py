@@ -22,7 +22,7 @@ fallbacks counted in ``run_stats.decoding``). Batch size 1 is always ``generate`
 An uncached Hub id while the Hub is out of reach is refused before anything loads (:meth:`HFBackend.check_source`).
 
 Device, dtype and attention follow :mod:`k9bench.models.accelerator` (one policy for every model the
-project loads): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. ``--device_map``
+project loads; the loading itself is :mod:`k9bench.inference.hf_load`'s): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. ``--device_map``
 (``auto``, ``balanced``, ``balanced_low_0``, ``sequential`` or a JSON map of module -> device) with
 ``--max_memory`` spreads a model over several GPUs, the CPU and disk through accelerate (the reference
 loads with ``device_map="auto"``); where it went (modules and layers per device) is recorded under
@@ -41,21 +41,7 @@ import logging
 import threading
 from typing import Any
 
-from k9bench.models.accelerator import (
-    AcceleratorError,
-    flash_attn_available,
-    free_accelerator_memory,
-    is_out_of_memory,
-    load_with_attention,
-    parse_device_map,
-    parse_max_memory,
-    placement_flags_problem,
-    placement_summary,
-    resolve_attention,
-    resolve_device,
-    resolve_dtype,
-    resolve_placement,
-)
+from k9bench.models.accelerator import flash_attn_available, free_accelerator_memory, is_out_of_memory
 from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest
 from k9bench.inference.pipeline import PerThread
 from k9bench.inference.settings import OpenAISettings, RunConfig
@@ -134,56 +120,14 @@ class HFBackend(Backend):
 
     def load(self) -> None:
         self.check_source()  # before transformers is even imported
-        from transformers import AutoModelForImageTextToText, AutoProcessor
-
+        from k9bench.inference.hf_load import load_model
         from k9bench.progress import quiet_library_progress_bars
 
         quiet_library_progress_bars()
-        try:
-            device_map, max_memory = self._placement_request()
-            self.device = resolve_placement(device_map, max_memory) if device_map else resolve_device(self.requested["device"])
-            dtype = resolve_dtype(self.requested["torch_dtype"], self.device, bf16=self.requested["bf16"])
-            choice = resolve_attention(self.requested["attn_implementation"], self.device)
-        except AcceleratorError as exc:
-            raise BackendError(str(exc)) from None
-        dtype_name, dtype_reason = dtype.name, dtype.reason
-        if choice.warning:
-            self._warn(choice.warning)
-        if dtype_name != "bfloat16" and not dtype.explicit:
-            self._warn(f"weights in {dtype_name} ({dtype_reason}), not the reference's bfloat16; pass --bf16 to use bfloat16 here")
-        attn = choice.implementation
-        log.info("loading %s (dtype %s: %s; attention %s; device %s)", self.model_name_or_path, dtype_name, dtype_reason, attn, self.device)
-
-        def load_model(kernel: str) -> Any:
-            kwargs: dict[str, Any] = {"dtype": dtype.torch_dtype(), "attn_implementation": kernel, "trust_remote_code": self.trust_remote_code}
-            if device_map:
-                import tempfile
-
-                self._offload_folder = self._offload_folder or tempfile.mkdtemp(prefix="k9bench_offload_")
-                kwargs.update(device_map=device_map, offload_folder=self._offload_folder)
-                if max_memory:
-                    kwargs["max_memory"] = dict(max_memory)  # from_pretrained rewrites it in place
-            elif self.device != "cpu":
-                kwargs["device_map"] = self.device
-            return AutoModelForImageTextToText.from_pretrained(self.model_name_or_path, **kwargs)
-
-        try:
-            self.processor = AutoProcessor.from_pretrained(self.model_name_or_path, trust_remote_code=self.trust_remote_code)
-            self.model, used_choice = load_with_attention(load_model, choice, what=self.model_name_or_path)
-        except (OSError, ValueError, ImportError, KeyError, RuntimeError) as exc:  # RuntimeError: out of GPU memory, mismatched weights
-            raise BackendError(f"cannot load model {self.model_name_or_path!r}: {type(exc).__name__}: {exc}") from exc
-        if used_choice is not choice:  # the automatic flash_attention_2 was refused at load time: sdpa, recorded
-            self.warnings.append(used_choice.warning)
-            attn = used_choice.implementation
-        placement = placement_summary(self.model) if device_map else None
-        if placement is None and self.device == "cpu":
-            self.model.to("cpu")
-        if placement is not None:
-            from k9bench.inference.shared_decode import model_input_device
-
-            self.device = str(model_input_device(self.model))
-            log.info("model placed across devices: %s", placement["layers_per_device"])
-        self.model.eval()
+        loaded = load_model(self.model_name_or_path, self.requested, trust_remote_code=self.trust_remote_code, warnings=self.warnings,
+                            offload_folder=self._offload_folder)
+        self.model, self.processor, self.device, self._offload_folder = loaded.model, loaded.processor, loaded.device, loaded.offload_folder
+        attn, placement, device_map, max_memory = loaded.attn, loaded.placement, loaded.device_map, loaded.max_memory
 
         tokenizer = getattr(self.processor, "tokenizer", None)
         if tokenizer is None:
@@ -234,7 +178,7 @@ class HFBackend(Backend):
             "video_processor_class": type(vp).__name__ if vp is not None else None,
             "device": str(self.device),
             "dtype": str(self.model.dtype).replace("torch.", ""),
-            "dtype_reason": dtype_reason,
+            "dtype_reason": loaded.dtype_reason,
             "dtype_requested": self.requested["torch_dtype"],
             "device_map": device_map or None,
             "max_memory": {str(k): v for k, v in max_memory.items()} if max_memory else None,
@@ -254,17 +198,6 @@ class HFBackend(Backend):
             "padding_side": "left",
             "decoding": self.decoding(),
         }
-
-    def _placement_request(self) -> tuple[Any, dict | None]:
-        """``(device_map, max_memory)`` from ``--device_map``/``--max_memory`` (None, None: the whole model on
-        ``--device``); a combination that cannot mean one thing is refused before anything loads."""
-        text, memory = self.requested["device_map"], self.requested["max_memory"]
-        problem = placement_flags_problem(self.requested["device"], text, memory)
-        if problem:
-            raise AcceleratorError(problem)
-        if not text:
-            return None, None
-        return parse_device_map(text), (parse_max_memory(memory) if memory else None)
 
     def generation_settings(self) -> dict[str, Any]:
         """The effective generation settings (the model's generation config plus our overrides)."""
