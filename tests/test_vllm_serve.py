@@ -155,7 +155,7 @@ def test_a_server_that_dies_during_the_block_is_logged_with_its_log(fake_python,
             self.messages.append(record.getMessage())
 
     keep = Keep()
-    logger = logging.getLogger("k9bench.serve")
+    logger = logging.getLogger("k9bench.serving.serve")
     # Whatever an earlier test or library left (a disabled logger, a raised level, logging.disable), this
     # test reads the logger's own error line: switch it on for the block and put everything back after.
     before = (logger.disabled, logger.level, logging.root.manager.disable)
