@@ -15,19 +15,26 @@ from k9bench.pipeline.stages import Step
 from k9bench.stage import Stage
 
 
-class DemoModelStage(Stage):
-    """The tiny random-weight model (:func:`k9bench.tiny_model.build_tiny`) written into one folder."""
+class _DemoFolderStage(Stage):
+    """A demo input made into one folder (the step's first output), the same for both demo stages."""
 
     def __init__(self, step: Step):
         self.name = step.name
         self.folder = Path(step.outputs[0])
-        self.family = str(step.params["family"])
 
     def outputs(self) -> list[Path]:
         return [self.folder]
 
     def folder_outputs(self) -> set[Path]:
         return {self.folder}
+
+
+class DemoModelStage(_DemoFolderStage):
+    """The tiny random-weight model (:func:`k9bench.tiny_model.build_tiny`) written into one folder."""
+
+    def __init__(self, step: Step):
+        super().__init__(step)
+        self.family = str(step.params["family"])
 
     def output_flags(self) -> list[str]:
         return ["MODEL_NAME (the tiny demo model is built beside it)"]
@@ -45,19 +52,12 @@ class DemoModelStage(Stage):
         return 0
 
 
-class DemoVideosStage(Stage):
+class DemoVideosStage(_DemoFolderStage):
     """The demo videos (:func:`k9bench.data.demo.make_demo_videos`) in one folder, those missing only."""
 
     def __init__(self, step: Step):
-        self.name = step.name
-        self.folder = Path(step.outputs[0])
+        super().__init__(step)
         self.soundtrack = bool(step.params["soundtrack"])
-
-    def outputs(self) -> list[Path]:
-        return [self.folder]
-
-    def folder_outputs(self) -> set[Path]:
-        return {self.folder}
 
     def output_flags(self) -> list[str]:
         return ["VIDEO_DIR"]
