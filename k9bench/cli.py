@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
+from typing import Any, Mapping, Sequence
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
@@ -86,6 +88,53 @@ class ArgumentParser(argparse.ArgumentParser):
     def accepts(self, option: str) -> bool:
         """Whether this parser has the flag ``option``."""
         return option in self.__dict__.get("_flags", {})
+
+    def parse_values(self, values: Mapping[str, Any], args: Sequence[str] = ()) -> argparse.Namespace:
+        """Parse ``args`` (the user's own ``*_ARGS``) over ``values`` given by flag (``{"--max_frames": 8,
+        "--output_file": path, "--greedy": True}``): each value stands where the flag's default would, so ``args``
+        still win, and a required flag given a value is satisfied. A text value goes through the flag's type and
+        choices as on a command line (a launcher variable's text); any other value is taken as it is (a path, a
+        number, a list for an ``nargs`` flag). ``True`` for a flag that takes no value (``store_true``,
+        ``store_false``, ``store_const``) means it is given; ``False`` or None, that it is not. An unknown flag,
+        or a bad text, is :meth:`error` (exit 2, one line), as a bad command line is."""
+        namespace = argparse.Namespace()
+        freed: list[argparse.Action] = []
+        for option, value in values.items():
+            if not self.accepts(option):
+                self.error(f"unrecognized arguments: {option}")
+            action = self.flag(option)
+            if action.nargs == 0:
+                if value:
+                    setattr(namespace, action.dest, action.const)
+                continue
+            if value is None:
+                continue
+            setattr(namespace, action.dest, self._typed(action, option, value))
+            if action.required:
+                action.required = False
+                freed.append(action)
+        try:
+            return self.parse_args(list(args), namespace)
+        finally:
+            for action in freed:
+                action.required = True
+
+    def _typed(self, action: argparse.Action, option: str, value: Any) -> Any:
+        """A text or a path (or each of a list) as the flag's type and choices make it; other values as given."""
+        if isinstance(value, (list, tuple)):
+            return [self._typed(action, option, item) for item in value]
+        if isinstance(value, os.PathLike):  # a path is its text, typed as the flag types it
+            value = os.fspath(value)
+        if not isinstance(value, str):
+            return value
+        try:
+            typed = action.type(value) if callable(action.type) else value
+        except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+            why = str(exc) if isinstance(exc, argparse.ArgumentTypeError) else f"invalid value: {value!r}"
+            self.error(f"argument {option}: {why}")
+        if action.choices is not None and typed not in action.choices:
+            self.error(f"argument {option}: invalid choice: {value!r} (choose from {', '.join(map(str, action.choices))})")
+        return typed
 
     def parse_args(self, args=None, namespace=None):  # noqa: D102 (argparse's)
         from k9bench.redact import redact_argv, register_argv_secrets

@@ -8,7 +8,7 @@ import pytest
 
 from k9bench.pipeline.env import VARIABLES, LaunchError, read_settings
 from k9bench.pipeline.plan import build_steps
-from k9bench.pipeline.stages import ShardMode, inference_argv
+from k9bench.pipeline.stages import ShardMode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -74,7 +74,11 @@ def test_thinking_mode_auto_follows_the_model_name(tmp_path):
 
 def test_args_are_split_like_a_shell_would(tmp_path):
     s = settings(tmp_path, INFER_ARGS="--system_prompt_file 'my prompt.txt' --max_new_tokens 5")
-    argv = inference_argv(s, tmp_path / "raw.json", None, 1)
+    from k9bench.layout import RunLayout
+
+    [step] = [st for st in build_steps(s, RunLayout(str(tmp_path / "out"), s["MODEL_NAME"], 32, 10), ShardMode()) if st.name == "inference"]
+    argv = step.argv
+    assert step.extra == ("--system_prompt_file", "my prompt.txt", "--max_new_tokens", "5")
     assert argv[-4:] == ["--system_prompt_file", "my prompt.txt", "--max_new_tokens", "5"]
 
 

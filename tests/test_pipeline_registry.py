@@ -154,7 +154,7 @@ class ToyStage(Stage):
 def _toy_entry(events: list[str], fake) -> StageEntry:
     def steps(e: StageEntry, c) -> list[Step]:
         evals, out = c.layout.path("eval"), Path(c.settings["OUT_DIR"]) / f"toy_{c.layout.tag}.json"
-        return [Step(name=e.name, script=e.script, argv=["--input_file", str(evals), "--output_file", str(out)], inputs=[evals],
+        return [Step(name=e.name, script=e.script, values={"--input_file": evals, "--output_file": out}, inputs=[evals],
                      outputs=[out], depends=e.reruns_after)]
 
     def check(settings, environ) -> None:
@@ -196,3 +196,19 @@ def test_adding_a_stage_is_one_registry_entry(fake, launcher_env, capsys, tmp_pa
     assert main([]) == 0
     out = capsys.readouterr().out
     assert "step toy: done already, skipping" in out and events == ["toy preflight after 5 stage(s)"]  # the 5 stand-ins of the first run
+
+
+def test_a_launcher_variable_s_flag_is_recorded_once_in_the_registry():
+    """env.VARIABLES holds each variable's check, default and help; which flag it becomes lives only in the
+    registry's rows, and the stage marked types_shared types the variables stages share."""
+    import dataclasses
+
+    from k9bench.pipeline.env import VARIABLES, Variable
+
+    assert {f.name for f in dataclasses.fields(Variable)}.isdisjoint({"flag", "script"})
+    names = {v.name for v in VARIABLES}
+    taken = {var for e in registry.STAGES for var in e.variables}
+    assert taken <= names, taken - names
+    assert registry.variable_flag("VIDEO_DIR") == ("eval_video_llm", "--video_dir")  # download takes it as --output_dir
+    assert registry.variable_flag("EMBED_BATCH_SIZE") == ("evaluate_results", "--batch_size")
+    assert registry.variable_flag("OUT_DIR") is None

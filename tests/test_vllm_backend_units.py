@@ -11,7 +11,7 @@ from k9bench.inference.backend import backend_class
 from k9bench.inference.stage import build_parser
 from k9bench.inference.vllm_backend import CHUNK_PER_SEQ, MIN_CHUNK, VLLMBackend, _dtype, chunk_size
 from k9bench.pipeline.env import LaunchError, read_settings
-from k9bench.pipeline.stages import inference_argv
+from k9bench.pipeline.stages import ShardMode
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -73,12 +73,20 @@ def _settings(tmp_path, **env):
     return read_settings({"OUT_DIR": str(tmp_path / "out"), "VIDEO_DIR": str(tmp_path / "v"), **env}, REPO)
 
 
+def _inference_argv(s, tmp_path) -> list[str]:
+    """The inference step's command line in the launcher's plan of ``s``."""
+    from k9bench.layout import RunLayout
+    from k9bench.pipeline.plan import build_steps
+
+    layout = RunLayout(str(tmp_path / "out"), s["MODEL_NAME"], 32, 10)
+    return next(step for step in build_steps(s, layout, ShardMode()) if step.name == "inference").argv
+
+
 def test_launcher_backend_vllm(tmp_path):
-    argv = inference_argv(_settings(tmp_path, BACKEND="vllm", TENSOR_PARALLEL="2", ATTN_IMPL="sdpa", DTYPE="bfloat16"),
-                          tmp_path / "raw.json", None, 1)
+    argv = _inference_argv(_settings(tmp_path, BACKEND="vllm", TENSOR_PARALLEL="2", ATTN_IMPL="sdpa", DTYPE="bfloat16"), tmp_path)
     assert argv[argv.index("--backend"):argv.index("--backend") + 4] == ["--backend", "vllm", "--tensor_parallel", "2"]
     assert "--attn_implementation" not in argv and argv[argv.index("--torch_dtype") + 1] == "bfloat16"
-    assert "--backend" not in inference_argv(_settings(tmp_path), tmp_path / "raw.json", None, 1)
+    assert "--backend" not in _inference_argv(_settings(tmp_path), tmp_path)
     with pytest.raises(LaunchError, match="BACKEND=vllm runs vLLM in-process"):
         _settings(tmp_path, BACKEND="vllm", SERVE_URL="http://127.0.0.1:8000/v1")
     with pytest.raises(LaunchError, match="TENSOR_PARALLEL"):

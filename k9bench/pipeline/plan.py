@@ -2,7 +2,7 @@
 
 :func:`build_steps` turns the checked settings into the ordered :class:`~k9bench.pipeline.stages.Step`
 list by asking each entry of the stage registry (:data:`k9bench.pipeline.registry.STAGES`, in its order)
-for its steps; no stage is named here. :func:`check_steps` parses every argv with its stage's own parser
+for its steps; no stage is named here. :func:`check_steps` builds every stage's settings as its run will
 before anything runs (so a bad ``INFER_ARGS`` is refused up front); :func:`describe_plan` says for each
 stage whether it runs and why (``--dry_run``). :func:`check_settings` runs each planned entry's preflight
 checks (:mod:`k9bench.pipeline.preflight`), :func:`prepare_demo` each entry's preparation (the demo's model
@@ -30,9 +30,10 @@ def build_steps(s: LaunchSettings, layout: RunLayout, mode: ShardMode) -> list[S
 
 
 def check_steps(steps: list[Step], s: LaunchSettings) -> None:
-    """Every stage's argv through its stage's own parser, before anything runs: a bad ``INFER_ARGS``,
-    ``SCORE_ARGS`` or ``JUDGE_ARGS`` (or a clash with the launcher's own flags) is one line, exit 2."""
-    from k9bench.pipeline.scripts import ArgsError, check_argv
+    """Every stage's settings built as its run will build them (its values and ``*_ARGS`` through its own parser),
+    before anything runs: a bad ``INFER_ARGS``, ``SCORE_ARGS`` or ``JUDGE_ARGS`` (or a clash with the launcher's own
+    values) is one line, exit 2."""
+    from k9bench.pipeline.scripts import ArgsError, check_step
 
     planned = {registry.entry(step.name).name for step in steps}
     probes = [e.probe(e, s) for e in registry.STAGES  # checked even while the stage is off (JUDGE_ARGS, the judge)
@@ -43,7 +44,7 @@ def check_steps(steps: list[Step], s: LaunchSettings) -> None:
             continue
         name = variable if s.extra.get(variable) else f"the launcher's arguments for {step.script}.py"
         try:
-            check_argv(step.script, step.argv, name)
+            check_step(step, name)
         except ArgsError as exc:
             raise LaunchError(str(exc)) from None
 

@@ -34,7 +34,7 @@ class DemoModelStage(_DemoFolderStage):
 
     def __init__(self, step: Step):
         super().__init__(step)
-        self.family = str(step.params["family"])
+        self.family = str(step.values["--family"])
 
     def output_flags(self) -> list[str]:
         return ["MODEL_NAME (the tiny demo model is built beside it)"]
@@ -57,7 +57,7 @@ class DemoVideosStage(_DemoFolderStage):
 
     def __init__(self, step: Step):
         super().__init__(step)
-        self.soundtrack = bool(step.params["soundtrack"])
+        self.soundtrack = bool(step.values["--soundtrack"])
 
     def output_flags(self) -> list[str]:
         return ["VIDEO_DIR"]
@@ -113,8 +113,8 @@ def prepare_model(e, settings: "LaunchSettings", p: Preparing) -> None:
         # built beside its place and renamed when complete: an interrupted build leaves no half model behind
         partial = model.with_name(model.name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        step = Step(name=e.name, script=e.script, argv=[str(partial), "--family", settings.demo_family], outputs=[partial],
-                    params={"family": settings.demo_family})
+        step = Step(name=e.name, script=e.script, positional=(str(partial),), values={"--family": settings.demo_family},
+                    outputs=[partial])
         say(f"step {e.name}: {_by_hand(e, step)}")
         p.run(step)
         shutil.rmtree(model, ignore_errors=True)  # a half-built folder left by an older launcher (no config.json)
@@ -131,8 +131,7 @@ def prepare_videos(e, settings: "LaunchSettings", p: Preparing) -> None:
         return
     p.enter(e.name)
     video_dir = Path(settings["VIDEO_DIR"])
-    step = Step(name=e.name, script=e.script, argv=["--video_dir", str(video_dir), "--soundtrack"], outputs=[video_dir],
-                params={"soundtrack": True})
+    step = Step(name=e.name, script=e.script, values={"--video_dir": video_dir, "--soundtrack": True}, outputs=[video_dir])
     with build_lock(video_dir / f".run_eval.{e.name}.lock", what=f"the demo videos in {video_dir}", say=p.say):
         p.say(f"step {e.name}: {_by_hand(e, step)}")
         p.run(step)

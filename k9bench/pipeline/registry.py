@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 from k9bench.layout import RunLayout, shard_path, skipped_path
 from k9bench.pipeline import preflight
-from k9bench.pipeline.stages import PlanContext, Step, demo_note, inference_argv
+from k9bench.pipeline.stages import PlanContext, Step, demo_note, inference_values
 
 if TYPE_CHECKING:  # annotations only (LaunchSettings and Preparing are named, not imported: env and plan reach this module)
     from k9bench.stage import Stage
@@ -49,9 +49,10 @@ def files(layout: RunLayout) -> dict[str, Path]:
             "judge_skipped": skipped_path(judge), "report_dir": Path(layout.out_dir) / f"report_{layout.tag}"}
 
 
-def flags(e: "StageEntry", s: "LaunchSettings") -> list[str]:
-    """The entry's launcher variables as its flags (``--split test ...``), in the row's order."""
-    return [item for var, flag in e.variables.items() for item in (flag, s.values[var])]
+def flags(e: "StageEntry", s: "LaunchSettings") -> dict[str, str]:
+    """The entry's launcher variables by the flag each becomes (``{"--split": "test"}``), in the row's order: their
+    texts, which the stage's parser types (:meth:`k9bench.cli.ArgumentParser.parse_values`)."""
+    return {flag: s.values[var] for var, flag in e.variables.items()}
 
 
 # --------------------------------------------------------------------------- each entry's plan steps
@@ -61,13 +62,13 @@ def _download_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
     v = c.settings.values
     if c.mode.finalize or v["MAX_FRAMES"] == "0":  # MAX_FRAMES=0 is text-only: no video is read, none is fetched
         return []
-    return [Step(name=e.name, script=e.script, argv=flags(e, c.settings), outputs=[Path(v["VIDEO_DIR"]) / "download_manifest.json"],
+    return [Step(name=e.name, script=e.script, values=flags(e, c.settings), outputs=[Path(v["VIDEO_DIR"]) / "download_manifest.json"],
                  incomplete_codes=() if v["DOWNLOAD_STRICT"] == "1" else (1,))]
 
 
 def _inference_step(e: "StageEntry", c: "PlanContext", output: Path, name: str, shard: int | None) -> Step:
-    return Step(name=name, script=e.script, argv=inference_argv(c.settings, output, shard, c.mode.num_shards), outputs=[output],
-                served=bool(c.settings.values["SERVE"]))
+    return Step(name=name, script=e.script, values=inference_values(c.settings, e.variables, output, shard, c.mode.num_shards),
+                extra=c.settings.extra[e.args_variable], outputs=[output], served=bool(c.settings.values["SERVE"]))
 
 
 def _inference_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
@@ -86,30 +87,27 @@ def _merge_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
         return []
     raw = files(c.layout)["raw"]
     shards = [shard_path(raw, n, i) for i in range(n)]
-    return [Step(name=e.name, script=e.script, argv=["--output_file", str(raw), "--expect_shards", str(n), *map(str, shards)],
+    return [Step(name=e.name, script=e.script, values={"--output_file": raw, "--expect_shards": n}, positional=tuple(map(str, shards)),
                  outputs=[raw], inputs=list(shards), depends=tuple(shard_name(i) for i in range(n)))]
 
 
 def _calculate_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
     f = files(c.layout)
     return [Step(name=e.name, script=e.script, inputs=[f["raw"]], outputs=[f["sim"]], depends=e.reruns_after,
-                 argv=["--mode", "calculate", "--input_file", str(f["raw"]), "--output_file", str(f["sim"]), *flags(e, c.settings),
-                       *c.settings.extra[e.args_variable]])]
+                 values={"--mode": "calculate", "--input_file": [f["raw"]], "--output_file": f["sim"], **flags(e, c.settings)},
+                 extra=c.settings.extra[e.args_variable])]
 
 
 def _evaluate_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
     f = files(c.layout)
     return [Step(name=e.name, script=e.script, inputs=[f["sim"]], outputs=[f["eval"]], depends=e.reruns_after,
-                 argv=["--mode", "evaluate", "--input_file", str(f["sim"]), "--output_file", str(f["eval"]), *flags(e, c.settings)])]
+                 values={"--mode": "evaluate", "--input_file": [f["sim"]], "--output_file": f["eval"], **flags(e, c.settings)})]
 
 
-def _judge_argv(s: "LaunchSettings", f: dict[str, Path]) -> list[str]:
+def _judge_values(e: "StageEntry", s: "LaunchSettings", f: dict[str, Path]) -> dict[str, object]:
     # --fail_on_skipped: entries left skipped end the run with exit 1 (after the report), and the next run retries them
-    argv = ["--evaluations", str(f["eval"]), "--output", str(f["judge"]), "--skipped", str(f["judge_skipped"]),
-            "--judge_model", s.values["JUDGE_MODEL"], "--fail_on_skipped"]
-    if s.values["JUDGE_BASE_URL"]:
-        argv += ["--base_url", s.values["JUDGE_BASE_URL"]]
-    return argv + list(s.extra["JUDGE_ARGS"])
+    given = {flag: text for flag, text in flags(e, s).items() if text}  # no JUDGE_BASE_URL: the OpenAI API
+    return {"--evaluations": f["eval"], "--output": f["judge"], "--skipped": f["judge_skipped"], **given, "--fail_on_skipped": True}
 
 
 def _judge_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
@@ -118,12 +116,12 @@ def _judge_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
     f = files(c.layout)
     # no reruns_after: its own done() (its requests' content, issue 31) says when evaluate's rerun changed them
     return [Step(name=e.name, script=e.script, inputs=[f["eval"]], outputs=[f["judge"], f["judge_skipped"]],
-                 argv=_judge_argv(c.settings, f), incomplete_codes=(1,))]
+                 values=_judge_values(e, c.settings, f), extra=c.settings.extra[e.args_variable], incomplete_codes=(1,))]
 
 
 def _judge_probe(e: "StageEntry", s: "LaunchSettings") -> Step:
     """JUDGE_ARGS is checked even while the judge is off: a step that only parses."""
-    return Step(name=e.name, script=e.script, outputs=[], argv=["--evaluations", "eval.json", *s.extra["JUDGE_ARGS"]])
+    return Step(name=e.name, script=e.script, outputs=[], values={"--evaluations": Path("eval.json")}, extra=s.extra[e.args_variable])
 
 
 def _judge_config(s: "LaunchSettings") -> str:
@@ -139,7 +137,7 @@ def _report_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
     if c.settings.values["REPORT"] != "1":
         return []
     f = files(c.layout)
-    step = Step(name=e.name, script=e.script, argv=[], inputs=[f["eval"]], outputs=[f["report_dir"] / "report.md"],
+    step = Step(name=e.name, script=e.script, inputs=[f["eval"]], outputs=[f["report_dir"] / "report.md"],
                 depends=e.reruns_after)
     _refresh_report(step, c.settings, c.layout)
     return [step]
@@ -158,16 +156,16 @@ def _refresh_report(step: Step, s: "LaunchSettings", layout: RunLayout) -> str |
         except Exception as exc:  # noqa: BLE001 (any unreadable neighbour: report this run alone, and say so)
             log.info("step %s: could not look for runs at other MAX_FRAMES in %s (%s); reporting this run alone",
                      step.name, layout.out_dir, exc)
-    argv = ["--mode", "report", "--input_file", *map(str, evals), "--report_dir", str(f["report_dir"]),
-            "--published", s.values["PUBLISHED"]]
+    values: dict[str, object] = {"--mode": "report", "--input_file": list(evals), "--report_dir": f["report_dir"],
+                                 **flags(entry(step.name), s)}
     inputs = list(evals)
     if f["judge"].is_file() and f["judge"].stat().st_size:
-        argv += ["--judge_files", str(f["judge"])]
+        values["--judge_files"] = [f["judge"]]
         inputs.append(f["judge"])
     if s.demo:
         what, meaning, _ = demo_note(s)
-        argv += ["--note", f"DEMO run: {what}; {meaning}."]
-    step.argv, step.inputs = argv, inputs
+        values["--note"] = [f"DEMO run: {what}; {meaning}."]
+    step.values, step.inputs = values, inputs
     others = len(evals) - 1
     return f"with {others} run(s) of the same model and questions at other MAX_FRAMES (frame-budget plot)" if others else None
 
@@ -175,47 +173,54 @@ def _refresh_report(step: Step, s: "LaunchSettings", layout: RunLayout) -> str |
 # --------------------------------------------------------------------------- each entry's Stage object
 
 
-def _download(step: Step) -> "Stage":
-    from k9bench.download.stage import DownloadStage, config_from_argv
+def _parsed(parser, step: Step):
+    """The step's values and the user's ``*_ARGS`` through the stage's own parser (a Namespace that only the
+    stage's own ``*_from_namespace`` reads)."""
+    return parser.parse_values(step.values, step.extra)
 
-    return DownloadStage(config_from_argv(list(step.argv)))
+
+def _download(step: Step) -> "Stage":
+    from k9bench.download.stage import DownloadStage, build_parser, run_from_namespace
+
+    return DownloadStage(run_from_namespace(_parsed(build_parser(), step), step.argv))
 
 
 def _inference(step: Step) -> "Stage":
-    from k9bench.inference.stage import InferenceStage, config_from_argv
+    from k9bench.inference.stage import InferenceStage, build_parser, checked_config_from_namespace
 
     # records made with other settings are set aside and redone (the launcher's rerun), never mixed
-    return InferenceStage(config_from_argv(list(step.argv)), list(step.argv), redo_changed=True)
+    return InferenceStage(checked_config_from_namespace(_parsed(build_parser(), step)), step.argv, redo_changed=True)
 
 
 def _merge(step: Step) -> "Stage":
     from k9bench.merge import MergeStage
 
-    return MergeStage(list(step.inputs), step.outputs[0], expect_shards=len(step.inputs), argv=list(step.argv))
+    return MergeStage(list(step.inputs), step.outputs[0], expect_shards=len(step.inputs), argv=step.argv)
 
 
 def _calculate(step: Step) -> "Stage":
-    from k9bench.scoring import CalculateStage, config_from_argv
+    from k9bench.scoring.stages import CalculateStage, build_parser, config_from_namespace
 
-    return CalculateStage(config_from_argv(list(step.argv)))
+    return CalculateStage(config_from_namespace(_parsed(build_parser(), step), step.argv))
 
 
 def _evaluate(step: Step) -> "Stage":
-    from k9bench.scoring import EvaluateStage, config_from_argv
+    from k9bench.scoring.stages import EvaluateStage, build_parser, config_from_namespace
 
-    return EvaluateStage(config_from_argv(list(step.argv)))
+    return EvaluateStage(config_from_namespace(_parsed(build_parser(), step), step.argv))
 
 
 def _judge(step: Step) -> "Stage":
-    from k9bench.judge import JudgeStage, config_from_argv
+    from k9bench.judge.settings import build_parser, config_from_namespace
+    from k9bench.judge.stage import JudgeStage
 
-    return JudgeStage(config_from_argv(list(step.argv)))
+    return JudgeStage(config_from_namespace(_parsed(build_parser(), step), step.argv))
 
 
 def _report(step: Step) -> "Stage":
-    from k9bench.report import ReportStage, config_from_argv
+    from k9bench.report.stage import ReportStage, build_parser, config_from_namespace
 
-    return ReportStage(config_from_argv(list(step.argv)))
+    return ReportStage(config_from_namespace(_parsed(build_parser(), step)))
 
 
 def _demo_model(step: Step) -> "Stage":
@@ -277,7 +282,11 @@ class StageEntry:
     in_shard_runs: bool = False
     """It runs in a one-shard launch (an array task, SHARD_ID): download and inference only."""
     variables: Mapping[str, str] = field(default_factory=dict)
-    """Launcher variable -> the flag it becomes."""
+    """Launcher variable -> the flag it becomes (the one record of it: the launcher's value checks, its
+    defaults table and the plan's steps all read it here)."""
+    types_shared: bool = False
+    """Its flags give the variables it shares with other stages their type, choices and default (the launcher's
+    check of DATASET_NAME, VIDEO_DIR...: :func:`variable_flag`); otherwise the first entry with the variable does."""
     args_variable: str = ""
     """The ``*_ARGS`` variable a refusal of its argv names (checked with its own parser before anything runs)."""
     probe: Callable[["StageEntry", "LaunchSettings"], Step] | None = None
@@ -314,7 +323,7 @@ STAGES: tuple[StageEntry, ...] = (
                incomplete_note="some videos could not be fetched (see {output}); going on: their questions become failed "
                                "'missing video' records, counted as wrong. DOWNLOAD_STRICT=1 stops here instead."),
     StageEntry("inference", "eval_video_llm", "k9bench.inference.stage", _inference, _inference_steps, follows=("download",),
-               in_shard_runs=True, checks=(preflight.dataset, preflight.model, preflight.vllm), args_variable="INFER_ARGS",
+               in_shard_runs=True, checks=(preflight.dataset, preflight.model, preflight.vllm), args_variable="INFER_ARGS", types_shared=True,
                variables={"MODEL_NAME": "--model_name_or_path", "DATASET_NAME": "--dataset_name", "SPLIT": "--split",
                           "VIDEO_DIR": "--video_dir", "MAX_FRAMES": "--max_frames", "MAX_SAMPLES": "--max_samples",
                           "BATCH_SIZE": "--batch_size", "DTYPE": "--torch_dtype", "ATTN_IMPL": "--attn_implementation"},
@@ -360,6 +369,17 @@ def script_entry(script: str) -> StageEntry:
 def script_module(script: str) -> ModuleType:
     """The package module of a script or tool (its parser, ``config_from_argv``)."""
     return importlib.import_module(script_entry(script).module)
+
+
+def variable_flag(name: str) -> tuple[str, str] | None:
+    """``(script, flag)`` of the stage flag that types launcher variable ``name`` (its type, choices, default):
+    that of the entry marked :attr:`~StageEntry.types_shared` when it takes the variable, else of the first entry
+    that does; None when no stage takes it."""
+    takers = [e for e in STAGES if name in e.variables]
+    if not takers:
+        return None
+    owner = next((e for e in takers if e.types_shared), takers[0])
+    return owner.script, owner.variables[name]
 
 
 def make_stage(step: Step) -> "Stage":

@@ -1,5 +1,5 @@
-"""The scripts' own parsers as the launcher sees them: to check every ``*_ARGS`` before anything runs
-(the stages themselves run as Stage objects: :func:`k9bench.pipeline.registry.make_stage`).
+"""The scripts' own parsers as the launcher sees them, and the check of every ``*_ARGS`` before anything runs
+(:func:`check_step`: the step's Stage built as the run builds it, :func:`k9bench.pipeline.registry.make_stage`).
 
 Each comes from the package module the stage registry names (:mod:`k9bench.pipeline.registry`): the
 launcher never imports the root scripts and never touches ``sys.path``.
@@ -32,19 +32,20 @@ class ArgsError(ValueError):
     """A ``*_ARGS`` value its script refuses (one line, redacted)."""
 
 
-def check_argv(script: str, argv: list[str], variable: str) -> None:
-    """Parse ``argv`` as the stage will (its package's ``config_from_argv``, which also checks values that
-    need each other); raise :class:`ArgsError` naming ``variable``."""
+def check_step(step, variable: str) -> None:
+    """Build the step's Stage as the run will (:func:`k9bench.pipeline.registry.make_stage`: its values and the
+    user's ``*_ARGS`` through the stage's own parser and checks, which also check values that need each other);
+    raise :class:`ArgsError` naming ``variable``."""
     from k9bench.redact import redact_text
     from k9bench.stage import StageError
 
     captured = io.StringIO()
     try:
         with contextlib.redirect_stderr(captured), contextlib.redirect_stdout(captured):
-            script_module(script).config_from_argv(list(argv))
+            registry.make_stage(step)
     except SystemExit as exc:
         if exc.code in (0, None):
-            raise ArgsError(f"{variable}: {script}.py printed its help instead of running; remove -h/--help") from None
+            raise ArgsError(f"{variable}: {step.script}.py printed its help instead of running; remove -h/--help") from None
         lines = [ln.strip() for ln in captured.getvalue().splitlines() if ln.strip() and not ln.startswith("usage:")]
         why = lines[-1] if lines else f"refused (exit {exc.code})"
         raise ArgsError(redact_text(f"{variable}: {why}")) from None

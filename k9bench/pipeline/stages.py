@@ -5,8 +5,9 @@ and the note a stage that ended "incomplete" leaves for the next run.
 Every step runs as its entry's Stage object (:func:`k9bench.pipeline.registry.make_stage`), in this
 process, through :func:`k9bench.stage.run_stage`: the Stage writes its own stage block into its artifact
 and its ``done()`` reads it back. A step's ``argv`` is the record of how to run it by hand (the log's
-``step X: <script> <argv>`` line) and what its Stage's settings are parsed from, with the user's
-``*_ARGS`` in it (they are free-form, so only the stage's own parser can read them).
+``step X: <script> <argv>`` line), written out from what its Stage's settings are built from: the step's
+:attr:`Step.values` (by flag, typed where the launcher decides them) and the user's ``*_ARGS`` (free-form, so
+only the stage's own parser reads them).
 """
 
 from __future__ import annotations
@@ -62,9 +63,15 @@ class Step:
     """Its name in the plan and the log: its registry entry's name (an inference shard: ``inference-shard<i>``)."""
     script: str
     """The script or tool that runs it by hand (:attr:`k9bench.pipeline.registry.StageEntry.script`)."""
-    argv: list[str]
-    """Its command line by hand (and what its Stage's settings are parsed from)."""
     outputs: list[Path]
+    values: Mapping[str, Any] = field(default_factory=dict)
+    """What the launcher sets, by the stage's flag (``{"--max_frames": "8", "--output_file": Path(...), "--greedy": True}``):
+    its Stage's settings are built from these with the stage's own parser
+    (:meth:`k9bench.cli.ArgumentParser.parse_values`), the launcher variables' texts through their flags' types."""
+    extra: tuple[str, ...] = ()
+    """The user's ``*_ARGS`` for it: free-form, so the stage's own parser reads them (over :attr:`values`: they win)."""
+    positional: tuple[str, ...] = ()
+    """Positional arguments of a stage without a settings parser (merge's shard files, the tiny model's folder)."""
     inputs: list[Path] = field(default_factory=list)
     """Earlier outputs this stage reads (their content is part of its record)."""
     depends: tuple[str, ...] = ()
@@ -73,15 +80,35 @@ class Step:
     """Exit codes after which the stage counts as done."""
     incomplete_codes: tuple[int, ...] = ()
     """Exit codes after which the run goes on but the stage runs again next time (skipped judge entries...)."""
-    params: Mapping[str, Any] = field(default_factory=dict)
-    """Typed values for a stage without a parser of its own (the demo's model family, the soundtracks)."""
     served: bool = False
     """Runs through the server the launcher starts (SERVE=vllm): its Stage is built again, with the server's
     URL, once the server answers (:meth:`with_url`)."""
 
+    @property
+    def argv(self) -> list[str]:
+        """Its command line by hand (the log's ``step X: <script> <argv>`` line, the record of how to rerun it):
+        :attr:`positional`, then :attr:`values` written out (:func:`argv_of`), then :attr:`extra`."""
+        return [*self.positional, *argv_of(self.values), *self.extra]
+
     def with_url(self, placeholder: str, url: str) -> "Step":
-        """This step with ``placeholder`` in its argv replaced by ``url`` (the started server's)."""
-        return dataclasses.replace(self, argv=[url if a == placeholder else a for a in self.argv])
+        """This step with each value ``placeholder`` replaced by ``url`` (the started server's)."""
+        return dataclasses.replace(self, values={k: url if v == placeholder else v for k, v in self.values.items()})
+
+
+def argv_of(values: Mapping[str, Any]) -> list[str]:
+    """Values by flag as a command line: ``True`` is the bare flag, ``False``/None leave it out, a list gives one
+    argument per item, anything else its text."""
+    argv: list[str] = []
+    for flag, value in values.items():
+        if value is True:
+            argv.append(flag)
+        elif value is False or value is None:
+            continue
+        elif isinstance(value, (list, tuple)):
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
 
 
 def incomplete_marker(step: Step) -> Path:
@@ -109,31 +136,28 @@ def video_transport() -> str:
     return "video" if "video" in TRANSPORTS else "video_url"
 
 
-def inference_argv(s: "LaunchSettings", output: Path, shard: int | None, num_shards: int) -> list[str]:
+def inference_values(s: "LaunchSettings", variables: Mapping[str, str], output: Path, shard: int | None,
+                     num_shards: int) -> dict[str, Any]:
+    """The inference step's values by flag (:attr:`Step.values`): its entry's ``variables`` (launcher variable ->
+    flag) and what the launcher decides (the output, the backend, the shard)."""
     v = s.values
-    argv = ["--model_name_or_path", v["MODEL_NAME"], "--dataset_name", v["DATASET_NAME"], "--split", v["SPLIT"],
-            "--video_dir", v["VIDEO_DIR"], "--max_frames", v["MAX_FRAMES"], "--max_samples", v["MAX_SAMPLES"],
-            "--batch_size", v["BATCH_SIZE"], "--output_file", str(output)]
     served = bool(v["SERVE"] or v["SERVE_URL"])
+    in_process_vllm = v.get("BACKEND") == "vllm"
+    # DTYPE and ATTN_IMPL go to a backend that loads the weights here; vLLM in-process keeps its own attention kernels
+    left_out = {"DTYPE", "ATTN_IMPL"} if served else {"ATTN_IMPL"} if in_process_vllm else set()
+    values: dict[str, Any] = {flag: v[var] for var, flag in variables.items() if var not in left_out and v[var] != ""}
+    values["--output_file"] = output
     if served:
-        argv += ["--backend", "openai", "--base_url", v["SERVE_URL"] or SERVED_URL, "--api_model", v["MODEL_NAME"],
-                 "--video_transport", video_transport()]
-    else:
-        if v["DTYPE"]:
-            argv += ["--torch_dtype", v["DTYPE"]]
-        if v.get("BACKEND") == "vllm":  # vLLM in-process: its own attention kernels
-            argv += ["--backend", "vllm", "--tensor_parallel", v["TENSOR_PARALLEL"] or v["GPUS"] or "1"]
-        elif v["ATTN_IMPL"]:
-            argv += ["--attn_implementation", v["ATTN_IMPL"]]
-    if s.thinking:
-        argv.append("--thinking_mode")
-    if s.audio:
-        argv.append("--audio")
+        values |= {"--backend": "openai", "--base_url": v["SERVE_URL"] or SERVED_URL, "--api_model": v["MODEL_NAME"],
+                   "--video_transport": video_transport()}
+    elif in_process_vllm:
+        values |= {"--backend": "vllm", "--tensor_parallel": v["TENSOR_PARALLEL"] or v["GPUS"] or "1"}
+    values |= {"--thinking_mode": s.thinking, "--audio": s.audio}
     if shard is not None:
-        argv += ["--num_shards", str(num_shards), "--shard_id", str(shard)]
-    if v["GPUS_PER_NODE"] and int(v["GPUS_PER_NODE"]) > 1 and not served and v.get("BACKEND") != "vllm":
-        argv += ["--data_parallel", v["GPUS_PER_NODE"]]
-    return argv + list(s.extra["INFER_ARGS"])
+        values |= {"--num_shards": num_shards, "--shard_id": shard}
+    if v["GPUS_PER_NODE"] and int(v["GPUS_PER_NODE"]) > 1 and not served and not in_process_vllm:
+        values["--data_parallel"] = v["GPUS_PER_NODE"]
+    return values
 
 
 def demo_note(s: "LaunchSettings") -> tuple[str, str, bool]:

@@ -102,7 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_argv(argv: list[str]) -> ReportSettings:
     """:class:`ReportSettings` from the report's argv (argparse's usage errors exit 2; a bad value is a
     :class:`~k9bench.stage.StageError`)."""
-    args = build_parser().parse_args(argv)
+    return config_from_namespace(build_parser().parse_args(argv))
+
+
+def config_from_namespace(args: argparse.Namespace) -> ReportSettings:
+    """The one step from parsed flags to :class:`ReportSettings` (see :func:`config_from_argv`)."""
     try:
         return from_namespace(ReportSettings, args)
     except ValueError as exc:

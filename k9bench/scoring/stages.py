@@ -19,7 +19,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from k9bench.artifacts import RecordsArtifact, provenance
 from k9bench.artifact_io import ArtifactError, write_json_atomic
@@ -62,8 +62,12 @@ def build_parser() -> argparse.ArgumentParser:
 def config_from_argv(argv: list[str] | None) -> ScoringConfig:
     """Parse and check ``argv``; :class:`StageError` (exit 2, one line naming the flag) for a bad value,
     ``SystemExit(2)`` for argparse's own usage errors."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    return config_from_namespace(build_parser().parse_args(argv), tuple(sys.argv[1:] if argv is None else argv))
+
+
+def config_from_namespace(args: argparse.Namespace, argv: Sequence[str] = ()) -> ScoringConfig:
+    """The one step from parsed flags to the frozen :class:`ScoringConfig` (``argv``: the command line it came from,
+    kept as the record); the same checks and errors as :func:`config_from_argv`."""
     try:
         files = from_namespace(ScoringFiles, args)
         emb = from_namespace(EmbeddingSettings, args)
@@ -78,8 +82,7 @@ def config_from_argv(argv: list[str] | None) -> ScoringConfig:
     if files.mode != "report" and len(files.input_file) != 1:
         raise StageError(f"--mode {files.mode} takes exactly one --input_file (got {len(files.input_file)})", EXIT_USAGE)
     # verbose and quiet come from the namespace too (ScoringConfig's own fields)
-    return from_namespace(ScoringConfig, args, files=files, embedding=emb, evaluation=ev,
-                          argv=tuple(sys.argv[1:] if argv is None else argv), report=report)
+    return from_namespace(ScoringConfig, args, files=files, embedding=emb, evaluation=ev, argv=tuple(argv), report=report)
 
 
 # ---------------------------------------------------------------------------
