@@ -83,12 +83,11 @@ def _serve(text: str) -> str:
 
 @dataclass(frozen=True)
 class Variable:
-    """One environment variable and, where a script's flag receives it, that flag (whose default applies)."""
+    """One environment variable. Where a stage's flag receives it, the stage registry says which flag
+    (:attr:`k9bench.pipeline.registry.StageEntry.variables`, :func:`k9bench.pipeline.registry.variable_flag`):
+    that flag's parser gives its default, type and choices."""
 
     name: str
-    script: str = ""
-    """The script whose flag takes the value (its parser gives the default, type and choices)."""
-    flag: str = ""
     check: Callable[[str], object] | None = None
     """The launcher's own rule on top of the flag's type."""
     default: str | None = None
@@ -99,22 +98,22 @@ class Variable:
 
 
 VARIABLES: tuple[Variable, ...] = (
-    Variable("MODEL_NAME", "eval_video_llm", "--model_name_or_path", help="model id or local folder"),
-    Variable("MAX_FRAMES", "eval_video_llm", "--max_frames", _max_frames, help="frame budget per video (0: text only)"),
-    Variable("MAX_SAMPLES", "eval_video_llm", "--max_samples", _max_samples, default="10", help="questions to run; -1 = all 4,744"),
-    Variable("VIDEO_DIR", "eval_video_llm", "--video_dir", help="folder of {scene}.mp4 videos"),
-    Variable("DATASET_NAME", "eval_video_llm", "--dataset_name", help="Hub id, local parquet/json/jsonl/save_to_disk folder, or demo"),
-    Variable("SPLIT", "eval_video_llm", "--split", help="dataset split"),
-    Variable("BATCH_SIZE", "eval_video_llm", "--batch_size", _batch_size, check_first=True,
+    Variable("MODEL_NAME", help="model id or local folder"),
+    Variable("MAX_FRAMES", _max_frames, help="frame budget per video (0: text only)"),
+    Variable("MAX_SAMPLES", _max_samples, default="10", help="questions to run; -1 = all 4,744"),
+    Variable("VIDEO_DIR", help="folder of {scene}.mp4 videos"),
+    Variable("DATASET_NAME", help="Hub id, local parquet/json/jsonl/save_to_disk folder, or demo"),
+    Variable("SPLIT", help="dataset split"),
+    Variable("BATCH_SIZE", check=_batch_size, check_first=True,
              help="questions per inference batch, or auto (1 on a CPU, the largest that fits on a GPU)"),
-    Variable("DTYPE", "eval_video_llm", "--torch_dtype", help="inference weight dtype"),
-    Variable("ATTN_IMPL", "eval_video_llm", "--attn_implementation", help="attention kernel, e.g. sdpa"),
-    Variable("EMBEDDING_MODEL", "evaluate_results", "--embedding_model", help="similarity model id or local folder"),
-    Variable("EMBED_BATCH_SIZE", "evaluate_results", "--batch_size", positive_int, help="embedding batch size"),
-    Variable("DEVICE", "evaluate_results", "--device", _device, help="device of the embedding model"),
-    Variable("THRESHOLD", "evaluate_results", "--threshold", unit_interval, help="similarity threshold of the fine rule, in [0, 1]"),
-    Variable("JUDGE_MODEL", "subjective_evals", "--judge_model", help="judge model (pin a dated snapshot)"),
-    Variable("JUDGE_BASE_URL", "subjective_evals", "--base_url", http_url,
+    Variable("DTYPE", help="inference weight dtype"),
+    Variable("ATTN_IMPL", help="attention kernel, e.g. sdpa"),
+    Variable("EMBEDDING_MODEL", help="similarity model id or local folder"),
+    Variable("EMBED_BATCH_SIZE", positive_int, help="embedding batch size"),
+    Variable("DEVICE", _device, help="device of the embedding model"),
+    Variable("THRESHOLD", unit_interval, help="similarity threshold of the fine rule, in [0, 1]"),
+    Variable("JUDGE_MODEL", help="judge model (pin a dated snapshot)"),
+    Variable("JUDGE_BASE_URL", http_url,
              help="OpenAI-compatible judge endpoint (vLLM, proxy); enables the judge"),
     Variable("OUT_DIR", default=RESULTS_DIR, help="folder of the artifacts"),
     Variable("AUDIO", check=_choice("0", "1"), default="0", help="1: the model hears the soundtracks too; artifacts are named <tag>_av"),
@@ -184,9 +183,13 @@ def script_parser(script: str, cache: dict) -> argparse.ArgumentParser:
     return cache[script]
 
 
-def _flag_action(var: Variable, parsers: dict) -> argparse.Action:
-    """The script flag that takes the variable (:meth:`k9bench.cli.ArgumentParser.flag`: its type, choices, default)."""
-    return script_parser(var.script, parsers).flag(var.flag)
+def _flag_action(var: Variable, parsers: dict) -> argparse.Action | None:
+    """The stage flag that takes the variable (:meth:`k9bench.cli.ArgumentParser.flag`: its type, choices, default);
+    None when no stage's flag does."""
+    from k9bench.pipeline.registry import variable_flag
+
+    found = variable_flag(var.name)
+    return None if found is None else script_parser(found[0], parsers).flag(found[1])
 
 
 def _refusal(name: str, text: str, kind: object, exc: Exception) -> LaunchError:
@@ -201,7 +204,7 @@ def _refusal(name: str, text: str, kind: object, exc: Exception) -> LaunchError:
 
 def check_value(var: Variable, text: str, parsers: dict) -> None:
     """One value as its script's flag would parse it (type, choices), then the launcher's own rule."""
-    action = _flag_action(var, parsers) if var.script else None
+    action = _flag_action(var, parsers)
     kinds = (var.check, action.type if action else None)
     for kind in (kinds if var.check_first else kinds[::-1]):
         if kind is None:
@@ -216,10 +219,10 @@ def check_value(var: Variable, text: str, parsers: dict) -> None:
 
 def default_of(var: Variable, parsers: dict) -> str | None:
     """The launcher's own default, else the default of the script flag that takes the value."""
-    if var.default is not None or not var.script:
+    action = None if var.default is not None else _flag_action(var, parsers)
+    if action is None:
         return var.default
-    value = _flag_action(var, parsers).default
-    return None if value is None else str(value)
+    return None if action.default is None else str(action.default)
 
 
 OTHER_VARIABLES = (
@@ -241,12 +244,15 @@ OTHER_VARIABLES = (
 
 def defaults_table() -> str:
     """Every variable, what it does and its default as the scripts define it now (``--help``)."""
+    from k9bench.pipeline.registry import variable_flag
+
     parsers: dict = {}
     lines = ["Variables (default now: the launcher's own, else that of the script flag named):"]
     for var in VARIABLES:
         value = default_of(var, parsers)
         shown = "(the script decides)" if value is None else (value or "(none)")
-        where = f" [{var.script}.py {var.flag}]" if var.script and var.default is None else ""
+        found = variable_flag(var.name) if var.default is None else None
+        where = f" [{found[0]}.py {found[1]}]" if found else ""
         lines.append(f"  {var.name:<17}{var.help}")
         lines.append(f"  {'':<17}default: {shown}{where}")
     for name, text in OTHER_VARIABLES:
