@@ -7,6 +7,8 @@ import dataclasses
 import json
 import subprocess
 import sys
+import typing
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,10 @@ from k9bench.inference import registry
 from k9bench.inference.backend import Backend, backend_class
 from k9bench.inference.planning import UsageError, check_model_path, preflight
 from k9bench.inference.resume_check import frame_fingerprint
-from k9bench.inference.settings import SECTIONS, FrameSettings, ModelSettings, OpenAISettings, RunConfig, resolve
+from k9bench.inference import settings as inference_settings
+from k9bench.inference.settings import FrameSettings, ModelSettings, OpenAISettings, RunConfig, config_from_namespace, resolve, sections
+from k9bench.settings import setting
+from k9bench.validators import positive_int
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -32,10 +37,77 @@ def _openai(**openai) -> RunConfig:
 
 def test_every_entry_names_a_section_and_a_backend_class_of_that_name():
     for name, entry in registry.REGISTRY.items():
-        assert entry.settings_section in SECTIONS and entry.summary, name
+        assert entry.settings_section in sections() and entry.summary, name
         assert entry.settings_section in {f.name for f in dataclasses.fields(RunConfig)}, name
         cls = backend_class(name)  # imports no backend package (torch, openai, vllm are imported at load)
         assert issubclass(cls, Backend) and cls.name == name, name
+
+
+def test_every_entry_names_its_settings_class_the_type_of_its_config_section():
+    hints = typing.get_type_hints(RunConfig)
+    for name, entry in registry.REGISTRY.items():
+        cls = registry.load(entry.settings)
+        assert dataclasses.is_dataclass(cls) and hints[entry.settings_section] is cls, name
+        assert type(getattr(RunConfig(), entry.settings_section)) is cls and sections()[entry.settings_section] is cls, name
+        assert entry.flag_group, name
+        if entry.add_flags:
+            assert callable(registry.load(entry.add_flags)), name
+
+
+@dataclass(frozen=True)
+class EchoSettings:
+    """The settings of a backend registered only by the tests below."""
+
+    echo_words: int = setting(3, "--backend echo: words echoed back (default: %(default)s)", type=positive_int)
+
+
+def add_echo_flags(group) -> None:
+    """An ``add_flags`` function: EchoSettings' flag, also as ``-E``."""
+    group.add_argument("-E", "--echo_words", type=positive_int, default=3, help="--backend echo: words echoed back, -E for short")
+
+
+def _register_echo(monkeypatch, **facts) -> None:
+    row = registry.BackendEntry(f"{__name__}:EchoBackend", "echo", local_weights=False, summary="test only",
+                                settings=f"{__name__}:EchoSettings", flag_group="echo backend (--backend echo)")
+    monkeypatch.setitem(registry.REGISTRY, "echo", dataclasses.replace(row, **facts))
+
+
+def _group_of(parser, flag: str) -> str:
+    return next(g.title for g in parser._action_groups for a in g._group_actions if flag in a.option_strings)
+
+
+def test_a_registered_backend_gets_its_flag_group_and_its_config_section(monkeypatch):
+    from k9bench.inference.stage import build_parser
+
+    _register_echo(monkeypatch)
+    parser = build_parser()
+    text = parser.format_help()
+    assert "echo backend (--backend echo):" in text and "words echoed back (default: 3)" in text
+    titles = [g.title for g in parser._action_groups]
+    assert titles.index("vLLM in-process (--backend vllm)") < titles.index("echo backend (--backend echo)") < titles.index("data (reference flags)")
+    assert _group_of(parser, "--echo_words") == "echo backend (--backend echo)"
+    # RunConfig needs the section's field: the shortest way is a subclass with it
+    with_echo = dataclasses.make_dataclass("RunConfig", [("echo", EchoSettings, dataclasses.field(default_factory=EchoSettings))],
+                                           bases=(RunConfig,), frozen=True)
+    monkeypatch.setattr(inference_settings, "RunConfig", with_echo)
+    config = config_from_namespace(parser.parse_args(["--echo_words", "7"]))
+    assert config.echo == EchoSettings(echo_words=7) and config.flat()["echo_words"] == 7
+    assert config.hf == RunConfig().hf and config_from_namespace(parser.parse_args([])).echo.echo_words == 3
+
+
+def test_a_backend_in_the_model_group_stands_before_backend_and_add_flags_replaces_add_arguments(monkeypatch):
+    from k9bench.inference.stage import build_parser
+
+    _register_echo(monkeypatch, flag_group=registry.MODEL_FLAGS_GROUP, add_flags=f"{__name__}:add_echo_flags")
+    parser = build_parser()
+    model = next(g for g in parser._action_groups if g.title == registry.MODEL_FLAGS_GROUP)
+    flags = [a.option_strings[-1] for a in model._group_actions]
+    assert flags[0] == "--model_name_or_path" and flags[-1] == "--backend"
+    assert flags.index("--max_memory") < flags.index("--echo_words") < flags.index("--backend")
+    assert "echo backend (--backend echo)" not in [g.title for g in parser._action_groups]
+    text = parser.format_help()
+    assert parser.parse_args(["-E", "4"]).echo_words == 4 and "-E for short" in text and "echoed back (default" not in text
+    assert sum("--echo_words" in a.option_strings for a in parser._actions) == 1
 
 
 def test_the_registry_imports_no_project_module_and_no_heavy_package():

@@ -4,6 +4,7 @@ out-of-memory error, bench_gpu's JSON layout with a baseline engine, and the bas
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -201,7 +202,7 @@ def test_registered_backends_subclass_the_base_class_and_name_the_choices(monkey
     fake = types.ModuleType("k9bench_fake_backend_module")
     fake.NotABackend = type("NotABackend", (), {})
     monkeypatch.setitem(__import__("sys").modules, fake.__name__, fake)
-    monkeypatch.setitem(registry.REGISTRY, "odd", registry.BackendEntry(f"{fake.__name__}:NotABackend", "hf", local_weights=False))
+    monkeypatch.setitem(registry.REGISTRY, "odd", dataclasses.replace(registry.REGISTRY["hf"], target=f"{fake.__name__}:NotABackend", local_weights=False))
     with pytest.raises(BackendError, match="not a subclass"):
         backend_class("odd")
 

@@ -14,12 +14,12 @@ import eval_video_llm
 from k9bench.layout import checkpoint_path
 from k9bench.inference.runner import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from k9bench.inference.settings import (
-    SECTIONS,
     FrameSettings,
     GenerationSettings,
     RunConfig,
     config_from_namespace,
     resolve,
+    sections,
     settings_docs,
 )
 from k9bench.settings import default_of
@@ -95,7 +95,7 @@ def test_config_is_built_once_and_derived_values_come_by_replace():
 
 def test_every_flag_is_a_settings_field():
     parser = eval_video_llm.build_parser()
-    fields = {f.name for cls in SECTIONS.values() for f in dataclasses.fields(cls)}
+    fields = {f.name for cls in sections().values() for f in dataclasses.fields(cls)}
     dests = {a.dest for a in parser._actions if a.option_strings and a.dest not in ("help", "verbose", "quiet")}
     assert dests <= fields, dests - fields
     assert default_of(GenerationSettings, "do_sample") is None
@@ -172,6 +172,6 @@ def test_inference_block_is_the_settings_as_run(use_backend, demo_video_dir, tmp
     assert block["seed"] == 5 and block["max_new_tokens"] == 2048 and block["dataset"]["split"] == "test"
     # every key of every section is documented by its field's help
     docs = settings_docs()
-    for section, cls in SECTIONS.items():
+    for section, cls in sections().items():
         assert set(docs[section]) == {f.name for f in dataclasses.fields(cls)}
         assert all(docs[section].values()), section

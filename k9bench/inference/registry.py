@@ -8,15 +8,23 @@ checkpoint's ``config.json`` are checked before anything loads), whether transfo
 (``--device``/``--attn_implementation`` checked before torch), and how it sends frames and soundtracks
 (an exact ``--frame_size``, audio as its own part). Code outside a backend's module asks these facts,
 never the backend's name. ``--backend``'s choices are this table's keys (:data:`BACKEND_NAMES`), its help
-the entries' :attr:`BackendEntry.summary`.
+the entries' :attr:`BackendEntry.summary`. Each entry also names its settings class and the ``--help`` group of
+its flags: ``eval_video_llm.py``'s parser and :class:`~k9bench.inference.settings.RunConfig`'s sections are built
+from these rows, not from a list of backends.
 
 Nothing here imports another module of the project, so any module may import it.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 from dataclasses import dataclass
 from typing import Any
+
+MODEL_FLAGS_GROUP = "model (reference flags)"
+"""The ``--help`` group of ``--model_name_or_path`` and ``--backend``; a backend whose :attr:`BackendEntry.flag_group`
+is this one has its flags there, between those two (where the reference's transformers flags always stood)."""
 
 
 @dataclass(frozen=True)
@@ -28,6 +36,15 @@ class BackendEntry:
     settings_section: str
     """The :class:`~k9bench.inference.settings.RunConfig` attribute holding its own flags (written as
     ``inference.backend_settings`` and compared on resume)."""
+    settings: str = dataclasses.field(kw_only=True)
+    """``"module:Class"``: the frozen settings class of its own flags (the type of that ``RunConfig`` attribute),
+    imported only when the parser or the config is built."""
+    flag_group: str = dataclasses.field(kw_only=True)
+    """The title of the ``--help`` group its flags are listed in (:data:`MODEL_FLAGS_GROUP`: among the model flags);
+    backends naming the same title share the group, groups stand in registry order."""
+    add_flags: str = dataclasses.field(default="", kw_only=True)
+    """``"module:function"`` adding its flags to the group (``function(group)``), for flags that are not plain
+    :func:`k9bench.settings.add_arguments` of :attr:`settings`; empty: ``add_arguments(group, settings)``."""
     local_weights: bool
     """True: it loads the checkpoint on this machine (``--model_name_or_path`` is a Hub id or a folder here)."""
     summary: str = ""
@@ -48,11 +65,14 @@ class BackendEntry:
 
 REGISTRY: dict[str, BackendEntry] = {
     "hf": BackendEntry("k9bench.inference.hf:HFBackend", "hf", local_weights=True, summary="transformers, local weights",
-                       transformers_load=True),
+                       transformers_load=True, settings="k9bench.inference.settings:HFSettings", flag_group=MODEL_FLAGS_GROUP),
     "openai": BackendEntry("k9bench.inference.openai_backend:OpenAIBackend", "openai", local_weights=False,
-                           summary="an OpenAI-compatible server", exact_frame_size=True, audio_part=True, api_key_without_base_url=True),
+                           summary="an OpenAI-compatible server", exact_frame_size=True, audio_part=True, api_key_without_base_url=True,
+                           settings="k9bench.inference.settings:OpenAISettings", flag_group="OpenAI-compatible backend (--backend openai)",
+                           add_flags="k9bench.inference.settings:add_openai_arguments"),
     "vllm": BackendEntry("k9bench.inference.vllm_backend:VLLMBackend", "vllm", local_weights=True,
-                         summary="vLLM in-process, from the vLLM environment: docs/vllm.md"),
+                         summary="vLLM in-process, from the vLLM environment: docs/vllm.md",
+                         settings="k9bench.inference.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)"),
 }
 """``--backend`` name -> :class:`BackendEntry`."""
 
@@ -73,9 +93,16 @@ def backend_settings(config: Any) -> Any:
     return getattr(config, entry(config.model.backend).settings_section)
 
 
+def load(ref: str) -> Any:
+    """What a ``"module:Name"`` string names (:attr:`BackendEntry.settings`, :attr:`BackendEntry.add_flags`), its
+    module imported now, never when this registry is."""
+    module, _, name = ref.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def choices_help() -> str:
     """``--backend``'s choices with what each is (``hf (transformers, local weights), ...``)."""
     return ", ".join(f"{name} ({e.summary})" if e.summary else name for name, e in REGISTRY.items())
 
 
-__all__ = ["BACKEND_NAMES", "BackendEntry", "REGISTRY", "backend_settings", "choices_help", "entry"]
+__all__ = ["BACKEND_NAMES", "BackendEntry", "MODEL_FLAGS_GROUP", "REGISTRY", "backend_settings", "choices_help", "entry", "load"]

@@ -323,18 +323,23 @@ class OutputSettings:
     no_retry_failed: bool = setting(False, "on resume, keep failed records instead of retrying them", action="store_true")
 
 
-SECTIONS: dict[str, type] = {
-    "model": ModelSettings,
-    "hf": HFSettings,
-    "openai": OpenAISettings,
-    "vllm": VLLMSettings,
+SHARED_SECTIONS: dict[str, type] = {
     "prompt": PromptSettings,
     "generation": GenerationSettings,
     "frames": FrameSettings,
     "data": DataSettings,
     "output": OutputSettings,
 }
-"""Section name of :class:`RunConfig` -> its settings class."""
+"""The sections of :class:`RunConfig` after the backends' own -> their settings classes: every backend reads them, and
+``model`` (the first section); each backend's own section comes from its registry row (:func:`sections`)."""
+
+
+def sections() -> dict[str, type]:
+    """Section name of :class:`RunConfig` -> its settings class, in the config's order: ``model``, then each registered
+    backend's section (its :class:`~k9bench.inference.registry.BackendEntry`'s ``settings_section`` and ``settings``,
+    registry order), then the shared rest."""
+    backends = {e.settings_section: registry.load(e.settings) for e in registry.REGISTRY.values()}
+    return {"model": ModelSettings, **backends, **SHARED_SECTIONS}
 
 
 @dataclass(frozen=True)
@@ -344,7 +349,7 @@ class RunConfig:
     model: ModelSettings = dataclasses.field(default_factory=ModelSettings)
     """Backend and model."""
     hf: HFSettings = dataclasses.field(default_factory=HFSettings)
-    """The transformers backend's flags."""
+    """The transformers backend's flags (each registered backend has its field, named by its row's ``settings_section``)."""
     openai: OpenAISettings = dataclasses.field(default_factory=OpenAISettings)
     """The OpenAI-compatible backend's flags."""
     vllm: VLLMSettings = dataclasses.field(default_factory=VLLMSettings)
@@ -364,14 +369,15 @@ class RunConfig:
 
     def flat(self) -> dict[str, Any]:
         """Every field by flag name, over all sections (the shape ``provenance.args`` always had)."""
-        return {f.name: getattr(getattr(self, section), f.name) for section in SECTIONS for f in dataclasses.fields(getattr(self, section))}
+        return {f.name: getattr(getattr(self, section), f.name) for section in sections() for f in dataclasses.fields(getattr(self, section))}
 
 
 def config_from_namespace(namespace: argparse.Namespace) -> RunConfig:
-    """The run's config from ``eval_video_llm.py``'s parsed flags (called once, in ``main``)."""
+    """The run's config from ``eval_video_llm.py``'s parsed flags (called once, in ``main``): one section per
+    :func:`sections` entry, so a registered backend's section is built from its row."""
     from k9bench.settings import from_namespace
 
-    return RunConfig(**{name: from_namespace(cls, namespace) for name, cls in SECTIONS.items()})
+    return RunConfig(**{name: from_namespace(cls, namespace) for name, cls in sections().items()})
 
 
 def resolve(config: RunConfig) -> RunConfig:
@@ -429,11 +435,22 @@ def add_openai_arguments(group: argparse._ArgumentGroup) -> None:
                        help=docs["video_fps"])
 
 
+def add_backend_arguments(group: argparse._ArgumentGroup, entry: registry.BackendEntry) -> None:
+    """A registered backend's flags into ``group``: its row's ``add_flags`` function, or the plain
+    :func:`k9bench.settings.add_arguments` of its settings class."""
+    from k9bench.settings import add_arguments
+
+    if entry.add_flags:
+        registry.load(entry.add_flags)(group)
+    else:
+        add_arguments(group, registry.load(entry.settings))
+
+
 def settings_docs() -> dict[str, dict[str, str]]:
     """Section -> field -> help: the documentation of the raw file's ``inference.settings`` block."""
     from k9bench.settings import field_docs
 
-    return {name: field_docs(cls) for name, cls in SECTIONS.items()}
+    return {name: field_docs(cls) for name, cls in sections().items()}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -451,9 +468,9 @@ def main(argv: list[str] | None = None) -> int:
 __all__ = [
     "ATTN_IMPLEMENTATIONS", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES",
     "DataSettings", "FrameSettings", "GenerationSettings", "HFSettings", "IMAGE_DETAILS", "MAX_TOKENS_PARAMS", "ModelSettings",
-    "OpenAISettings", "OutputSettings", "PromptSettings", "RunConfig", "SECTIONS", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES", "VLLMSettings",
-    "add_openai_arguments", "config_from_namespace", "frame_size_tuple", "parse_frame_size", "parse_json_object", "resolve",
-    "settings_docs",
+    "OpenAISettings", "OutputSettings", "PromptSettings", "RunConfig", "SHARED_SECTIONS", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES",
+    "VLLMSettings", "add_backend_arguments", "add_openai_arguments", "config_from_namespace", "frame_size_tuple", "parse_frame_size", "parse_json_object", "resolve",
+    "sections", "settings_docs",
 ]
 
 

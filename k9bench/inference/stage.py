@@ -57,18 +57,19 @@ log = logging.getLogger("k9bench.inference")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The flags of ``eval_video_llm.py``, generated from the settings classes of :mod:`k9bench.inference.settings`."""
+    """The flags of ``eval_video_llm.py``, generated from the settings classes of :mod:`k9bench.inference.settings`;
+    each backend's flags from its :mod:`k9bench.inference.registry` row (those of a row whose group is
+    :data:`~k9bench.inference.registry.MODEL_FLAGS_GROUP` before ``--backend``, the others' groups after it)."""
     from k9bench.cli import ArgumentParser, add_dataset_args, add_logging_args
+    from k9bench.inference.registry import MODEL_FLAGS_GROUP, REGISTRY
     from k9bench.inference.settings import (
         DataSettings,
         FrameSettings,
         GenerationSettings,
-        HFSettings,
         ModelSettings,
         OutputSettings,
         PromptSettings,
-        VLLMSettings,
-        add_openai_arguments,
+        add_backend_arguments,
     )
     from k9bench.settings import add_arguments, default_of
 
@@ -76,12 +77,18 @@ def build_parser() -> argparse.ArgumentParser:
         prog="eval_video_llm.py",
         description="Run a video LLM on K9-Bench and write the raw results JSON (resumable, batched).",
     )
-    model = parser.add_argument_group("model (reference flags)")
+    model = parser.add_argument_group(MODEL_FLAGS_GROUP)
     add_arguments(model, ModelSettings, only=("model_name_or_path",))
-    add_arguments(model, HFSettings)
+    for entry in REGISTRY.values():
+        if entry.flag_group == MODEL_FLAGS_GROUP:
+            add_backend_arguments(model, entry)
     add_arguments(model, ModelSettings, only=("backend",))
-    add_openai_arguments(parser.add_argument_group("OpenAI-compatible backend (--backend openai)"))
-    add_arguments(parser.add_argument_group("vLLM in-process (--backend vllm)"), VLLMSettings)
+    groups: dict[str, argparse._ArgumentGroup] = {}
+    for entry in REGISTRY.values():
+        if entry.flag_group != MODEL_FLAGS_GROUP:
+            if entry.flag_group not in groups:
+                groups[entry.flag_group] = parser.add_argument_group(entry.flag_group)
+            add_backend_arguments(groups[entry.flag_group], entry)
 
     data = parser.add_argument_group("data (reference flags)")
     add_dataset_args(data)
