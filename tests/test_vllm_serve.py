@@ -175,7 +175,12 @@ def test_a_server_that_dies_during_the_block_is_logged_with_its_log(fake_python,
         logger.setLevel(before[1])
         logging.disable(before[2])
     errors = keep.messages
-    assert len(errors) == 1 and "exited with code -9 while in use" in errors[0] and "fake vLLM ok serving m" in errors[0]
+    import k9bench.serving.serve as served
+
+    state = (f"module logger is ours: {served.log is logger}; filters {logger.filters}; handlers {logger.handlers}; "
+             f"class {type(logger).__name__}; messages {errors}")
+    assert len(errors) == 1, state
+    assert "exited with code -9 while in use" in errors[0] and "fake vLLM ok serving m" in errors[0], state
 
 
 def test_the_documented_cpu_command_is_the_one_the_vllm_tests_run():
