@@ -93,6 +93,21 @@ def test_launcher_backend_vllm(tmp_path):
         _settings(tmp_path, TENSOR_PARALLEL="2")
     with pytest.raises(LaunchError, match="BACKEND"):
         _settings(tmp_path, BACKEND="sglang")
+    with pytest.raises(LaunchError, match="BACKEND"):  # a server backend is SERVE/SERVE_URL's, never BACKEND's
+        _settings(tmp_path, BACKEND="openai")
+
+
+def test_launcher_backend_choices_are_the_registry_rows_that_load_weights_here(tmp_path, monkeypatch):
+    import dataclasses
+
+    from k9bench.inference import registry
+    from k9bench.pipeline.env import LAUNCHER_BACKENDS
+
+    assert LAUNCHER_BACKENDS == tuple(n for n, e in registry.REGISTRY.items() if e.local_weights) == ("hf", "vllm")
+    # ATTN_IMPL follows the row's transformers_load, not the backend's name
+    monkeypatch.setitem(registry.REGISTRY, "vllm", dataclasses.replace(registry.REGISTRY["vllm"], transformers_load=True))
+    argv = _inference_argv(_settings(tmp_path, BACKEND="vllm", ATTN_IMPL="sdpa"), tmp_path)
+    assert argv[argv.index("--attn_implementation") + 1] == "sdpa"
 
 
 def test_report_shows_the_in_process_engine():

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from k9bench.inference.registry import REGISTRY
 from k9bench.layout import RESULTS_DIR
 from k9bench.models.families import DEMO_AUDIO_FAMILY, DEMO_FAMILY
 from k9bench.validators import device_name, http_url, positive_int, unit_interval
@@ -75,6 +76,11 @@ def _choice(*allowed: str) -> Callable[[str], str]:
     return check
 
 
+LAUNCHER_BACKENDS: tuple[str, ...] = tuple(name for name, e in REGISTRY.items() if e.local_weights)
+"""``BACKEND``'s choices: the registered backends that load the weights in the launcher's job (a server is
+chosen with ``SERVE``/``SERVE_URL``, never by ``BACKEND``)."""
+
+
 def _serve(text: str) -> str:
     if text != "vllm":
         raise argparse.ArgumentTypeError(f"expected vllm (or unset), got {text!r}")
@@ -125,7 +131,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("K9_FINALIZE", check=_choice("0", "1"), default="0", help="1: merge the NUM_SHARDS shards and score (the merge job)"),
     Variable("SERVE", check=_serve, default="", help="vllm: start `vllm serve MODEL_NAME` for the inference stage"),
     Variable("SERVE_URL", check=http_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
-    Variable("BACKEND", check=_choice("hf", "vllm"), default="hf",
+    Variable("BACKEND", check=_choice(*LAUNCHER_BACKENDS), default="hf",
              help="vllm: inference with vLLM in-process (--backend vllm; run the launcher from the vLLM environment, docs/vllm.md)"),
     Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm or BACKEND=vllm: GPUs per model copy (default: GPUS, else 1)"),
     Variable("GPUS", check=positive_int, default="", help="GPUs the job needs (checked against the job's allocation)"),

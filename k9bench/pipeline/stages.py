@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from k9bench.inference.registry import REGISTRY
 from k9bench.layout import RunLayout
 
 # (LaunchSettings, k9bench.pipeline.env's, is named in annotations only: env reaches the registry, which imports this module)
@@ -142,9 +143,10 @@ def inference_values(s: "LaunchSettings", variables: Mapping[str, str], output: 
     flag) and what the launcher decides (the output, the backend, the shard)."""
     v = s.values
     served = bool(v["SERVE"] or v["SERVE_URL"])
+    backend = REGISTRY[v["BACKEND"]]
     in_process_vllm = v.get("BACKEND") == "vllm"
-    # DTYPE and ATTN_IMPL go to a backend that loads the weights here; vLLM in-process keeps its own attention kernels
-    left_out = {"DTYPE", "ATTN_IMPL"} if served else {"ATTN_IMPL"} if in_process_vllm else set()
+    # DTYPE goes to a backend that loads the weights here, ATTN_IMPL to one that transformers loads
+    left_out = {"DTYPE", "ATTN_IMPL"} if served else set() if backend.transformers_load else {"ATTN_IMPL"}
     values: dict[str, Any] = {flag: v[var] for var, flag in variables.items() if var not in left_out and v[var] != ""}
     values["--output_file"] = output
     if served:
