@@ -39,6 +39,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
@@ -51,6 +52,9 @@ from k9bench.settings import fingerprint_differences
 log = logging.getLogger("k9bench.stage")
 
 STOP_SIGNALS = ("SIGTERM", "SIGUSR1", "SIGINT")
+
+REDELIVER_AFTER = 0.02
+"""Seconds before a stop signal that a finalizer swallowed is delivered again (:meth:`StopState._unraisable`)."""
 
 
 class OutputError(StageError):
@@ -240,6 +244,8 @@ class StopState:
     _depth: int = 0
     _pending: int | None = None
     _previous: dict = field(default_factory=dict)
+    _redeliver: bool = False
+    _previous_hook: Any = None
 
     @property
     def requested(self) -> bool:
@@ -260,15 +266,37 @@ class StopState:
 
     def _handle(self, signum: int, frame: Any) -> None:
         # Raise once: SLURM signals every process of a job and a launcher may forward the signal too,
-        # so a second one must not interrupt the clean-up of the first.
-        if self.received is not None:
+        # so a second one must not interrupt the clean-up of the first (a redelivery is the first again).
+        if self.received is not None and not self._redeliver:
             return
-        self.received = signum
-        log.warning("received %s: stopping after saving the progress", signal.Signals(signum).name)
+        if self.received is None:
+            log.warning("received %s: stopping after saving the progress", signal.Signals(signum).name)
+        self.received, self._redeliver = self.received or signum, False
         if self._depth:
-            self._pending = signum
+            self._pending = self.received
             return
-        raise Interrupted(signum)
+        raise Interrupted(self.received)
+
+    def _unraisable(self, unraisable: Any) -> None:
+        """``sys.unraisablehook`` inside the block. A signal that lands while a finalizer runs (an object's
+        ``__del__``, a weakref callback, run by the garbage collector between any two lines) raises
+        :class:`Interrupted` where Python prints "Exception ignored" with a traceback and drops it: the
+        stop would be lost. Instead it is delivered again to the main thread a moment later, until it
+        lands in the stage's own code; anything else goes to the hook that was there before."""
+        if not isinstance(unraisable.exc_value, Interrupted) or self.received is None:
+            self._previous_hook(unraisable)
+            return
+        self._redeliver = True
+        main = threading.main_thread().ident
+        signum = self.received
+
+        def again() -> None:
+            if self in _active and self._redeliver:
+                signal.pthread_kill(main, signum)
+
+        timer = threading.Timer(REDELIVER_AFTER, again)
+        timer.daemon = True
+        timer.start()
 
 
 _active: list[StopState] = []
@@ -289,11 +317,13 @@ def stop_on_signals(names: Iterable[str] = STOP_SIGNALS) -> Iterator[StopState]:
         sig = getattr(signal, name, None)
         if sig is not None:
             state._previous[sig] = signal.signal(sig, state._handle)
+    state._previous_hook, sys.unraisablehook = sys.unraisablehook, state._unraisable
     _active.append(state)
     try:
         yield state
     finally:
         _active.pop()
+        sys.unraisablehook = state._previous_hook
         for sig, handler in state._previous.items():
             signal.signal(sig, handler)
 

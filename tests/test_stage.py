@@ -176,6 +176,51 @@ def test_deferred_holds_the_signal_until_the_block_ends():
     assert stopped.value.name == "SIGTERM" and stop.received == signal.SIGTERM
 
 
+def test_a_signal_that_lands_in_a_finalizer_is_not_lost_and_prints_no_traceback(capfd):
+    """A stop signal handled while the garbage collector runs a ``__del__`` raises where Python drops the
+    exception ("Exception ignored" and a traceback on stderr): the stop is delivered again, to the stage's
+    own code, quietly."""
+    import gc
+    import sys
+
+    seen_by_the_hook_before = []
+    previous_hook = sys.unraisablehook
+    sys.unraisablehook = seen_by_the_hook_before.append
+
+    class SignalsWhileFinalized:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside the finalizer
+            for _ in range(1000):
+                pass
+
+    steps = []
+    try:
+        with pytest.raises(Interrupted) as stopped:
+            with stop_on_signals() as stop:
+                cycle = SignalsWhileFinalized()
+                cycle.self = cycle  # only the garbage collector frees it
+                del cycle
+                gc.collect()
+                steps.append("after the finalizer")
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    time.sleep(0.01)
+                steps.append("never")
+        assert sys.unraisablehook == seen_by_the_hook_before.append  # put back
+        # some other exception dropped by a finalizer still reaches the hook that was there before
+        with stop_on_signals():
+            class Fails:
+                def __del__(self):
+                    raise ValueError("mine")
+            Fails()
+    finally:
+        sys.unraisablehook = previous_hook
+    assert steps == ["after the finalizer"] and stopped.value.name == "SIGTERM" and stop.received == signal.SIGTERM
+    assert [type(u.exc_value) for u in seen_by_the_hook_before] == [ValueError]
+    err = capfd.readouterr().err
+    assert "Traceback" not in err and "Exception ignored" not in err and err.count("received SIGTERM") <= 1
+
+
 def test_partial_fingerprint_compares_only_the_keys_known_now_at_every_depth():
     from k9bench.settings import fingerprint_differences
 
