@@ -183,6 +183,49 @@ def test_a_server_that_dies_during_the_block_is_logged_with_its_log(fake_python,
     assert "exited with code -9 while in use" in errors[0] and "fake vLLM ok serving m" in errors[0], state
 
 
+def test_exit_code_waits_for_a_server_that_is_still_exiting(monkeypatch):
+    """A killed multi-threaded server shows as a zombie before waitpid can collect it: poll() says None
+    for a moment. exit_code waits for the code then, and says None for a server that is running."""
+    from k9bench.serving import serve
+
+    class Stub:
+        pid = 4242
+
+        def __init__(self, code):
+            self.code, self.waited = code, []
+
+        def poll(self):
+            return None
+
+        def wait(self, timeout=None):
+            self.waited.append(timeout)
+            return self.code
+
+    monkeypatch.setattr(serve, "_exiting", lambda pid: True)
+    exiting = Stub(-9)
+    assert serve.exit_code(exiting, settle=1.5) == -9 and exiting.waited == [1.5]
+    monkeypatch.setattr(serve, "_exiting", lambda pid: False)
+    running = Stub(-9)
+    assert serve.exit_code(running) is None and running.waited == []
+
+
+def test_exiting_reads_the_process_state():
+    from k9bench.serving.serve import _exiting
+
+    import subprocess
+
+    assert _exiting(os.getpid()) is False
+    assert _exiting(2 ** 22 + 12345) is False  # no such process
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    try:  # until it is waited for, an exited child is a zombie
+        deadline = time.monotonic() + 30
+        while not _exiting(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _exiting(child.pid)
+    finally:
+        assert child.wait(timeout=30) == 0
+
+
 def test_the_documented_cpu_command_is_the_one_the_vllm_tests_run():
     """docs/vllm.md's CPU serve command = serve_vllm's command line with tests/test_vllm.py's arguments."""
     import re

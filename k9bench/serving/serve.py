@@ -146,6 +146,26 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _exiting(pid: int) -> bool:
+    """True when ``pid`` has exited but may not be collectable yet: Linux shows a killed multi-threaded
+    process's main thread as a zombie while its other threads are still being torn down, and its parent's
+    ``waitpid`` reports nothing until the last one is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[0] in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def exit_code(process: subprocess.Popen, *, settle: float = 5.0) -> int | None:
+    """``process``'s exit code when it has exited (waiting up to ``settle`` seconds for one that is still
+    exiting, see :func:`_exiting`), else None: a server that is still running."""
+    code = process.poll()
+    if code is None and _exiting(process.pid):
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            code = process.wait(timeout=settle)
+    return code
+
+
 def stop_group(process: subprocess.Popen, *, grace: float = 30.0) -> None:
     """SIGTERM to ``process``'s group, ``grace`` seconds, then SIGKILL; returns when no member is left."""
     pgid = process.pid  # the child called setsid(): its pid is the group id
@@ -237,7 +257,7 @@ def serve_vllm(
         log.info("the vLLM server answers at %s after %.0f s (pid %d)", base_url, took, process.pid)
         yield ServedURL(base_url, process.pid, log_file)
     finally:
-        died = process.poll()
+        died = exit_code(process)
         if died is not None:  # it went away during the block: say so, with its log, before the caller's own error
             log.error("the vLLM server exited with code %s while in use; last lines of %s:\n%s", died, log_file, log_tail(log_file))
         stop_group(process, grace=stop_timeout)
@@ -256,7 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log_path", default=None, help="server log (default: a temporary file)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait for the server (default: %(default)s)")
     known, rest = parser.parse_known_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr)
+    from k9bench.logs import StderrHandler  # follows sys.stderr, never a closed capture
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[StderrHandler()])
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         with serve_vllm(known.model, python=known.python, port=known.port, args=rest, tensor_parallel=known.tensor_parallel,
