@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     import sys
 
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
     from k9bench.download import stage as kd
     from k9bench.stage import StageError, run_stage
 

@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
     from k9bench.scoring import config_from_argv, run_scoring
     from k9bench.stage import StageError
 

@@ -133,7 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
     from k9bench.scoring.embedding import batched_similarities, bundled_small_model_path, load_embedding_model, one_at_a_time_similarities
 
     setup_logging(quiet=True)

@@ -13,7 +13,8 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.stage``                         the one Stage contract: outputs, fingerprint, done() by content, run(); output check, locks, stop signals
 ``k9bench.settings``                      typed settings: one field = type, default, flag, help; flags generated; one fingerprint comparison
 ``k9bench.validators``                    argparse value types shared by every script
-``k9bench.cli``                           front-end helpers for the scripts' main() only: logging, shared flags, a parser that masks secrets
+``k9bench.cli``                           front-end helpers for the scripts' main() only: shared flags, a parser that masks secrets
+``k9bench.logs``                          logging set up once from a main: format, level, redacting filter, a handler that follows sys.stderr
 ``k9bench.layout``                        every artifact name (python -m k9bench.layout prints them)
 ``k9bench.progress``                      progress: a bar on a terminal, periodic lines in a batch log; library bars kept out of logs
 ``k9bench.redact``                        secrets kept out of artifacts and logs, by name and by value

@@ -1,33 +1,13 @@
-"""Front-end helpers for the scripts' ``main()`` only (library modules never import this):
-logging setup and the flags every script shares. Value types live in :mod:`k9bench.validators`."""
+"""Front-end helpers for the scripts' ``main()`` only (library modules never import this): the flags
+every script shares and a parser that masks secrets. Value types live in :mod:`k9bench.validators`;
+logging setup in :mod:`k9bench.logs`."""
 
 from __future__ import annotations
 
 import argparse
-import logging
 import os
 import sys
 from typing import Any, Mapping, Sequence
-
-LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
-
-
-def setup_logging(verbose: int = 0, quiet: bool = False) -> None:
-    """Configure the root logger once, from a script's ``main``.
-
-    Level INFO by default, DEBUG with ``-v``, WARNING with ``-q``. Noisy
-    third-party loggers stay at WARNING unless ``-vv``. Every line passes the redacting filter
-    (:mod:`k9bench.redact`): no entry point can forget it.
-    """
-    from k9bench.redact import install_log_filter
-
-    level = logging.WARNING if quiet else (logging.DEBUG if verbose else logging.INFO)
-    logging.basicConfig(level=level, format=LOG_FORMAT, datefmt="%H:%M:%S", stream=sys.stderr, force=True)
-    install_log_filter()
-    for name in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "urllib3", "filelock", "huggingface_hub", "datasets", "PIL", "matplotlib"):
-        # NOTSET with -vv, so an earlier call in the same process does not keep them quiet
-        logging.getLogger(name).setLevel(logging.WARNING if verbose < 2 else logging.NOTSET)
-
 
 def add_logging_args(parser: argparse.ArgumentParser) -> None:
     """``-v/--verbose`` and ``-q/--quiet``."""

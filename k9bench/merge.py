@@ -402,7 +402,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
 
     argv = list(sys.argv[1:] if argv is None else argv)
     try:

@@ -200,7 +200,7 @@ def prefetch(s: PrefetchSettings) -> PrefetchReport:
 
 def main(argv: list[str] | None = None) -> int:
     from k9bench.models import hub
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
     from k9bench.download.stage import config_from_argv
     from k9bench.stage import StageError
 

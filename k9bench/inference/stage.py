@@ -130,7 +130,7 @@ def config_from_argv(argv: list[str]) -> RunConfig:
 
 def main(argv: list[str] | None = None) -> int:
     """``eval_video_llm.py``: parse, set up logging, :func:`k9bench.stage.run_stage` of :class:`InferenceStage`."""
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
     from k9bench.stage import run_stage
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     repo = repo_dir(env)
     if not (repo / "eval_video_llm.py").is_file():
         return die(2, f"cannot find the k9bench scripts in '{repo}'; submit from the repository root or set K9BENCH_DIR")
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
 
     setup_logging(0)  # the redacting filter comes with it
     previous = os.environ.get("K9BENCH_INTERFACE")

@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from k9bench.artifact_io import write_text_atomic
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
     from k9bench.prompts.reference import SCRIPT_OF, ReferenceScriptError, extract_from_scripts
     from k9bench.stage import StageError, check_output
 
