@@ -52,7 +52,7 @@ def build_parser():
 def main(argv: list[str] | None = None) -> int:
     import sys
 
-    from k9bench.cli import setup_logging
+    from k9bench.logs import setup_logging
     from k9bench.judge import JudgeStage, config_from_argv
     from k9bench.stage import StageError, run_stage
 
