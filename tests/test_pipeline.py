@@ -129,7 +129,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(fake, launcher_env, capsys, tm
     ({"EMBEDDING_MODEL": "/no/such/embedding"}, "EMBEDDING_MODEL=/no/such/embedding: no such folder"),
     ({"MODEL_NAME": "./nomodel"}, "MODEL_NAME=./nomodel: no such folder"),
     ({"SERVE": "vllm", "SERVE_URL": "http://127.0.0.1:9/v1"}, "SERVE=vllm and SERVE_URL exclude each other"),
-    ({"TENSOR_PARALLEL": "2"}, "SERVE_ARGS and TENSOR_PARALLEL go with SERVE=vllm"),
+    ({"TENSOR_PARALLEL": "2"}, "TENSOR_PARALLEL goes with SERVE=vllm (the launcher then starts the server) or BACKEND=vllm, not BACKEND=hf"),
     ({"GPUS": "0"}, "GPUS must be"),
     ({"NUM_SHARDS": "0"}, "NUM_SHARDS must be a positive integer"),
     ({"NUM_SHARDS": "2", "SHARD_ID": "2"}, "SHARD_ID must be in 0..1"),

@@ -97,6 +97,24 @@ def test_serve_vllm_without_vllm_is_refused_by_the_dry_run(fake, launcher_env, c
     assert nothing_made(tmp_path)
 
 
+def test_backend_vllm_without_vllm_in_this_python_is_refused_by_dry_run(fake, launcher_env, capsys, tmp_path, monkeypatch):
+    """BACKEND=vllm runs the engine in the launcher's own python: that one must import vllm (its registry row's
+    engine_module), and the line says to run the launcher from such an environment, not K9BENCH_VLLM_PYTHON."""
+    python = tmp_path / "novllm-python"  # this python, as the launcher sees it: one without vllm
+    python.write_text("#!/bin/sh\necho \"ModuleNotFoundError: No module named 'vllm'\" >&2\nexit 1\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(python))
+    launcher_env(BACKEND="vllm")
+    for args in (["--dry_run"], []):
+        code, out, ran = launch(fake, capsys, *args)
+        assert code == 2 and ran == [], out
+        (line,) = errors(out)
+        assert line.split("ERROR: ", 1)[1].startswith(f"BACKEND=vllm: this python ({sys.executable})")
+        assert "cannot import vllm (ModuleNotFoundError: No module named 'vllm')" in line
+        assert "PYTHON=" in line and "K9BENCH_VLLM_PYTHON" not in line
+    assert nothing_made(tmp_path)
+
+
 def test_k9bench_vllm_python_is_in_the_help(fake, launcher_env, capsys):
     assert main(["--help"]) == 0
     assert "K9BENCH_VLLM_PYTHON" in capsys.readouterr().out

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -87,7 +88,7 @@ def test_launcher_backend_vllm(tmp_path):
     assert argv[argv.index("--backend"):argv.index("--backend") + 4] == ["--backend", "vllm", "--tensor_parallel", "2"]
     assert "--attn_implementation" not in argv and argv[argv.index("--torch_dtype") + 1] == "bfloat16"
     assert "--backend" not in _inference_argv(_settings(tmp_path), tmp_path)
-    with pytest.raises(LaunchError, match="BACKEND=vllm runs vLLM in-process"):
+    with pytest.raises(LaunchError, match="BACKEND=vllm runs the model in this job"):
         _settings(tmp_path, BACKEND="vllm", SERVE_URL="http://127.0.0.1:8000/v1")
     with pytest.raises(LaunchError, match="TENSOR_PARALLEL"):
         _settings(tmp_path, TENSOR_PARALLEL="2")
@@ -117,3 +118,34 @@ def test_report_shows_the_in_process_engine():
               "tensor_parallel": 2, "max_model_len": 8192, "prefix_caching": True}
     assert server_text(engine) == ("in-process; engine vllm; version 0.32.0; checkpoint /m; dtype bfloat16; tensor_parallel 2; "
                                    "max_model_len 8192; prefix_caching True")
+
+
+def test_the_launcher_asks_the_registry_row_for_the_engine_and_the_gpu_split(tmp_path, monkeypatch):
+    """BACKEND's engine check and TENSOR_PARALLEL versus --data_parallel follow the row's engine_module and
+    tensor_parallel, not the backend's name."""
+    import dataclasses
+
+    from k9bench.inference import registry
+    from k9bench.pipeline.preflight import PreflightError, check_backend_engine
+
+    vllm_row = registry.REGISTRY["vllm"]
+    assert (vllm_row.engine_module, vllm_row.tensor_parallel) == ("vllm", True)
+    assert (registry.REGISTRY["hf"].engine_module, registry.REGISTRY["hf"].tensor_parallel) == ("", False)
+    check_backend_engine("hf")  # nothing beyond the project's requirements: no subprocess, no refusal
+    monkeypatch.setitem(registry.REGISTRY, "vllm", dataclasses.replace(vllm_row, engine_module="no_such_engine_k9"))
+    with pytest.raises(PreflightError) as refused:
+        check_backend_engine("vllm")
+    line = str(refused.value)
+    assert line.startswith(f"BACKEND=vllm: this python ({sys.executable}) cannot import no_such_engine_k9 (ModuleNotFoundError")
+    assert "PYTHON=" in line and "\n" not in line
+    monkeypatch.setitem(registry.REGISTRY, "vllm", dataclasses.replace(vllm_row, engine_module="json"))
+    check_backend_engine("vllm")  # an engine this python has
+    # a row that does not split a model: TENSOR_PARALLEL refused, one worker per GPU instead
+    monkeypatch.setitem(registry.REGISTRY, "vllm", dataclasses.replace(vllm_row, tensor_parallel=False))
+    with pytest.raises(LaunchError, match="TENSOR_PARALLEL goes with SERVE=vllm .* not BACKEND=vllm"):
+        _settings(tmp_path, BACKEND="vllm", TENSOR_PARALLEL="2")
+    argv = _inference_argv(_settings(tmp_path, BACKEND="vllm", GPUS_PER_NODE="2"), tmp_path)
+    assert "--tensor_parallel" not in argv and argv[argv.index("--data_parallel") + 1] == "2"
+    # BACKEND=hf said outright still goes with a server (SERVE/SERVE_URL replace the default backend)
+    argv = _inference_argv(_settings(tmp_path, BACKEND="hf", SERVE_URL="http://127.0.0.1:8000/v1"), tmp_path)
+    assert argv[argv.index("--backend") + 1] == "openai"

@@ -61,6 +61,12 @@ class BackendEntry:
     carry it."""
     api_key_without_base_url: bool = False
     """True: with no ``base_url`` in its section it calls the OpenAI API itself, which needs the key before anything runs."""
+    engine_module: str = ""
+    """A module of its own engine that the python running inference must import (``"vllm"``), checked by the
+    launcher before any stage runs; empty: nothing beyond the project's own requirements."""
+    tensor_parallel: bool = False
+    """True: one model copy spans several GPUs (its section's ``tensor_parallel``; the launcher's ``TENSOR_PARALLEL``,
+    default ``GPUS``), never one copy per GPU (``--data_parallel``)."""
 
 
 REGISTRY: dict[str, BackendEntry] = {
@@ -72,7 +78,8 @@ REGISTRY: dict[str, BackendEntry] = {
                            add_flags="k9bench.inference.settings:add_openai_arguments"),
     "vllm": BackendEntry("k9bench.inference.vllm_backend:VLLMBackend", "vllm", local_weights=True,
                          summary="vLLM in-process, from the vLLM environment: docs/vllm.md",
-                         settings="k9bench.inference.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)"),
+                         settings="k9bench.inference.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)",
+                         engine_module="vllm", tensor_parallel=True),
 }
 """``--backend`` name -> :class:`BackendEntry`."""
 

@@ -81,6 +81,10 @@ LAUNCHER_BACKENDS: tuple[str, ...] = tuple(name for name, e in REGISTRY.items() 
 chosen with ``SERVE``/``SERVE_URL``, never by ``BACKEND``)."""
 
 
+BACKEND_DEFAULT = "hf"
+"""``BACKEND`` when unset: transformers in the job; ``SERVE``/``SERVE_URL`` then replace it with the server."""
+
+
 def _serve(text: str) -> str:
     if text != "vllm":
         raise argparse.ArgumentTypeError(f"expected vllm (or unset), got {text!r}")
@@ -131,7 +135,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("K9_FINALIZE", check=_choice("0", "1"), default="0", help="1: merge the NUM_SHARDS shards and score (the merge job)"),
     Variable("SERVE", check=_serve, default="", help="vllm: start `vllm serve MODEL_NAME` for the inference stage"),
     Variable("SERVE_URL", check=http_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
-    Variable("BACKEND", check=_choice(*LAUNCHER_BACKENDS), default="hf",
+    Variable("BACKEND", check=_choice(*LAUNCHER_BACKENDS), default=BACKEND_DEFAULT,
              help="vllm: inference with vLLM in-process (--backend vllm; run the launcher from the vLLM environment, docs/vllm.md)"),
     Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm or BACKEND=vllm: GPUs per model copy (default: GPUS, else 1)"),
     Variable("GPUS", check=positive_int, default="", help="GPUs the job needs (checked against the job's allocation)"),
@@ -330,10 +334,14 @@ def read_settings(env: Mapping[str, str], repo: Path) -> LaunchSettings:
     _check_model("EMBEDDING_MODEL", values["EMBEDDING_MODEL"], allow_missing=False)
     if values["SERVE"] and values["SERVE_URL"]:
         raise LaunchError("SERVE=vllm and SERVE_URL exclude each other: SERVE starts a server, SERVE_URL names one started elsewhere")
-    if values["BACKEND"] == "vllm" and (values["SERVE"] or values["SERVE_URL"]):
-        raise LaunchError("BACKEND=vllm runs vLLM in-process; SERVE=vllm and SERVE_URL send inference to a server: choose one")
-    if (extra["SERVE_ARGS"] or values["TENSOR_PARALLEL"]) and not values["SERVE"] and values["BACKEND"] != "vllm":
-        raise LaunchError("SERVE_ARGS and TENSOR_PARALLEL go with SERVE=vllm (the launcher then starts the server); TENSOR_PARALLEL also with BACKEND=vllm")
+    backend = REGISTRY[values["BACKEND"]]
+    if given.get("BACKEND", values["BACKEND"]) != BACKEND_DEFAULT and (values["SERVE"] or values["SERVE_URL"]):
+        raise LaunchError(f"BACKEND={values['BACKEND']} runs the model in this job ({backend.summary}); SERVE=vllm and "
+                          "SERVE_URL send inference to a server: choose one")
+    if values["TENSOR_PARALLEL"] and not values["SERVE"] and not backend.tensor_parallel:
+        splitting = [f"BACKEND={name}" for name in LAUNCHER_BACKENDS if REGISTRY[name].tensor_parallel]
+        raise LaunchError(f"TENSOR_PARALLEL goes with SERVE=vllm (the launcher then starts the server) or {' or '.join(splitting) or 'a BACKEND that splits a model'}, "
+                          f"not BACKEND={values['BACKEND']}")
     if extra["SERVE_ARGS"] and not values["SERVE"]:
         raise LaunchError("SERVE_ARGS goes with SERVE=vllm (the launcher then starts the server)")
     from k9bench.stage import OutputError, check_output

@@ -25,6 +25,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from k9bench.inference.registry import REGISTRY
+
 VLLM_IMPORT_TIMEOUT_S = 120.0
 """How long ``python -c "import vllm"`` may take (a cold import of vLLM takes tens of seconds)."""
 
@@ -70,25 +72,39 @@ def vllm_python(env: dict) -> str:
     return env.get(PYTHON_ENV) or sys.executable
 
 
+def check_imports(python: str, module: str, variable: str, where: str, fix: str) -> None:
+    """``python`` imports ``module`` (a subprocess, bounded by :data:`VLLM_IMPORT_TIMEOUT_S`); else one line naming
+    ``variable``, ``where`` the python is and how to ``fix`` it."""
+    try:
+        done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=VLLM_IMPORT_TIMEOUT_S,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise PreflightError(f"{variable}: {where} did not import {module} within {VLLM_IMPORT_TIMEOUT_S:g} s") from None
+    except OSError as exc:
+        raise PreflightError(f"{variable}: the python cannot run: {where} ({exc.strerror or exc})") from None
+    if done.returncode != 0:
+        lines = [ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()]
+        why = lines[-1] if lines else f"exit {done.returncode}"
+        raise PreflightError(f"{variable}: {where} cannot import {module} ({why}); {fix}")
+
+
 def check_vllm(env: dict, variable: str) -> None:
-    """The vLLM environment imports vllm (a subprocess, bounded by :data:`VLLM_IMPORT_TIMEOUT_S`)."""
+    """The vLLM environment (``K9BENCH_VLLM_PYTHON``, else this python) imports vllm: it starts the server."""
     from k9bench.serving.serve import PYTHON_ENV
 
     python = vllm_python(env)
     which = f"{PYTHON_ENV}={python}" if env.get(PYTHON_ENV) else f"this python ({python}; set {PYTHON_ENV} to the vLLM environment's)"
-    try:
-        done = subprocess.run([python, "-c", "import vllm"], capture_output=True, text=True, timeout=VLLM_IMPORT_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise PreflightError(f"{variable}: the vLLM environment, {which}, did not import vllm within "
-                             f"{VLLM_IMPORT_TIMEOUT_S:g} s") from None
-    except OSError as exc:
-        raise PreflightError(f"{variable}: the vLLM environment's python cannot run: {which} ({exc.strerror or exc})") from None
-    if done.returncode != 0:
-        lines = [ln.strip() for ln in (done.stderr or "").splitlines() if ln.strip()]
-        why = lines[-1] if lines else f"exit {done.returncode}"
-        raise PreflightError(f"{variable}: the vLLM environment, {which}, cannot import vllm ({why}); install it "
-                             f"(docs/vllm.md) or set {PYTHON_ENV} to the python of an environment that has it")
+    check_imports(python, "vllm", variable, f"the vLLM environment, {which},",
+                  f"install it (docs/vllm.md) or set {PYTHON_ENV} to the python of an environment that has it")
+
+
+def check_backend_engine(name: str) -> None:
+    """``BACKEND=name``: this python, which runs inference in the job, imports the backend's engine
+    (:attr:`k9bench.inference.registry.BackendEntry.engine_module`; nothing to check when it has none)."""
+    backend = REGISTRY[name]
+    if backend.engine_module:
+        check_imports(sys.executable, backend.engine_module, f"BACKEND={name}", f"this python ({sys.executable})",
+                      f"run the launcher from an environment that has it (PYTHON=.../bin/python; {backend.summary})")
 
 
 def check_endpoint(url: str) -> None:
@@ -120,11 +136,10 @@ def model(s, env: dict) -> None:
 
 
 def vllm(s, env: dict) -> None:
-    """SERVE=vllm: the vLLM environment imports vllm; BACKEND=vllm: this python does (the in-process engine)."""
+    """SERVE=vllm: the vLLM environment imports vllm; BACKEND: this python imports the backend's own engine."""
     if s.values["SERVE"]:
         check_vllm(env, f"SERVE={s.values['SERVE']}")
-    if s.values.get("BACKEND") == "vllm":
-        check_vllm({}, "BACKEND=vllm")
+    check_backend_engine(s.values["BACKEND"])
 
 
 def embedding_model(s, env: dict) -> None:

@@ -144,7 +144,6 @@ def inference_values(s: "LaunchSettings", variables: Mapping[str, str], output: 
     v = s.values
     served = bool(v["SERVE"] or v["SERVE_URL"])
     backend = REGISTRY[v["BACKEND"]]
-    in_process_vllm = v.get("BACKEND") == "vllm"
     # DTYPE goes to a backend that loads the weights here, ATTN_IMPL to one that transformers loads
     left_out = {"DTYPE", "ATTN_IMPL"} if served else set() if backend.transformers_load else {"ATTN_IMPL"}
     values: dict[str, Any] = {flag: v[var] for var, flag in variables.items() if var not in left_out and v[var] != ""}
@@ -152,12 +151,12 @@ def inference_values(s: "LaunchSettings", variables: Mapping[str, str], output: 
     if served:
         values |= {"--backend": "openai", "--base_url": v["SERVE_URL"] or SERVED_URL, "--api_model": v["MODEL_NAME"],
                    "--video_transport": video_transport()}
-    elif in_process_vllm:
-        values |= {"--backend": "vllm", "--tensor_parallel": v["TENSOR_PARALLEL"] or v["GPUS"] or "1"}
+    elif backend.tensor_parallel:  # one model copy over the job's GPUs
+        values |= {"--backend": v["BACKEND"], "--tensor_parallel": v["TENSOR_PARALLEL"] or v["GPUS"] or "1"}
     values |= {"--thinking_mode": s.thinking, "--audio": s.audio}
     if shard is not None:
         values |= {"--num_shards": num_shards, "--shard_id": shard}
-    if v["GPUS_PER_NODE"] and int(v["GPUS_PER_NODE"]) > 1 and not served and not in_process_vllm:
+    if v["GPUS_PER_NODE"] and int(v["GPUS_PER_NODE"]) > 1 and not served and not backend.tensor_parallel:
         values["--data_parallel"] = v["GPUS_PER_NODE"]
     return values
 
