@@ -8,15 +8,15 @@ import logging
 import sys
 
 LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+"""The scripts' line format (:func:`setup_logging`)."""
+SHORT_FORMAT = "%(levelname)s %(name)s: %(message)s"
+"""The helper commands' line format (:func:`basic_logging`)."""
 
 
 class StderrHandler(logging.StreamHandler):
     """A stream handler that writes to whatever ``sys.stderr`` is when a line is logged, not the object
     it was when logging was set up: a ``main()`` called under a capture that is later closed (a test, an
     embedding tool) leaves no handler behind that fails on a closed file."""
-
-    def __init__(self) -> None:
-        super().__init__()
 
     @property
     def stream(self):  # type: ignore[override]
@@ -42,3 +42,10 @@ def setup_logging(verbose: int = 0, quiet: bool = False) -> None:
     for name in ("httpx", "httpcore", "httpx2", "httpcore2", "openai", "urllib3", "filelock", "huggingface_hub", "datasets", "PIL", "matplotlib"):
         # NOTSET with -vv, so an earlier call in the same process does not keep them quiet
         logging.getLogger(name).setLevel(logging.WARNING if verbose < 2 else logging.NOTSET)
+
+
+def basic_logging(level: int, fmt: str = SHORT_FORMAT) -> None:
+    """Logging for a helper command's ``main`` (``python -m k9bench.<tool>``): ``level`` and ``fmt`` on the root
+    logger through :class:`StderrHandler`, unless something configured the root logger already (then it is
+    left as it is)."""
+    logging.basicConfig(level=level, format=fmt, handlers=[StderrHandler()])

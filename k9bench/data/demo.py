@@ -98,8 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--soundtrack", action="store_true",
                         help=f"give {' and '.join(DEMO_SOUNDTRACKS)} a soundtrack (the other video stays silent), for audio+video runs")
     args = parser.parse_args(argv)
-    from k9bench.logs import StderrHandler  # follows sys.stderr, never a closed capture
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", handlers=[StderrHandler()])
+    from k9bench.logs import basic_logging
+    basic_logging(logging.INFO)
     from k9bench.stage import StageError, check_output
 
     try:

@@ -214,8 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    from k9bench.logs import StderrHandler  # follows sys.stderr, never a closed capture
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", handlers=[StderrHandler()])
+    from k9bench.logs import basic_logging
+    basic_logging(logging.INFO)
     from k9bench.stage import StageError, check_output
 
     try:

@@ -335,7 +335,7 @@ def read_settings(env: Mapping[str, str], repo: Path) -> LaunchSettings:
     if values["SERVE"] and values["SERVE_URL"]:
         raise LaunchError("SERVE=vllm and SERVE_URL exclude each other: SERVE starts a server, SERVE_URL names one started elsewhere")
     backend = REGISTRY[values["BACKEND"]]
-    if given.get("BACKEND", values["BACKEND"]) != BACKEND_DEFAULT and (values["SERVE"] or values["SERVE_URL"]):
+    if values["BACKEND"] != BACKEND_DEFAULT and (values["SERVE"] or values["SERVE_URL"]):
         raise LaunchError(f"BACKEND={values['BACKEND']} runs the model in this job ({backend.summary}); SERVE=vllm and "
                           "SERVE_URL send inference to a server: choose one")
     if values["TENSOR_PARALLEL"] and not values["SERVE"] and not backend.tensor_parallel:

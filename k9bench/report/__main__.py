@@ -16,8 +16,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m k9bench.report", description=__doc__)
     parser.add_argument("--frame_sweep", required=True, metavar="EVAL_JSON", help="an eval file; its folder is searched")
     args = parser.parse_args(argv)
-    from k9bench.logs import StderrHandler  # follows sys.stderr, never a closed capture
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s", handlers=[StderrHandler()])
+    from k9bench.logs import basic_logging
+    basic_logging(logging.WARNING)
     try:
         files = frame_sweep_files(args.frame_sweep)
     except ArtifactError as exc:

@@ -276,8 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log_path", default=None, help="server log (default: a temporary file)")
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait for the server (default: %(default)s)")
     known, rest = parser.parse_known_args(argv)
-    from k9bench.logs import StderrHandler  # follows sys.stderr, never a closed capture
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", handlers=[StderrHandler()])
+    from k9bench.logs import LOG_FORMAT, basic_logging
+    basic_logging(logging.INFO, LOG_FORMAT)
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     try:
         with serve_vllm(known.model, python=known.python, port=known.port, args=rest, tensor_parallel=known.tensor_parallel,

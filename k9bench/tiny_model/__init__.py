@@ -119,8 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     family = names[args.family]
     if args.head_dim is not None and family not in head_dim_families():
         parser.error(f"--head_dim is only for --family {', '.join(head_dim_families())}, not {args.family}")
-    from k9bench.logs import StderrHandler  # follows sys.stderr, never a closed capture
-    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s", handlers=[StderrHandler()])
+    from k9bench.logs import basic_logging
+    basic_logging(logging.INFO)
     from k9bench.stage import EXIT_USAGE, OutputError, check_output
 
     try:  # a folder under a file, or an existing file: one line, exit 2, before anything is built

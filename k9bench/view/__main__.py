@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     from k9bench.view import build_page
 
     args = build_parser().parse_args(argv)
-    from k9bench.logs import StderrHandler  # follows sys.stderr, never a closed capture
-    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, format="%(levelname)s %(name)s: %(message)s", handlers=[StderrHandler()])
+    from k9bench.logs import basic_logging
+    basic_logging(logging.WARNING if args.quiet else logging.INFO)
     s = from_namespace(ViewSettings, args)
     try:
         check_output(s.output_dir, flag="--output_dir", folder=True)
