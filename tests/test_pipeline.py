@@ -261,7 +261,7 @@ def test_second_launcher_on_the_same_run_refuses_at_once_naming_the_holder(fake,
         elapsed = time.monotonic() - started
     assert code == 2 and ran == []
     assert f"pid {os.getpid()} on host {socket.gethostname()}" in out
-    assert elapsed < 1.0, elapsed
+    assert elapsed < 3.0, elapsed  # at once: a waiting lock would block for good
     assert launch(fake, capsys)[0] == 0  # released: the next run goes
 
 

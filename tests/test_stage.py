@@ -120,7 +120,7 @@ def test_second_process_refused_at_once_and_dead_holder_taken_over(tmp_path):
         with pytest.raises(LockHeld) as refused:
             with output_lock(target, flag="--output_file"):
                 pass
-        assert time.monotonic() - start < 1.0
+        assert time.monotonic() - start < 3.0  # at once: a waiting lock would block until the holder ends
         assert f"pid {proc.pid} on host" in str(refused.value)
         assert refused.value.exit_code == 2
     finally:
@@ -206,7 +206,8 @@ def test_a_signal_that_lands_in_a_finalizer_is_not_lost_and_prints_no_traceback(
             finally:
                 slow_finalizer_ran.append(time.monotonic() - begun)
 
-    steps = []
+    steps, collected_at = [], []
+    gc.freeze()  # the test process's own objects (the whole suite's, in CI) are not part of this collection
     try:
         with pytest.raises(Interrupted) as stopped:
             with stop_on_signals() as stop:
@@ -223,6 +224,7 @@ def test_a_signal_that_lands_in_a_finalizer_is_not_lost_and_prints_no_traceback(
                 del cycle
                 started = time.monotonic()
                 gc.collect()
+                collected_at.append(time.monotonic())
                 steps.append("after the collection")
                 deadline = time.monotonic() + 5
                 while time.monotonic() < deadline:
@@ -236,9 +238,14 @@ def test_a_signal_that_lands_in_a_finalizer_is_not_lost_and_prints_no_traceback(
                     raise ValueError("mine")
             Fails()
     finally:
+        stopped_at = time.monotonic()
+        gc.unfreeze()
         sys.unraisablehook = previous_hook
-    took = time.monotonic() - started
-    assert steps in ([], ["after the collection"]) and took < 0.9, (steps, took)  # stopped in the stage's code, soon
+    # stopped in the stage's code, not lost ("never"), and soon: within the collection (how long that takes
+    # depends on the machine) or a moment after it, never near the 5 s the loop would wait
+    assert steps in ([], ["after the collection"]), steps
+    assert stopped_at - started < 4.0, stopped_at - started
+    assert not collected_at or stopped_at - collected_at[0] < 0.5, stopped_at - collected_at[0]
     assert stopped.value.name == "SIGTERM" and stop.received == signal.SIGTERM
     assert not any(frame.name == "__del__" for frame in stopped.traceback)  # raised outside the finalizers
     if then == "a-slow-finalizer":  # the redelivery cut it short, was dropped there too, and came again
