@@ -146,6 +146,7 @@ def test_the_launcher_asks_the_registry_row_for_the_engine_and_the_gpu_split(tmp
         _settings(tmp_path, BACKEND="vllm", TENSOR_PARALLEL="2")
     argv = _inference_argv(_settings(tmp_path, BACKEND="vllm", GPUS_PER_NODE="2"), tmp_path)
     assert "--tensor_parallel" not in argv and argv[argv.index("--data_parallel") + 1] == "2"
+    assert argv[argv.index("--backend") + 1] == "vllm"  # still the backend asked for, not the default
     # BACKEND=hf said outright still goes with a server (SERVE/SERVE_URL replace the default backend)
     argv = _inference_argv(_settings(tmp_path, BACKEND="hf", SERVE_URL="http://127.0.0.1:8000/v1"), tmp_path)
     assert argv[argv.index("--backend") + 1] == "openai"

@@ -86,6 +86,9 @@ REGISTRY: dict[str, BackendEntry] = {
 BACKEND_NAMES: tuple[str, ...] = tuple(REGISTRY)
 """The registered names, in registry order."""
 
+DEFAULT_BACKEND = "hf"
+"""``--backend`` (and the launcher's ``BACKEND``) when not given: transformers, local weights."""
+
 
 def entry(name: str) -> BackendEntry:
     """The entry of ``name``; ``KeyError`` naming the choices when unknown."""

@@ -140,7 +140,7 @@ def parse_json_object(text: str) -> dict:
 class ModelSettings:
     """Which model answers, through which backend (shared by every backend)."""
 
-    backend: str = setting("hf", f"model backend: {registry.choices_help()} (default: %(default)s)",
+    backend: str = setting(registry.DEFAULT_BACKEND, f"model backend: {registry.choices_help()} (default: %(default)s)",
                            choices=registry.BACKEND_NAMES, result=True)
     model_name_or_path: str = setting(DEFAULT_MODEL, "Hub model id or local folder (default: %(default)s)", result=True)
 

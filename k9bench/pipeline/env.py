@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
-from k9bench.inference.registry import REGISTRY
+from k9bench.inference.registry import DEFAULT_BACKEND, REGISTRY
 from k9bench.layout import RESULTS_DIR
 from k9bench.models.families import DEMO_AUDIO_FAMILY, DEMO_FAMILY
 from k9bench.validators import device_name, http_url, positive_int, unit_interval
@@ -81,10 +81,6 @@ LAUNCHER_BACKENDS: tuple[str, ...] = tuple(name for name, e in REGISTRY.items() 
 chosen with ``SERVE``/``SERVE_URL``, never by ``BACKEND``)."""
 
 
-BACKEND_DEFAULT = "hf"
-"""``BACKEND`` when unset: transformers in the job; ``SERVE``/``SERVE_URL`` then replace it with the server."""
-
-
 def _serve(text: str) -> str:
     if text != "vllm":
         raise argparse.ArgumentTypeError(f"expected vllm (or unset), got {text!r}")
@@ -135,7 +131,7 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("K9_FINALIZE", check=_choice("0", "1"), default="0", help="1: merge the NUM_SHARDS shards and score (the merge job)"),
     Variable("SERVE", check=_serve, default="", help="vllm: start `vllm serve MODEL_NAME` for the inference stage"),
     Variable("SERVE_URL", check=http_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
-    Variable("BACKEND", check=_choice(*LAUNCHER_BACKENDS), default=BACKEND_DEFAULT,
+    Variable("BACKEND", check=_choice(*LAUNCHER_BACKENDS), default=DEFAULT_BACKEND,
              help="vllm: inference with vLLM in-process (--backend vllm; run the launcher from the vLLM environment, docs/vllm.md)"),
     Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm or BACKEND=vllm: GPUs per model copy (default: GPUS, else 1)"),
     Variable("GPUS", check=positive_int, default="", help="GPUs the job needs (checked against the job's allocation)"),
@@ -335,7 +331,7 @@ def read_settings(env: Mapping[str, str], repo: Path) -> LaunchSettings:
     if values["SERVE"] and values["SERVE_URL"]:
         raise LaunchError("SERVE=vllm and SERVE_URL exclude each other: SERVE starts a server, SERVE_URL names one started elsewhere")
     backend = REGISTRY[values["BACKEND"]]
-    if values["BACKEND"] != BACKEND_DEFAULT and (values["SERVE"] or values["SERVE_URL"]):
+    if values["BACKEND"] != DEFAULT_BACKEND and (values["SERVE"] or values["SERVE_URL"]):
         raise LaunchError(f"BACKEND={values['BACKEND']} runs the model in this job ({backend.summary}); SERVE=vllm and "
                           "SERVE_URL send inference to a server: choose one")
     if values["TENSOR_PARALLEL"] and not values["SERVE"] and not backend.tensor_parallel:

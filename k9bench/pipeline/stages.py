@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from k9bench.inference.registry import REGISTRY
+from k9bench.inference.registry import DEFAULT_BACKEND, REGISTRY
 from k9bench.layout import RunLayout
 
 # (LaunchSettings, k9bench.pipeline.env's, is named in annotations only: env reaches the registry, which imports this module)
@@ -151,8 +151,11 @@ def inference_values(s: "LaunchSettings", variables: Mapping[str, str], output: 
     if served:
         values |= {"--backend": "openai", "--base_url": v["SERVE_URL"] or SERVED_URL, "--api_model": v["MODEL_NAME"],
                    "--video_transport": video_transport()}
-    elif backend.tensor_parallel:  # one model copy over the job's GPUs
-        values |= {"--backend": v["BACKEND"], "--tensor_parallel": v["TENSOR_PARALLEL"] or v["GPUS"] or "1"}
+    else:
+        if v["BACKEND"] != DEFAULT_BACKEND:
+            values["--backend"] = v["BACKEND"]
+        if backend.tensor_parallel:  # one model copy over the job's GPUs
+            values["--tensor_parallel"] = v["TENSOR_PARALLEL"] or v["GPUS"] or "1"
     values |= {"--thinking_mode": s.thinking, "--audio": s.audio}
     if shard is not None:
         values |= {"--num_shards": num_shards, "--shard_id": shard}
