@@ -27,8 +27,8 @@ from pathlib import Path
 
 from k9bench.inference.registry import REGISTRY
 
-VLLM_IMPORT_TIMEOUT_S = 120.0
-"""How long ``python -c "import vllm"`` may take (a cold import of vLLM takes tens of seconds)."""
+ENGINE_IMPORT_TIMEOUT_S = 120.0
+"""How long ``python -c "import <engine>"`` may take (a cold import of vLLM takes tens of seconds)."""
 
 
 class PreflightError(Exception):
@@ -73,13 +73,13 @@ def vllm_python(env: dict) -> str:
 
 
 def check_imports(python: str, module: str, variable: str, where: str, fix: str) -> None:
-    """``python`` imports ``module`` (a subprocess, bounded by :data:`VLLM_IMPORT_TIMEOUT_S`); else one line naming
+    """``python`` imports ``module`` (a subprocess, bounded by :data:`ENGINE_IMPORT_TIMEOUT_S`); else one line naming
     ``variable``, ``where`` the python is and how to ``fix`` it."""
     try:
-        done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=VLLM_IMPORT_TIMEOUT_S,
+        done = subprocess.run([python, "-c", f"import {module}"], capture_output=True, text=True, timeout=ENGINE_IMPORT_TIMEOUT_S,
                               stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:
-        raise PreflightError(f"{variable}: {where} did not import {module} within {VLLM_IMPORT_TIMEOUT_S:g} s") from None
+        raise PreflightError(f"{variable}: {where} did not import {module} within {ENGINE_IMPORT_TIMEOUT_S:g} s") from None
     except OSError as exc:
         raise PreflightError(f"{variable}: the python cannot run: {where} ({exc.strerror or exc})") from None
     if done.returncode != 0:
