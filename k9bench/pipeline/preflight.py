@@ -135,7 +135,7 @@ def model(s, env: dict) -> None:
         check_model_cached("MODEL_NAME", s.values["MODEL_NAME"], "model")
 
 
-def vllm(s, env: dict) -> None:
+def engines(s, env: dict) -> None:
     """SERVE=vllm: the vLLM environment imports vllm; BACKEND: this python imports the backend's own engine."""
     if s.values["SERVE"]:
         check_vllm(env, f"SERVE={s.values['SERVE']}")

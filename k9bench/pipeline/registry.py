@@ -323,7 +323,7 @@ STAGES: tuple[StageEntry, ...] = (
                incomplete_note="some videos could not be fetched (see {output}); going on: their questions become failed "
                                "'missing video' records, counted as wrong. DOWNLOAD_STRICT=1 stops here instead."),
     StageEntry("inference", "eval_video_llm", "k9bench.inference.stage", _inference, _inference_steps, follows=("download",),
-               in_shard_runs=True, checks=(preflight.dataset, preflight.model, preflight.vllm), args_variable="INFER_ARGS", types_shared=True,
+               in_shard_runs=True, checks=(preflight.dataset, preflight.model, preflight.engines), args_variable="INFER_ARGS", types_shared=True,
                variables={"MODEL_NAME": "--model_name_or_path", "DATASET_NAME": "--dataset_name", "SPLIT": "--split",
                           "VIDEO_DIR": "--video_dir", "MAX_FRAMES": "--max_frames", "MAX_SAMPLES": "--max_samples",
                           "BATCH_SIZE": "--batch_size", "DTYPE": "--torch_dtype", "ATTN_IMPL": "--attn_implementation"},
