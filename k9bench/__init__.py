@@ -85,6 +85,10 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.openai_request``        the requests that backend sends
 ``k9bench.inference.video_transport``       how a video travels to a server (video, video_url, frames)
 ``k9bench.inference.server_info``           what a server says about itself, into the record
+``k9bench.inference.gemini``                ``--backend gemini``: Gemini's own SDK, each video uploaded once (Files API)
+``k9bench.inference.gemini.backend``        its requests, replies, finish reasons and retries
+``k9bench.inference.gemini.settings``       its flags and where its key comes from
+``k9bench.inference.gemini.uploads``        each video uploaded once, reused across reruns (the upload ledger)
 ``k9bench.tiny_model``                    tiny random-weight checkpoints for tests, the demo, benchmarks:
 ``k9bench.tiny_model.__main__``             python -m k9bench.tiny_model
 ``k9bench.tiny_model.base``                 the shared tokenizer, special tokens, chat templates

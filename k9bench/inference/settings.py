@@ -27,6 +27,7 @@ from k9bench.video.audio import API_AUDIO_FORMATS
 from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
+from k9bench.inference.gemini.settings import GeminiSettings
 from k9bench.settings import default_of, setting
 from k9bench.validators import device_name, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video.sampling import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
@@ -188,7 +189,8 @@ class OpenAISettings:
                                     "also names the run (model_name, default output file), like --model_name_or_path "
                                     "(default: --model_name_or_path)", cli=False)
     base_url: str | None = setting(None, "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
-                                   "(default: the OpenAI API). The key comes from OPENAI_API_KEY only", type=http_url)
+                                   "(default: the OpenAI API). The key comes from OPENAI_API_KEY only. With --backend gemini: the Gemini "
+                                   "API's endpoint (default: Google's), the key from GEMINI_API_KEY", type=http_url)
     concurrency: int = setting(8, "requests in flight at most (questions of one video are sent next to each other)", type=positive_int)
     max_retries: int = setting(5, "retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)",
                                type=non_negative_int)
@@ -354,6 +356,8 @@ class RunConfig:
     """The OpenAI-compatible backend's flags."""
     vllm: VLLMSettings = dataclasses.field(default_factory=VLLMSettings)
     """The in-process vLLM backend's flags."""
+    gemini: GeminiSettings = dataclasses.field(default_factory=GeminiSettings)
+    """The Gemini backend's flags (:mod:`k9bench.inference.gemini.settings`)."""
     prompt: PromptSettings = dataclasses.field(default_factory=PromptSettings)
     """System prompt and its placement."""
     generation: GenerationSettings = dataclasses.field(default_factory=GenerationSettings)
