@@ -48,7 +48,8 @@ import threading
 from typing import Any
 
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
-from k9bench.inference.openai_request import ApiCallError, BatchPartlyFailed, RequestSettings, _merge
+from k9bench.inference.openai_request import MIB, ApiCallError, BatchPartlyFailed, RequestSettings, _merge, request_bytes
+from k9bench.inference.records import REQUEST_TOO_LARGE, is_size_refusal
 from k9bench.inference.server_info import empty_server_block, note_fingerprint
 from k9bench.inference.settings import (
     TRANSPORTS,
@@ -64,7 +65,7 @@ log = logging.getLogger(__name__)
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[ _]length|maximum context|context window|too many tokens|prompt is too long|too long for the model"
-    r"|exceeds? the (?:model'?s? )?(?:maximum|max)|request entity too large|payload too large",
+    r"|exceeds? the (?:model'?s? )?(?:maximum|max)",
     re.IGNORECASE,
 )
 
@@ -115,7 +116,7 @@ class OpenAIBackend(Backend):
         self.api_key_source: str | None = None
         self._lock = threading.Lock()
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
-                       "failed_requests": 0, "retries": 0, "served_models": []}
+                       "failed_requests": 0, "retries": 0, "requests_over_size": 0, "served_models": []}
         self._info: dict[str, Any] = {}
         self.server: dict[str, Any] = empty_server_block()
         """``inference.backend.server`` (live: fingerprints are added as responses come)."""
@@ -178,6 +179,7 @@ class OpenAIBackend(Backend):
             "video_url": None if s.video_transport != "video_url" else (
                 f"{s.video_url_base.rstrip('/')}/{{scene}}.mp4" if s.video_url_base else "data:video/mp4;base64 (the file itself)"),
             "video_fps": s.video_fps,
+            "max_request_bytes": s.max_request_bytes,
             "request_params": self._redacted_params(),
             "adjusted_flags": dict(self.adjustments),
             "generation": self.generation_settings(),
@@ -403,7 +405,12 @@ class OpenAIBackend(Backend):
             except ApiCallError as exc:
                 outcomes[pos] = exc
                 continue
-            jobs.append((pos, self._api_messages(request.messages, media), self.request_params(request.seed, body), fields))
+            messages, params = self._api_messages(request.messages, media), self.request_params(request.seed, body)
+            refused = self._over_size(request, messages, params, fields)
+            if refused is not None:
+                outcomes[pos] = refused
+                continue
+            jobs.append((pos, messages, params, fields))
 
         def call(job: tuple[int, list[dict], dict, dict]) -> GenerationOutput | ApiCallError:
             pos, messages, params, fields = job
@@ -423,6 +430,19 @@ class OpenAIBackend(Backend):
                 self._carry[request.key] = (self._signature(request), request.frames, outcomes[pos])
             raise BatchPartlyFailed(failures, len(batch))
         return [outcomes[pos] for pos in range(len(batch))]  # type: ignore[misc]
+
+    def _over_size(self, request: GenerationRequest, messages: list[dict], params: dict, fields: dict) -> ApiCallError | None:
+        """The failure of a request over ``--max_request_mb`` (never sent), else None; its size goes into ``fields``."""
+        size = request_bytes(self.settings.api_model, messages, params)
+        fields["request_bytes"] = size
+        cap = self.settings.max_request_bytes
+        if cap is None or size <= cap:
+            return None
+        with self._lock:
+            self._usage["requests_over_size"] += 1
+        return ApiCallError(f"the request is {size:,} bytes ({size / MIB:.2f} MiB), over --max_request_mb ({cap:,} bytes): not sent "
+                            "(fewer frames, a smaller --frame_size, or a larger --max_request_mb if the provider takes more)",
+                            kind=REQUEST_TOO_LARGE)
 
     def _call(self, request: GenerationRequest, messages: list[dict], params: dict, fields: dict) -> GenerationOutput | ApiCallError:
         """One chat call (with the client's retries); an :class:`ApiCallError` when it still fails."""
@@ -454,8 +474,11 @@ class OpenAIBackend(Backend):
                 "start vLLM with --trust-request-mm-kwargs, or use --video_transport video (docs/vllm.md)")
         if not result.ok:
             status = f" (HTTP {result.status_code})" if result.status_code else ""
-            return ApiCallError(f"{result.error_kind}{status} after {result.attempts} attempt(s): {result.error}",
-                                kind=result.error_kind, status_code=result.status_code, attempts=result.attempts)
+            kind = result.error_kind
+            if kind == "client_error" and (result.status_code == 413 or is_size_refusal(result.error or "")):
+                kind = REQUEST_TOO_LARGE  # the provider's own size limit
+            return ApiCallError(f"{kind}{status} after {result.attempts} attempt(s): {result.error}",
+                                kind=kind, status_code=result.status_code, attempts=result.attempts)
         if result.text is not None and not isinstance(result.text, str):
             return ApiCallError(f"the server's reply content is a {type(result.text).__name__}, not text", kind="bad_response",
                                 attempts=result.attempts)

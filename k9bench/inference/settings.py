@@ -29,7 +29,7 @@ from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
 from k9bench.inference.gemini.settings import GeminiSettings
 from k9bench.settings import default_of, setting
-from k9bench.validators import device_name, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
+from k9bench.validators import device_name, float_in_range, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video.sampling import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
@@ -50,6 +50,13 @@ IMAGE_DETAILS = ("auto", "low", "high")
 
 MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
 """How the token budget is named in an OpenAI request (newer OpenAI models want the second)."""
+
+DEFAULT_MAX_REQUEST_MB = 20.0
+"""``--max_request_mb``: Gemini's inline request limit (20971520 bytes: "Request payload size exceeds the limit"),
+the smallest of the known providers'."""
+
+MAX_REQUEST_MB_RANGE = (0.01, 2048.0)
+"""The values ``--max_request_mb`` takes."""
 
 VIDEO_FPS_MAX_FRAMES = 1800
 """The frame cap ``--video_fps`` sets: 30 minutes at 1 FPS, i.e. the whole of any K9-Bench video."""
@@ -219,6 +226,10 @@ class OpenAISettings:
     extra_body: dict | None = setting(None, "JSON object merged into every request body, e.g. "
                                       "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}' for vLLM",
                                       type=parse_json_object, result=True)
+    max_request_mb: float = setting(DEFAULT_MAX_REQUEST_MB, f"largest request body to send, in MiB, {MAX_REQUEST_MB_RANGE[0]:g}.."
+                                    f"{MAX_REQUEST_MB_RANGE[1]:g}: a question whose request (its frames, video or soundtrack) is larger is "
+                                    "a failed record request_too_large, never sent (default: %(default)s, Gemini's inline limit; "
+                                    "OpenAI's is larger)", type=float_in_range(*MAX_REQUEST_MB_RANGE))
     audio_format: str = setting("wav", "with --audio: encoding of the soundtrack's input_audio part (default: %(default)s)",
                                 choices=API_AUDIO_FORMATS, result=True)
     no_seed_param: bool = setting(False, "do not send --seed as the request's seed (for APIs that reject it)", action="store_true")
