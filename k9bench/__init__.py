@@ -59,6 +59,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.serving.serve``                   a vLLM server for the length of a with block (the launcher's SERVE=vllm)
 ``k9bench.serving.openai_api``              OpenAI-compatible client: key, base-URL check, probe, retries, concurrency
 ``k9bench.serving.endpoint``                an endpoint before any chat call: base-URL check, reachability probe, small GETs
+``k9bench.serving.streaming``               a streamed reply (--stream) assembled into the completion it stands for
 ``k9bench.prompts``                       our system and judge prompts (data files) and their hashes:
 ``k9bench.prompts.__main__``                python -m k9bench.prompts from-reference PATH
 ``k9bench.prompts.reference``               the reference's prompt texts out of a user's copy of its script (ast, never run)

@@ -158,7 +158,7 @@ class OpenAIBackend(Backend):
             transport=s.video_transport, frame_size=frame_size_tuple(s.frame_size), jpeg_quality=s.jpeg_quality,
             image_detail=s.image_detail, video_url_base=s.video_url_base, fps=s.fps, max_frames=s.max_frames,
             audio=s.audio, audio_format=s.audio_format, keep=s.concurrency + 2,
-            video_crf=s.video_crf)
+            video_crf=s.video_crf, audio_in_file=s.one_modality_per_message and s.video_transport == "video_url")
         self._info = {
             "name": self.name,
             "api_model": s.api_model,
@@ -180,12 +180,15 @@ class OpenAIBackend(Backend):
                 f"{s.video_url_base.rstrip('/')}/{{scene}}.mp4" if s.video_url_base else "data:video/mp4;base64 (the file itself)"),
             "video_fps": s.video_fps,
             "max_request_bytes": s.max_request_bytes,
+            "stream": s.stream,
+            "one_modality_per_message": s.one_modality_per_message,
             "request_params": self._redacted_params(),
             "adjusted_flags": dict(self.adjustments),
             "generation": self.generation_settings(),
             "attn_implementation": None,
             "frames_resized_by": self._frames_resized_by(),
-            "audio": {"part": "input_audio", "format": s.audio_format, "sampling_rate": self.audio_sampling_rate()} if s.audio else None,
+            "audio": ({"part": "the video file's own soundtrack (video_url)"} if self.media.audio_in_file else
+                      {"part": "input_audio", "format": s.audio_format, "sampling_rate": self.audio_sampling_rate()}) if s.audio else None,
             "usage": self._usage,  # live: filled in as the run goes (this invocation's calls)
             "server": self.server,  # live: response fingerprints are added
         }
@@ -433,7 +436,7 @@ class OpenAIBackend(Backend):
 
     def _over_size(self, request: GenerationRequest, messages: list[dict], params: dict, fields: dict) -> ApiCallError | None:
         """The failure of a request over ``--max_request_mb`` (never sent), else None; its size goes into ``fields``."""
-        size = request_bytes(self.settings.api_model, messages, params)
+        size = request_bytes(self.settings.api_model, messages, {**params, "stream": True} if self.settings.stream else params)
         fields["request_bytes"] = size
         cap = self.settings.max_request_bytes
         if cap is None or size <= cap:
@@ -448,7 +451,7 @@ class OpenAIBackend(Backend):
         """One chat call (with the client's retries); an :class:`ApiCallError` when it still fails."""
         s = self.settings
         with self._slots:
-            result = self.client.chat(messages, model=s.api_model, label=f"idx {request.key}", **params)
+            result = self.client.chat(messages, model=s.api_model, label=f"idx {request.key}", stream=s.stream, **params)
         with self._lock:
             self._usage["retries"] += max(0, result.attempts - 1)
             if result.ok:

@@ -230,6 +230,13 @@ class OpenAISettings:
                                     f"{MAX_REQUEST_MB_RANGE[1]:g}: a question whose request (its frames, video or soundtrack) is larger is "
                                     "a failed record request_too_large, never sent (default: %(default)s, Gemini's inline limit; "
                                     "OpenAI's is larger)", type=float_in_range(*MAX_REQUEST_MB_RANGE))
+    stream: bool = setting(False, "ask for streamed replies (stream: true, the usage in the last chunk) and assemble them, with the "
+                           "same timeouts, size caps and retries: for APIs that answer only streamed, such as Qwen-Omni's",
+                           action="store_true")
+    one_modality_per_message: bool = setting(
+        False, "the API takes one non-text modality per message (Qwen-Omni's): frames or one video, never an input_audio part "
+        "beside them; with --audio send the video file itself, whose soundtrack the model hears (--video_transport video_url)",
+        action="store_true")
     audio_format: str = setting("wav", "with --audio: encoding of the soundtrack's input_audio part (default: %(default)s)",
                                 choices=API_AUDIO_FORMATS, result=True)
     no_seed_param: bool = setting(False, "do not send --seed as the request's seed (for APIs that reject it)", action="store_true")
