@@ -81,7 +81,9 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.hf``                    the transformers backend (device maps, offload, placement recorded)
 ``k9bench.inference.hf_load``               how that backend loads a checkpoint (device, dtype, attention, device map)
 ``k9bench.inference.openai_backend``        the OpenAI-compatible backend
-``k9bench.inference.vllm_backend``          ``--backend vllm``: vLLM in-process, fed our frames, in checkpointed chunks
+``k9bench.inference.vllm``                  ``--backend vllm``: vLLM in-process, fed our frames, in checkpointed chunks
+``k9bench.inference.vllm.backend``            the engine (vllm.LLM), imported only where vLLM is installed
+``k9bench.inference.vllm.settings``           its flags (importable without vLLM)
 ``k9bench.inference.openai_request``        the requests that backend sends
 ``k9bench.inference.video_transport``       how a video travels to a server (video, video_url, frames)
 ``k9bench.inference.server_info``           what a server says about itself, into the record

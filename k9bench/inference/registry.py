@@ -76,9 +76,9 @@ REGISTRY: dict[str, BackendEntry] = {
                            summary="an OpenAI-compatible server", exact_frame_size=True, audio_part=True, api_key_without_base_url=True,
                            settings="k9bench.inference.settings:OpenAISettings", flag_group="OpenAI-compatible backend (--backend openai)",
                            add_flags="k9bench.inference.settings:add_openai_arguments"),
-    "vllm": BackendEntry("k9bench.inference.vllm_backend:VLLMBackend", "vllm", local_weights=True,
+    "vllm": BackendEntry("k9bench.inference.vllm.backend:VLLMBackend", "vllm", local_weights=True,
                          summary="vLLM in-process, from the vLLM environment: docs/vllm.md",
-                         settings="k9bench.inference.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)",
+                         settings="k9bench.inference.vllm.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)",
                          engine_module="vllm", tensor_parallel=True),
 }
 """``--backend`` name -> :class:`BackendEntry`."""

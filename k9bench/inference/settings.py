@@ -27,6 +27,7 @@ from k9bench.video.audio import API_AUDIO_FORMATS
 from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
+from k9bench.inference.vllm.settings import VLLMSettings
 from k9bench.settings import default_of, setting
 from k9bench.validators import device_name, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video.sampling import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
@@ -165,18 +166,6 @@ class HFSettings:
                                      type=device_map_value, metavar="auto|balanced|JSON")
     max_memory: str | None = setting(None, "with --device_map: memory per device, '{\"0\": \"40GiB\", \"cpu\": \"200GB\"}' or "
                                      "0=40GiB,cpu=2GiB", type=max_memory_value, metavar="DEV=SIZE,...")
-
-
-@dataclass(frozen=True)
-class VLLMSettings:
-    """The ``--backend vllm`` flags (vLLM in-process; dtype from ``--torch_dtype``, see docs/vllm.md)."""
-
-    tensor_parallel: int = setting(1, "--backend vllm: GPUs per model copy (vLLM's tensor_parallel_size; default: %(default)s)", type=positive_int)
-    gpu_memory_utilization: float = setting(0.9, "--backend vllm: share of each GPU's memory vLLM may take, weights and KV cache "
-                                            "(default: %(default)s)", type=unit_interval)
-    max_model_len: int | None = setting(None, "--backend vllm: context length in tokens (default: the checkpoint's)", type=positive_int)
-    enforce_eager: bool = setting(False, "--backend vllm: no CUDA graphs (slower decode, faster start; default: CUDA graphs on)",
-                                  action="store_true")
 
 
 @dataclass(frozen=True)
