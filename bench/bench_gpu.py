@@ -351,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.new_batch_size == "auto":
             if cuda:
                 from k9bench.inference.batching import auto_batch_size, memory_model_for
-                from k9bench.inference.hf import SUFFIX_TOKENS
+                from k9bench.inference.hf.backend import SUFFIX_TOKENS
 
                 f0 = sample_frames(args, paths[0])
                 est = f0.num_frames // 2 * (f0.height // 32) * (f0.width // 32) + 300

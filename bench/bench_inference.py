@@ -64,7 +64,7 @@ def make_dataset(folder: Path, videos: int, per_video: int) -> Path:
 def run_once(common: list[str], out: Path, batch_size: int, *, fast_path: bool = True) -> dict:
     """One run of the script; ``fast_path=False``: today's pattern (batches within one video, generate)."""
     import eval_video_llm
-    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.hf.backend import HFBackend
 
     saved = HFBackend.prepare_batch
     if not fast_path:

@@ -78,15 +78,19 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.shared_decode``         the shared-prefix engine's device side: one prefix per video, preallocated cache
 ``k9bench.inference.backend``               the Backend base class (defaults for every optional capability)
 ``k9bench.inference.registry``              the backends --backend names (importable without torch)
-``k9bench.inference.hf``                    the transformers backend (device maps, offload, placement recorded)
-``k9bench.inference.hf_load``               how that backend loads a checkpoint (device, dtype, attention, device map)
-``k9bench.inference.openai_backend``        the OpenAI-compatible backend
-``k9bench.inference.vllm``                  ``--backend vllm``: vLLM in-process, fed our frames, in checkpointed chunks
-``k9bench.inference.vllm.backend``            the engine (vllm.LLM), imported only where vLLM is installed
-``k9bench.inference.vllm.settings``           its flags (importable without vLLM)
-``k9bench.inference.openai_request``        the requests that backend sends
-``k9bench.inference.video_transport``       how a video travels to a server (video, video_url, frames)
-``k9bench.inference.server_info``           what a server says about itself, into the record
+``k9bench.inference.hf``                  ``--backend hf``: transformers, local weights (batch 1 the reference; batched generate)
+``k9bench.inference.hf.backend``            the backend (device maps, offload, placement recorded)
+``k9bench.inference.hf.load``               how it loads a checkpoint (device, dtype, attention, device map)
+``k9bench.inference.hf.settings``           its flags (HFSettings)
+``k9bench.inference.vllm``                ``--backend vllm``: vLLM in-process, fed our frames, in checkpointed chunks
+``k9bench.inference.vllm.backend``          the engine (vllm.LLM), imported only where vLLM is installed
+``k9bench.inference.vllm.settings``         its flags (importable without vLLM)
+``k9bench.inference.openai_compat``       ``--backend openai``: an OpenAI-compatible server
+``k9bench.inference.openai_compat.backend`` the backend (concurrency, retries)
+``k9bench.inference.openai_compat.request`` the requests it sends, the errors a call ends in
+``k9bench.inference.openai_compat.video_transport`` how a video travels to a server (video, video_url, frames)
+``k9bench.inference.openai_compat.server_info`` what a server says about itself, into the record
+``k9bench.inference.openai_compat.settings`` its flags (OpenAISettings, --api_model, --video_fps)
 ``k9bench.tiny_model``                    tiny random-weight checkpoints for tests, the demo, benchmarks:
 ``k9bench.tiny_model.__main__``             python -m k9bench.tiny_model
 ``k9bench.tiny_model.base``                 the shared tokenizer, special tokens, chat templates

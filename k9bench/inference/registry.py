@@ -70,12 +70,12 @@ class BackendEntry:
 
 
 REGISTRY: dict[str, BackendEntry] = {
-    "hf": BackendEntry("k9bench.inference.hf:HFBackend", "hf", local_weights=True, summary="transformers, local weights",
-                       transformers_load=True, settings="k9bench.inference.settings:HFSettings", flag_group=MODEL_FLAGS_GROUP),
-    "openai": BackendEntry("k9bench.inference.openai_backend:OpenAIBackend", "openai", local_weights=False,
+    "hf": BackendEntry("k9bench.inference.hf.backend:HFBackend", "hf", local_weights=True, summary="transformers, local weights",
+                       transformers_load=True, settings="k9bench.inference.hf.settings:HFSettings", flag_group=MODEL_FLAGS_GROUP),
+    "openai": BackendEntry("k9bench.inference.openai_compat.backend:OpenAIBackend", "openai", local_weights=False,
                            summary="an OpenAI-compatible server", exact_frame_size=True, audio_part=True, api_key_without_base_url=True,
-                           settings="k9bench.inference.settings:OpenAISettings", flag_group="OpenAI-compatible backend (--backend openai)",
-                           add_flags="k9bench.inference.settings:add_openai_arguments"),
+                           settings="k9bench.inference.openai_compat.settings:OpenAISettings", flag_group="OpenAI-compatible backend (--backend openai)",
+                           add_flags="k9bench.inference.openai_compat.settings:add_openai_arguments"),
     "vllm": BackendEntry("k9bench.inference.vllm.backend:VLLMBackend", "vllm", local_weights=True,
                          summary="vLLM in-process, from the vLLM environment: docs/vllm.md",
                          settings="k9bench.inference.vllm.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)",
