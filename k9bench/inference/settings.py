@@ -20,6 +20,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from k9bench.models.accelerator import DTYPE_CHOICES
 from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
@@ -27,7 +28,7 @@ from k9bench.inference.hf.settings import HFSettings
 from k9bench.inference.openai_compat.settings import OpenAISettings, frame_size_tuple
 from k9bench.inference.vllm.settings import VLLMSettings
 from k9bench.settings import default_of, setting
-from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, unit_interval
+from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video.sampling import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
@@ -35,6 +36,13 @@ DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
 
 DEFAULT_MAX_NEW_TOKENS = 2048
 DEFAULT_MAX_NEW_TOKENS_THINKING = 3072
+
+DTYPES = DTYPE_CHOICES
+"""Accepted ``--torch_dtype`` values (:data:`k9bench.models.accelerator.DTYPE_CHOICES`)."""
+
+WEIGHTS_FIELDS = ("bf16", "torch_dtype", "trust_remote_code")
+"""The fields of :class:`ModelSettings` that only a backend loading the weights here reads
+(:attr:`k9bench.inference.registry.BackendEntry.local_weights`)."""
 
 MAX_NEW_TOKENS_CAP = 131072
 """Hard upper bound of ``--max_new_tokens`` (the model's own context, read from its config, is checked too)."""
@@ -64,11 +72,18 @@ def batch_size_value(text: str) -> int | str:
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """Which model answers, through which backend (shared by every backend)."""
+    """Which model answers, through which backend (shared by every backend), and how every backend that loads the
+    weights here loads them (:data:`WEIGHTS_FIELDS`)."""
 
     backend: str = setting(registry.DEFAULT_BACKEND, f"model backend: {registry.choices_help()} (default: %(default)s)",
                            choices=registry.BACKEND_NAMES, result=True)
     model_name_or_path: str = setting(DEFAULT_MODEL, "Hub model id or local folder (default: %(default)s)", result=True)
+    bf16: bool | None = setting(None, "load bf16 weights (default: bf16 on GPU, float32 on CPU); '--bf16 False' forces float32",
+                                nargs="?", const=True, type=str2bool)
+    torch_dtype: str | None = setting(None, "weight dtype, any floating torch dtype name as the reference takes it (bfloat16, "
+                                      "float16 or half, float32 or float, float64 or double, float8_*...); overrides --bf16 "
+                                      "(what was asked and the dtype used are recorded)", choices=DTYPES, metavar="DTYPE")
+    trust_remote_code: bool = setting(False, "allow model code from the model repository", action="store_true")
 
 
 @dataclass(frozen=True)
@@ -286,9 +301,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DataSettings", "FrameSettings",
+    "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES", "DataSettings", "FrameSettings",
     "GenerationSettings", "ModelSettings", "OutputSettings", "PromptSettings", "RunConfig", "SHARED_SECTIONS",
-    "add_backend_arguments", "config_from_namespace", "resolve", "sections", "settings_docs",
+    "WEIGHTS_FIELDS", "add_backend_arguments", "config_from_namespace", "resolve", "sections", "settings_docs",
 ]
 
 

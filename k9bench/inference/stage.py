@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a video LLM on K9-Bench and write the raw results JSON (resumable, batched).",
     )
     model = parser.add_argument_group(MODEL_FLAGS_GROUP)
-    add_arguments(model, ModelSettings, only=("model_name_or_path",))
+    add_arguments(model, ModelSettings, exclude=("backend",))
     for entry in REGISTRY.values():
         if entry.flag_group == MODEL_FLAGS_GROUP:
             add_backend_arguments(model, entry)

@@ -64,17 +64,17 @@ class HFBackend(Backend):
     def __init__(self, config: RunConfig):
         from k9bench.settings import flags_given
 
-        hf, gen = config.hf, config.generation
-        self.model_name_or_path = config.model.model_name_or_path
+        hf, gen, model = config.hf, config.generation, config.model
+        self.model_name_or_path = model.model_name_or_path
         self.requested = {
-            "torch_dtype": hf.torch_dtype,
-            "bf16": hf.bf16,
+            "torch_dtype": model.torch_dtype,
+            "bf16": model.bf16,
             "attn_implementation": hf.attn_implementation,
             "device": hf.device,
             "device_map": hf.device_map,
             "max_memory": hf.max_memory,
         }
-        self.trust_remote_code = hf.trust_remote_code
+        self.trust_remote_code = model.trust_remote_code
         self.overrides: dict[str, Any] = {"max_new_tokens": gen.max_new_tokens}
         for key in ("do_sample", "temperature", "top_p", "top_k"):
             if getattr(gen, key) is not None:

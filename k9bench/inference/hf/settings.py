@@ -7,12 +7,10 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from k9bench.models.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
+from k9bench.models.accelerator import ATTN_IMPLEMENTATIONS
 from k9bench.settings import setting
-from k9bench.validators import device_name, str2bool
+from k9bench.validators import device_name
 
-DTYPES = DTYPE_CHOICES
-"""Accepted ``--torch_dtype`` values (:data:`k9bench.models.accelerator.DTYPE_CHOICES`)."""
 
 def device_map_value(text: str) -> str:
     """``--device_map``: a strategy name, or a JSON object of module -> device (kept as canonical JSON text)."""
@@ -39,14 +37,8 @@ def max_memory_value(text: str) -> str:
 
 @dataclass(frozen=True)
 class HFSettings:
-    """The transformers backend's own flags (the server decides these with ``--backend openai``)."""
+    """The transformers backend's own flags (dtype and remote code are the shared :class:`~k9bench.inference.settings.ModelSettings`')."""
 
-    bf16: bool | None = setting(None, "load bf16 weights (default: bf16 on GPU, float32 on CPU); '--bf16 False' forces float32",
-                                nargs="?", const=True, type=str2bool)
-    torch_dtype: str | None = setting(None, "weight dtype, any floating torch dtype name as the reference takes it (bfloat16, "
-                                      "float16 or half, float32 or float, float64 or double, float8_*...); overrides --bf16 "
-                                      "(what was asked and the dtype used are recorded)", choices=DTYPES, metavar="DTYPE")
-    trust_remote_code: bool = setting(False, "allow model code from the model repository", action="store_true")
     attn_implementation: str | None = setting(
         None, "attention kernel (default: flash_attention_2 on GPU when flash-attn is installed, otherwise sdpa with a warning)",
         choices=ATTN_IMPLEMENTATIONS)
@@ -59,4 +51,4 @@ class HFSettings:
                                      "0=40GiB,cpu=2GiB", type=max_memory_value, metavar="DEV=SIZE,...")
 
 
-__all__ = ["DTYPES", "HFSettings", "device_map_value", "max_memory_value"]
+__all__ = ["HFSettings", "device_map_value", "max_memory_value"]
