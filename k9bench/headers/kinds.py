@@ -30,6 +30,8 @@ class Header:
     """What every header has. Subclasses add the top-level keys of their kind as fields."""
 
     KIND: ClassVar[str] = ""
+    RECORDS: ClassVar[bool] = False
+    """Its file holds records (``individual_results``): a reader of records reads it."""
     FILE_KEYS: ClassVar[dict] = {"stage_block": "stage"}
     """Field name -> top-level key, where they differ."""
 
@@ -99,6 +101,7 @@ class RawHeader(Header):
     """A raw file's top level (``eval_video_llm.py``, ``k9bench.merge``; docs/artifacts.md "raw JSON")."""
 
     KIND: ClassVar[str] = "raw"
+    RECORDS: ClassVar[bool] = True
 
     total_count: int | None = None
     """Number of records (the reference's key)."""
@@ -193,6 +196,7 @@ class EvalHeader(Header):
     """An eval file's top level: the reference's keys, then ours (docs/artifacts.md "eval JSON")."""
 
     KIND: ClassVar[str] = "eval"
+    RECORDS: ClassVar[bool] = True
 
     evaluation_timestamp: str | None = None
     """When it was scored (ISO 8601)."""
