@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from k9bench import stage_table
 from k9bench.pipeline import registry
-from k9bench.pipeline.registry import StageEntry
+from k9bench.stage_table import StageEntry
 from k9bench.pipeline.stages import Step
 from k9bench.stage import Stage
 from tests.pipeline_fakes import fake, launcher_env  # noqa: F401 (fixtures)
@@ -31,6 +32,30 @@ def test_every_entry_names_a_package_module_and_makes_steps_or_prepares():
         assert callable(entry.build) and (entry.steps is None) != (entry.prepare is None), entry
         assert all(f in registry.BY_NAME for f in (*entry.follows, *entry.reruns_after)), entry
         assert 0 in entry.exits, entry
+
+
+def test_the_stage_table_is_the_one_list_of_stages_and_artifacts():
+    """Issue 36: each kind has one owning entry (its schema version and typed header class); the layout's stages
+    and paths, the headers' versions, kinds and classes are worked out from the entries; every name resolves."""
+    from k9bench.headers.kinds import HEADER_CLASSES, SCHEMA_VERSIONS, STAGE_KINDS
+    from k9bench.layout import STAGES, RunLayout, shard_path, skipped_path
+
+    kinds = {e.kind for e in stage_table.STAGES if e.kind}
+    for kind in kinds:
+        owners = [e for e in stage_table.STAGES if e.kind == kind and e.schema_version]
+        assert len(owners) == 1 and owners[0].header is not None, kind
+        assert owners[0].header.resolve().KIND == kind and SCHEMA_VERSIONS[kind] == owners[0].schema_version
+    assert [e for e in stage_table.STAGES if e.header is not None and not e.schema_version] == []
+    assert dict(STAGE_KINDS) == {"download": "manifest", "inference": "raw", "merge": "raw", "calculate": "sim", "evaluate": "eval",
+                                 "judge": "judge", "report": "report"}
+    assert set(HEADER_CLASSES) == set(SCHEMA_VERSIONS) == kinds
+    assert dict(STAGES) == {"raw": "inference", "sim": "calculate", "eval": "evaluate", "judge": "judge"}
+    paths = RunLayout("o", "org/m", 4, 10).paths(3)
+    assert list(paths) == ["raw", "shards", "sim", "eval", "judge", "judge_skipped", "report"]
+    assert paths["judge_skipped"] == skipped_path(paths["judge"]) and str(paths["shards"]).format(i=2) == str(shard_path(paths["raw"], 3, 2))
+    for e in stage_table.STAGES:
+        for ref in (e.build, e.steps, e.prepare, e.probe, e.refresh, e.config_line, *e.checks):
+            assert ref is None or callable(ref.resolve()), (e.name, ref)
 
 
 def test_every_step_of_a_plan_is_a_registry_entry_and_built_from_it(tmp_path):
@@ -85,7 +110,8 @@ def _names_a_stage(text: str, names: set[str]) -> str | None:
 
 def test_stage_names_appear_only_in_the_registry():
     """Issue 28: the registry is the one place the launcher knows its stages; the other modules of
-    k9bench/pipeline/ read its entries (no ``if name == "judge"`` switch, no name in a message)."""
+    k9bench/pipeline/ read its entries (no ``if name == "judge"`` switch, no name in a message). The entries are
+    the stage table's (issue 36: one list of stages and artifacts)."""
     names = set(registry.BY_NAME)
     assert _names_a_stage("inference-shard", names) and _names_a_stage("step judge: x", names)  # the rule sees them
     assert not _names_a_stage("the judge file", names) and not _names_a_stage("report.md", names)  # prose and files are no names
@@ -97,8 +123,10 @@ def test_stage_names_appear_only_in_the_registry():
             if _names_a_stage(node.value, names):
                 found.append(f"{path.name}:{node.lineno}: {node.value!r}")
     assert found == []
-    registry_constants = {n.value for n in _string_constants(ast.parse((PIPELINE / "registry.py").read_text(encoding="utf-8")))}
-    assert names <= registry_constants  # the names are there, in the entries
+    table = REPO / "k9bench" / "stage_table.py"
+    table_constants = {n.value for n in _string_constants(ast.parse(table.read_text(encoding="utf-8")))}
+    assert names <= table_constants  # the names are there, in the entries of the one list
+    assert registry.STAGES is stage_table.STAGES
 
 
 def test_no_module_reads_argparse_internals():
