@@ -151,6 +151,15 @@ def test_inference_and_the_manifest_write_their_header():
     assert isinstance(header_of(manifest), ManifestHeader)
 
 
+def test_the_artifacts_page_lists_every_kind_of_the_stage_table_with_its_version():
+    """docs/artifacts.md's table of kinds has one row per kind the stage table knows, with its schema version."""
+    import re
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "artifacts.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| .* \| (\d+) \|$", page.split("\n## Headers\n", 1)[1].split("\n## ", 1)[0], flags=re.M))
+    assert rows == {kind: str(version) for kind, version in SCHEMA_VERSIONS.items()}
+
+
 # --------------------------------------------------------------------------- a newer version refused in one line
 
 
