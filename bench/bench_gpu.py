@@ -79,7 +79,8 @@ def add_engine_figures(result: dict, label: str, entry: dict) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="cuda, cpu, or auto: cuda when visible (default)")
     p.add_argument("--layers", type=int, default=QWEN3_VL_4B["num_hidden_layers"], help="language model layers (36)")
     p.add_argument("--hidden", type=int, default=QWEN3_VL_4B["hidden_size"], help="language model width (2560)")

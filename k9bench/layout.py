@@ -16,7 +16,6 @@ and the folder ``report_<tag>/``.
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -158,7 +157,8 @@ class RunLayout:
 
 def main(argv: list[str] | None = None) -> int:
     """Print a run's artifact paths, one ``role: path`` per line."""
-    parser = argparse.ArgumentParser(prog="python -m k9bench.layout", description="Print the artifact paths of one launcher run.")
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(prog="python -m k9bench.layout", description="Print the artifact paths of one launcher run.")
     parser.add_argument("--out_dir", default=RESULTS_DIR, help="the run's OUT_DIR (default: %(default)s)")
     parser.add_argument("--model", required=True, help="MODEL_NAME (its short name names the files)")
     parser.add_argument("--max_frames", type=int, required=True, help="MAX_FRAMES")

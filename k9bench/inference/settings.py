@@ -156,7 +156,7 @@ class FrameSettings:
 @dataclass(frozen=True)
 class DataSettings:
     """Which questions, videos and shard (``--dataset_name``/``--split``/``--drop_invalid_rows`` are
-    the flags every script shares, added by :func:`k9bench.cli.add_dataset_args`)."""
+    the flags every script shares, from :class:`k9bench.data.dataset.DatasetSettings`)."""
 
     dataset_name: str = setting(DEFAULT_DATASET, "Hub dataset id, a local file or folder, or 'demo'", cli=False)
     split: str = setting(DEFAULT_SPLIT, "dataset split", cli=False)
