@@ -110,7 +110,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.report.model``                    scores, a run's settings, its standing against the paper
 ``k9bench.report.load``                     reading eval and judge files; common questions
 ``k9bench.report.markdown``                 the report's text and tables
-``k9bench.report.paired``                   --baseline: paired bootstrap over videos, exact McNemar
+``k9bench.report.paired``                   --baseline: clustered McNemar, cluster-robust interval
 ``k9bench.report.plots``                    the figures
 ``k9bench.report.stage``                    ReportStage (the Stage contract), its flags
 ``k9bench.view``                          the static results page (docs/view.md): report_<tag>/index.html:

@@ -61,7 +61,7 @@ class ReportSettings:
     """The ``--subset`` file (:func:`k9bench.data.subset.read_subset`)."""
     baseline: str | None = setting(None, "another model's run to compare the first --input_file with, question by question: its "
                                    "eval file or its run folder (one eval_*.json). On the common questions: the accuracy difference "
-                                   "with a video-clustered paired bootstrap interval and an exact McNemar test", metavar="RUN",
+                                   "with a cluster-robust interval and the clustered McNemar test", metavar="RUN",
                                    result=True)
     """The baseline run (:mod:`k9bench.report.paired`)."""
 
