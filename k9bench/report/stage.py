@@ -258,7 +258,9 @@ class ReportStage(Stage):
             return EXIT_USAGE
         except ArtifactError as exc:
             log.error("report: %s", exc)
-            return EXIT_USAGE if isinstance(exc, NewerSchema) else EXIT_FAILED  # a file of a newer k9bench: exit 2
+            from k9bench.view.data import ViewError  # a bad input of the results page (docs/view.md): exit 2
+
+            return EXIT_USAGE if isinstance(exc, (NewerSchema, ViewError)) else EXIT_FAILED  # a file of a newer k9bench: exit 2
         print(leaderboard_markdown(report.runs, report.published))
         if report.judges:
             print()
