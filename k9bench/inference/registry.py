@@ -64,6 +64,9 @@ class BackendEntry:
     engine_module: str = ""
     """A module of its own engine that the python running inference must import (``"vllm"``), checked by the
     launcher before any stage runs; empty: nothing beyond the project's own requirements."""
+    key_check: str = ""
+    """``"module:function"`` returning the one line that refuses a run without its API key (None: the key is there), called
+    before any work; empty: no key of its own to check."""
     tensor_parallel: bool = False
     """True: one model copy spans several GPUs (its section's ``tensor_parallel``; the launcher's ``TENSOR_PARALLEL``,
     default ``GPUS``), never one copy per GPU (``--data_parallel``)."""
@@ -80,6 +83,10 @@ REGISTRY: dict[str, BackendEntry] = {
                          summary="vLLM in-process, from the vLLM environment: docs/vllm.md",
                          settings="k9bench.inference.vllm.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)",
                          engine_module="vllm", tensor_parallel=True),
+    "gemini": BackendEntry("k9bench.inference.gemini.backend:GeminiBackend", "gemini", local_weights=False,
+                           summary="Gemini's own API (google-genai), each video uploaded once: docs/inference.md",
+                           settings="k9bench.inference.gemini.settings:GeminiSettings", flag_group="Gemini API (--backend gemini)",
+                           key_check="k9bench.inference.gemini.settings:missing_key"),
 }
 """``--backend`` name -> :class:`BackendEntry`."""
 

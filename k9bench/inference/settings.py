@@ -24,6 +24,7 @@ from k9bench.models.accelerator import DTYPE_CHOICES
 from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
+from k9bench.inference.gemini.settings import GeminiSettings
 from k9bench.inference.hf.settings import HFSettings
 from k9bench.inference.openai_compat.settings import OpenAISettings, frame_size_tuple
 from k9bench.inference.vllm.settings import VLLMSettings
@@ -218,6 +219,8 @@ class RunConfig:
     """The OpenAI-compatible backend's flags."""
     vllm: VLLMSettings = dataclasses.field(default_factory=VLLMSettings)
     """The in-process vLLM backend's flags."""
+    gemini: GeminiSettings = dataclasses.field(default_factory=GeminiSettings)
+    """The Gemini backend's flags (:mod:`k9bench.inference.gemini.settings`)."""
     prompt: PromptSettings = dataclasses.field(default_factory=PromptSettings)
     """System prompt and its placement."""
     generation: GenerationSettings = dataclasses.field(default_factory=GenerationSettings)

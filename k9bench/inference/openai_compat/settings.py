@@ -71,7 +71,8 @@ class OpenAISettings:
                                     "also names the run (model_name, default output file), like --model_name_or_path "
                                     "(default: --model_name_or_path)", cli=False)
     base_url: str | None = setting(None, "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
-                                   "(default: the OpenAI API). The key comes from OPENAI_API_KEY only", type=http_url)
+                                   "(default: the OpenAI API). The key comes from OPENAI_API_KEY only. With --backend gemini: the Gemini "
+                                   "API's endpoint (default: Google's), the key from GEMINI_API_KEY", type=http_url)
     concurrency: int = setting(8, "requests in flight at most (questions of one video are sent next to each other)", type=positive_int)
     max_retries: int = setting(5, "retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)",
                                type=non_negative_int)
