@@ -193,3 +193,48 @@ def test_another_interface_needs_allow_remote(tmp_path, subset, demo_video_dir, 
     (tmp_path / "bad.json").write_text("[0, 999]")
     assert main(answer_args(tmp_path / "bad.json", "ana", tmp_path / "out", demo_video_dir)) == 2
     assert "999" in capsys.readouterr().err
+
+
+def test_the_labelling_mode_saves_labels_that_the_report_draws(driver, tmp_path, demo_video_dir):
+    import evaluate_results
+    from selenium.webdriver.common.by import By
+    from tests.view_fakes import demo_eval
+
+    model_eval = demo_eval(tmp_path / "eval_tiny-m_mf4_n12.json", demo_video_dir, shift=1)
+    wrong = {r["idx"]: r for r in json.loads(model_eval.read_text())["individual_results"] if not r["is_correct"]}
+    app = App(["label", str(model_eval), "--labeller", "ana", "--output_dir", str(tmp_path / "labels"), "--video_dir",
+               str(demo_video_dir), "--sample", "3", "--seed", "2"], tmp_path)
+    try:
+        driver.get(app.url)
+        wait_text(driver, "progress", "answer 1 of 3")
+        shown = driver.find_element(By.ID, "question").text
+        record = next(r for r in wrong.values() if r["question"] == shown)
+        assert driver.find_element(By.ID, "response").text == record["response"]  # the model's full response
+        assert driver.find_element(By.ID, "gt").text == record["ground_truth"]
+        assert len(driver.find_elements(By.CSS_SELECTOR, "#options li")) == 5
+        driver.find_element(By.ID, "label-other").click()
+        driver.find_element(By.ID, "submit").click()
+        assert "needs a note" in wait_text(driver, "error", "needs a note")  # refused, nothing saved
+        driver.find_element(By.ID, "label-cue_misread").click()
+        driver.find_element(By.ID, "submit").click()
+        wait_text(driver, "progress", "answer 2 of 3")
+        driver.find_element(By.ID, "label-other").click()
+        driver.find_element(By.ID, "note").send_keys("the pattern is not a dog")
+        driver.find_element(By.ID, "submit").click()
+        wait_text(driver, "progress", "answer 3 of 3")
+        driver.find_element(By.ID, "label-sequence_error").click()
+        driver.find_element(By.ID, "submit").click()
+        wait_text(driver, "progress", "all 3 done")
+    finally:
+        app.stop()
+    labels_file = tmp_path / "labels" / "labels_ana_tiny-m.json"
+    saved = json.loads(labels_file.read_text())
+    assert [r["label"] for r in saved["labels"] if r["idx"] == record["idx"]] == ["cue_misread"]
+    assert sorted(r["label"] for r in saved["labels"]) == ["cue_misread", "other", "sequence_error"]
+    assert all(r["idx"] in wrong for r in saved["labels"]) and saved["sample"]["idx"] and saved["sample"]["seed"] == 2
+    report = tmp_path / "report"
+    assert evaluate_results.main(["--mode", "report", "--input_file", str(model_eval), "--failure_labels", str(labels_file),
+                                  "--report_dir", str(report), "-q"]) == 0
+    md = (report / "report.md").read_text()
+    assert "| observable cue | 1 (33.3% [" in md and "| people (n=3) |" in md
+    assert (report / "failure_modes_tiny-m.png").is_file()
