@@ -238,3 +238,6 @@ def test_the_labelling_mode_saves_labels_that_the_report_draws(driver, tmp_path,
     md = (report / "report.md").read_text()
     assert "| observable cue | 1 (33.3% [" in md and "| people (n=3) |" in md
     assert (report / "failure_modes_tiny-m.png").is_file()
+    browser.open_page(driver, report / "index.html")  # the results page shows the question's labels
+    driver.find_element(By.ID, f"row-{record['idx']}").click()
+    assert "failure labels: ana: observable cue" in driver.find_element(By.ID, "detail").text

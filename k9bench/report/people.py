@@ -94,6 +94,18 @@ class PeopleReport:
     labels: list = field(default_factory=list)
     """:class:`ModelLabels` per model."""
 
+    def page_labels(self) -> dict:
+        """model -> idx -> the labels given to that answer, as one line of text (the results page's)."""
+        out: dict = {}
+        for m in self.labels:
+            for path in m.files:
+                f = read_labels_file(path)
+                for idx, label in sorted(f.labels.items()):
+                    line = out.setdefault(m.model, {}).get(idx)
+                    text = f"{f.labeller}: {SHORT_NAMES[label]}"
+                    out[m.model][idx] = f"{line}; {text}" if line else text
+        return out
+
     def to_dict(self) -> dict:
         return {
             "humans": [{"label": j.label, "accuracy": j.scores.get(ACCURACY_AXIS), "scored": j.scored, "path": j.path} for j in self.humans],
