@@ -44,14 +44,14 @@ class LabelsHeader(Header):
 class LabelsStage(Stage):
     name = "labels"
 
-    def __init__(self, step: Step):
-        self.step = step
+    def __init__(self, evaluations: Path, output: Path):
+        self.evaluations, self.output = evaluations, output
 
     def outputs(self) -> list[Path]:
-        return list(self.step.outputs)
+        return [self.output]
 
     def inputs(self) -> list[Path]:
-        return list(self.step.inputs)
+        return [self.evaluations]
 
     def fingerprint(self) -> dict:
         return {"rule": RULE}
@@ -64,8 +64,20 @@ class LabelsStage(Stage):
         return 0
 
 
+def build_parser():
+    """Its own parser (the launcher shows a step's argv masked by it; a script would parse its command line with it)."""
+    from k9bench.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="label_failures", description="Label the run's eval file (a toy stage).")
+    parser.add_argument("--evaluations", type=Path, required=True, help="the eval JSON file")
+    parser.add_argument("--output_file", type=Path, required=True, help="the labels JSON file")
+    return parser
+
+
 def build(step: Step) -> LabelsStage:
-    return LabelsStage(step)
+    """A plan step -> its Stage: the step's values (and any ``*_ARGS``) through its own parser."""
+    args = build_parser().parse_values(step.values, step.extra)
+    return LabelsStage(args.evaluations, args.output_file)
 
 
 def steps(e: StageEntry, c) -> list[Step]:
