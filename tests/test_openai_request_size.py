@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.inference.openai_request import request_bytes
+from k9bench.inference.openai_compat.request import request_bytes
 from k9bench.inference.runner import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from tests.fake_gemini_server import SIZE_REFUSAL
 from tests.fake_openai_server import Fault, fake_openai  # noqa: F401

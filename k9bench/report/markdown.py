@@ -19,6 +19,7 @@ from k9bench.data.published import (
 )
 from k9bench.report.load import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 from k9bench.report.paired import paired_markdown
+from k9bench.report.people import people_markdown
 from k9bench.stats import MIN_INTERVAL_VIDEOS
 from k9bench.report.model import (
     CATEGORY_HEADERS,
@@ -297,6 +298,7 @@ def report_markdown(report: Report, plots: dict, notes: list[str], md_path: Path
            f"Accuracy in % over the questions whose video is shorter than {PAPER_SETUP.short_video_seconds:g} s "
            f"(the paper's subset has {PAPER_SETUP.short_video_questions:,} questions).", "", short_video_markdown(report.runs), ""]
     md += judge_section(report)
+    md += people_markdown(report.people, report.published_mode, plots)  # k9bench.report.people (docs/people.md)
     md += ["## Plots", ""]
     for name, path in plots.items():
         if path is not None:
