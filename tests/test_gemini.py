@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.inference.runner import EXIT_OK, EXIT_USAGE
+from k9bench.inference.runner import EXIT_BACKEND, EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from tests.fake_gemini_server import SIZE_REFUSAL, FakeGeminiServer, GeminiFault, GeminiReply, sequence
 
 pytest.importorskip("google.genai")
@@ -166,3 +166,46 @@ def test_google_api_key_is_taken_too(fake_gemini, demo_video_dir, tmp_path, monk
     assert eval_video_llm.main(gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1")) == EXIT_OK
     assert load(out)["inference"]["backend"]["api_key_source"] == "GOOGLE_API_KEY"
     assert fake_gemini.requests[0].headers["x-goog-api-key"] == SECRET  # sent to the endpoint, written nowhere
+
+
+def test_a_video_still_processing_past_the_timeout_fails_its_questions_after_one_upload(gemini_key, fake_gemini, demo_video_dir,
+                                                                                       tmp_path):
+    fake_gemini.processing_polls = 10_000
+    out = tmp_path / "raw.json"
+    argv = gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "4", "--upload_timeout", "0.2", "--concurrency", "1")
+    assert eval_video_llm.main(argv) == EXIT_ERROR  # every question failed
+    records = load(out)["individual_results"]
+    assert all("still PROCESSING after 0.2 s (--upload_timeout)" in r["error"] for r in records)
+    assert fake_gemini.uploads == 1 and fake_gemini.generate_requests() == []  # one upload for the video's four questions
+    # once processed, the same command answers them, with the file left behind by the first run's upload uploaded anew
+    fake_gemini.processing_polls = 0
+    assert eval_video_llm.main(argv) == EXIT_OK and load(out)["failed_count"] == 0
+
+
+def test_a_torn_ledger_is_said_and_the_videos_uploaded_again(gemini_key, fake_gemini, demo_video_dir, tmp_path, capfd):
+    out = tmp_path / "raw.json"
+    out.with_name(out.name + ".gemini_uploads.json").write_text('{"kind": "k9bench gemini up')
+    assert eval_video_llm.main(gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1")) == EXIT_OK
+    assert "is not an upload ledger" in capfd.readouterr().err and fake_gemini.uploads == 1
+    assert load(out.with_name(out.name + ".gemini_uploads.json"))["kind"] == "k9bench gemini uploads"
+
+
+def test_an_unreachable_endpoint_stops_before_any_question(gemini_key, demo_video_dir, tmp_path, capfd):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = ["--backend", "gemini", "--model_name_or_path", "gemini-2.5-pro", "--base_url", f"http://127.0.0.1:{port}/",
+            "--dataset_name", "demo", "--video_dir", str(demo_video_dir), "--output_file", str(tmp_path / "raw.json"),
+            "--max_retries", "0"]
+    assert eval_video_llm.main(argv) == EXIT_BACKEND
+    err = capfd.readouterr().err
+    assert "models.get" in err and "Traceback" not in err and SECRET not in err
+
+
+def test_flags_of_other_backends_are_warned_and_recorded(gemini_key, fake_gemini, demo_video_dir, tmp_path):
+    out = tmp_path / "raw.json"
+    argv = gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1", "--frame_size", "512x512", "--stream")
+    assert eval_video_llm.main(argv) == EXIT_OK
+    assert load(out)["inference"]["backend"]["warnings"] == ["--frame_size, --stream have no effect with --backend gemini"]

@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 RETRIED_STATUSES = (408, 429, 500, 502, 503, 504)
 """HTTP statuses a call is retried on (Gemini's documented transient errors)."""
 
+SHARED_API_FLAGS = ("--base_url", "--concurrency", "--timeout", "--max_retries", "--retry_backoff")
+"""The ``--backend openai`` flags this backend reads too."""
+
 FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length"}
 """Gemini's finish reasons in the records' own words (others are kept lower-cased)."""
 
@@ -74,6 +77,25 @@ class GeminiBackend(Backend):
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0, "thoughts_tokens": 0, "total_tokens": 0, "requests": 0,
                        "failed_requests": 0, "retries": 0, "model_versions": []}
         self._info: dict[str, Any] = {}
+        self._warn_ignored_flags(config)
+
+    def _warn_ignored_flags(self, config: RunConfig) -> None:
+        """Flags that change nothing here are said and recorded, never dropped silently."""
+        from k9bench.inference.hf.settings import HFSettings
+        from k9bench.inference.openai_compat.settings import OpenAISettings
+        from k9bench.settings import flags_given
+
+        ignored = [f for f in flags_given(OpenAISettings, config.openai) if f not in SHARED_API_FLAGS] + flags_given(HFSettings, config.hf)
+        if ignored:
+            self._warn(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend gemini")
+        f = config.frames
+        if not f.text_only:
+            log.info("Gemini samples each video itself, the whole of it, at --fps %g (video_metadata.fps): --max_frames %d and "
+                     "--max_pixels only shape the local check of each file", f.fps, f.max_frames)
+
+    def _warn(self, text: str) -> None:
+        log.warning("%s", text)
+        self.warnings.append(text)
 
     # ------------------------------------------------------------------ loading
 
@@ -126,14 +148,16 @@ class GeminiBackend(Backend):
 
     def _probe(self, endpoint: str) -> dict | None:
         """Ask for the model once: an unreachable endpoint, a refused key or an unknown model stops the run here."""
+        import httpx2 as httpx
         from google.genai import errors
 
         try:
             model = self.call(f"models.get {self.model}", lambda: self.client.models.get(model=self.model))
         except errors.ClientError as exc:
             raise BackendError(f"{endpoint} refused models.get {self.model!r}: HTTP {exc.code} {exc.status}: {exc.message}") from None
-        except BackendUnavailable as exc:
-            raise BackendError(str(exc)) from None
+        except (BackendUnavailable, httpx.TransportError) as exc:
+            raise BackendError(f"cannot reach {endpoint} (models.get {self.model!r}: {_describe_error(exc)}); is it up? "
+                               "(--base_url)") from None
         except errors.APIError as exc:
             raise BackendError(f"{endpoint} failed models.get {self.model!r}: HTTP {exc.code} {exc.status}: {exc.message}") from None
         return {"name": model.name, "version": model.version, "input_token_limit": model.input_token_limit,
@@ -329,4 +353,4 @@ def _describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["FINISH_REASONS", "GeminiBackend", "RETRIED_STATUSES"]
+__all__ = ["FINISH_REASONS", "GeminiBackend", "RETRIED_STATUSES", "SHARED_API_FLAGS"]
