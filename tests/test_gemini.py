@@ -147,7 +147,8 @@ def test_delete_uploads_at_the_end(gemini_key, fake_gemini, demo_video_dir, tmp_
     ({}, [], ["GEMINI_API_KEY", "GOOGLE_API_KEY"]),
     ({"GEMINI_API_KEY": SECRET}, ["--thinking_budget", "40000"], ["--thinking_budget", "40000"]),
     ({"GEMINI_API_KEY": SECRET}, ["--upload_timeout", "0"], ["--upload_timeout"]),
-], ids=["no key", "thinking budget too large", "upload timeout zero"])
+    ({"GEMINI_API_KEY": SECRET}, ["--upload_poll_interval", "9999"], ["--upload_poll_interval"]),
+], ids=["no key", "thinking budget too large", "upload timeout zero", "poll interval too long"])
 def test_refused_before_any_work(fake_gemini, demo_video_dir, tmp_path, monkeypatch, capfd, env, extra, words):
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
