@@ -84,6 +84,8 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.hf.settings``           its flags (HFSettings)
 ``k9bench.inference.vllm``                ``--backend vllm``: vLLM in-process, fed our frames, in checkpointed chunks
 ``k9bench.inference.vllm.backend``          the engine (vllm.LLM), imported only where vLLM is installed
+``k9bench.inference.vllm.prompts``          a chunk's prompts: one array per video, its uuid, the chunk size
+``k9bench.inference.vllm.engine_log``       the engine's own reason when it dies, from its log lines
 ``k9bench.inference.vllm.settings``         its flags (importable without vLLM)
 ``k9bench.inference.openai_compat``       ``--backend openai``: an OpenAI-compatible server
 ``k9bench.inference.openai_compat.backend`` the backend (concurrency, retries)

@@ -1,5 +1,5 @@
-"""``--backend vllm`` without vLLM: its flags, the chunk rule, the sampling and dtype mapping, the launcher's
-``BACKEND=vllm``, and the report's engine cell (the real engine: tests/test_vllm_inprocess.py)."""
+"""``--backend vllm`` without vLLM: its flags, the sampling and dtype mapping, the launcher's
+``BACKEND=vllm``, and the report's engine cell (the chunk rule and the prompts: tests/test_vllm_prompts.py; the real engine: tests/test_vllm_inprocess.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from k9bench.inference.backend import backend_class
 from k9bench.inference.stage import build_parser
-from k9bench.inference.vllm.backend import CHUNK_PER_SEQ, MIN_CHUNK, VLLMBackend, _dtype, chunk_size
+from k9bench.inference.vllm.backend import VLLMBackend, _dtype
 from k9bench.pipeline.env import LaunchError, read_settings
 from k9bench.pipeline.stages import ShardMode
 
@@ -36,12 +36,6 @@ def test_bad_engine_flags_are_usage_errors(bad, capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["--backend", "vllm", *bad])
     assert exc.value.code == 2 and bad[0] in capsys.readouterr().err
-
-
-def test_chunk_is_four_times_the_running_sequences_within_bounds():
-    assert chunk_size(256, 4744) == CHUNK_PER_SEQ * 256 == 1024
-    assert chunk_size(4, 4744) == MIN_CHUNK
-    assert chunk_size(256, 12) == 12 and chunk_size(256, 0) == 1
 
 
 def test_dtype_and_sampling_are_mapped_from_our_flags():
