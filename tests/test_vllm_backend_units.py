@@ -144,3 +144,20 @@ def test_the_launcher_asks_the_registry_row_for_the_engine_and_the_gpu_split(tmp
     # BACKEND=hf said outright still goes with a server (SERVE/SERVE_URL replace the default backend)
     argv = _inference_argv(_settings(tmp_path, BACKEND="hf", SERVE_URL="http://127.0.0.1:8000/v1"), tmp_path)
     assert argv[argv.index("--backend") + 1] == "openai"
+
+
+def test_audio_is_refused_before_anything_loads(tmp_path, capsys):
+    """``--backend vllm --audio``: one line naming the flag, exit 2, no traceback, before the engine (or vLLM's import,
+    which this environment lacks: reaching it would be exit 3) and before any video is read."""
+    import eval_video_llm
+    from k9bench.inference import registry
+
+    assert registry.REGISTRY["vllm"].audio is False and registry.REGISTRY["hf"].audio is True
+    out = tmp_path / "raw.json"
+    code = eval_video_llm.main(["--backend", "vllm", "--audio", "--model_name_or_path", str(tmp_path / "no_model"), "--dataset_name", "demo",
+                                "--video_dir", str(tmp_path / "videos"), "--output_file", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "--audio" in x]
+    assert "--backend vllm sends the model no soundtrack" in line and "hf" in line
+    assert not out.exists() and not (tmp_path / "videos").exists()
