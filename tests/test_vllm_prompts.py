@@ -150,6 +150,16 @@ def test_five_questions_of_one_video_share_one_array_and_one_uuid(tiny_qwen3vl):
     assert prepared.texts == [f"q{i}" for i in range(6)] and prepared.seeds == list(range(6))
 
 
+def test_an_omni_processor_gets_the_sampled_fps_as_the_hf_path_gives_it(tiny_qwen3vl):
+    import dataclasses
+
+    policy = dataclasses.replace(_policy(tiny_qwen3vl), fps_keyword=True)  # the Omni rows' quirk (families.py: fps_keyword)
+    frames = _frames()
+    prepared = build_prompts([_request(0, frames)], lambda m: "p", policy)
+    assert prepared.prompts[0]["mm_processor_kwargs"] == {"do_sample_frames": False, "do_resize": False, "fps": 1.0}
+    assert policy.processor_kwargs([frames])["fps"] == 1.0  # what the HF backend hands its processor
+
+
 def test_the_uuid_follows_the_pixels_and_the_metadata():
     a, b = _frames(fill=7), _frames(fill=7)
     assert video_uuid(a, {"fps": 2.0}) == video_uuid(b, {"fps": 2.0})

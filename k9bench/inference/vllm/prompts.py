@@ -7,7 +7,8 @@ keywords) instead of the array for every question (``ProcessorInputs.get_mm_hash
 cache gives each question of the video the same processed item.
 
 The frame rule is the model family's (:func:`k9bench.video.policy.policy_for`, the HF backend's rule):
-``qwen_vl_rules`` frames go with their metadata and ``do_resize=False``; ``fixed_size`` frames (InternVL)
+``qwen_vl_rules`` frames go with their metadata and ``do_resize=False`` (and the sampled ``fps`` as a keyword to the
+Omni processors, which read it there); ``fixed_size`` frames (InternVL)
 were sampled at the processor's exact size, go without metadata, ``do_resize=False``; ``processor_resizes``
 frames are resized by the processor.
 
@@ -105,7 +106,10 @@ def build_prompts(requests: list["GenerationRequest"], render: Callable[[list[di
             array, metadata, uuid = video
             prompt["multi_modal_data"] = {"video": [(array, metadata) if metadata is not None else array]}
             prompt["multi_modal_uuids"] = {"video": [uuid]}
-            prompt["mm_processor_kwargs"] = {"do_sample_frames": False, **({} if policy.resize_in_processor else {"do_resize": False})}
+            kwargs: dict[str, Any] = {"do_sample_frames": False, **({} if policy.resize_in_processor else {"do_resize": False})}
+            if policy.fps_keyword:  # the Omni processors place video tokens in time by this keyword, as on the HF path
+                kwargs["fps"] = float(frames.sample_fps)
+            prompt["mm_processor_kwargs"] = kwargs
         prepared.prompts.append(prompt)
         prepared.texts.append(text)
         prepared.seeds.append(request.seed)
