@@ -407,3 +407,25 @@ def test_narrow_screen_and_many_runs(driver, pages, tmp_path):
         assert len(driver.find_elements(By.CSS_SELECTOR, "#row-0 .chip")) == 13
     finally:
         driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_a_big_page_lists_the_first_rows_and_more_on_demand(driver, big_page):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.open_page(driver, big_page)
+    assert driver.find_element(By.ID, "count").text == "4744 of 4744 questions" and visible_rows(driver) == 400
+    more = driver.find_element(By.ID, "more")
+    assert more.text == "show 400 more (4344 not listed yet)"
+    driver.execute_script("arguments[0].click()", more)
+    assert visible_rows(driver) == 800 and shown_ids(driver) == list(range(800))
+    Select(driver.find_element(By.ID, "f-cat")).select_by_value("posture analysis")  # a filter lists its first 400 again
+    count = int(driver.find_element(By.ID, "count").get_attribute("data-count"))
+    assert count == 4744 // 5 + 1 and visible_rows(driver) == 400 and shown_ids(driver) == list(range(0, 2000, 5))
+    driver.execute_script("location.hash = '#4000&cat=posture%20analysis'")  # a question past the listed rows: listed, opened
+    assert driver.find_element(By.ID, "detail").text.startswith("#4000 ") and visible_rows(driver) == count  # 4000 is the 801st: up to 1200
+    from selenium.webdriver.common.action_chains import ActionChains
+
+    ActionChains(driver).send_keys("j").perform()
+    assert driver.find_element(By.ID, "detail").text.startswith("#4005 ")
+    assert browser.console_errors(driver) == []
