@@ -107,7 +107,8 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.judge.stage``                     JudgeStage (the Stage contract)
 ``k9bench.report``                        leaderboards, run settings, plots (evaluate_results.py --mode report):
 ``k9bench.report.__main__``                 python -m k9bench.report: the eval files of a frame-budget sweep
-``k9bench.report.model``                    scores, a run's settings, its standing against the paper
+``k9bench.report.model``                    scores, a run's settings, what a report holds
+``k9bench.report.paper``                    a run's standing against the paper's rows (matched, or the nearest)
 ``k9bench.report.load``                     reading eval and judge files; common questions
 ``k9bench.report.markdown``                 the report's text and tables
 ``k9bench.report.paired``                   --baseline: paired bootstrap over videos, exact McNemar
