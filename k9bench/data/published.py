@@ -42,6 +42,9 @@ REFERENCE_THINKING_TOKENS = 3072
 THINKING_LIMITS: dict[str, int] = {"reference": REFERENCE_THINKING_TOKENS, "paper": PAPER_MAX_NEW_TOKENS}
 """The two documented thinking limits by name: the reference scripts' and the paper's text."""
 
+DEFAULT_THINKING_LIMIT = "reference"
+"""The limit ``--thinking_mode`` (and the launcher's ``THINKING_MODE``) uses unless told ``paper``: the reference scripts'."""
+
 
 @dataclass(frozen=True)
 class Setup:

@@ -291,18 +291,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _short_video_content(args: argparse.Namespace) -> dict:
+def short_video_content(video_dir: str, max_seconds: float, dataset_name: str, split: str, drop_invalid: bool = False) -> dict:
+    """``--short_videos``: the dataset's questions, checked, then :func:`build_short_video_file`."""
     from k9bench.data.dataset import DatasetError, load_questions
 
-    if not Path(args.short_videos).is_dir():
-        raise SubsetError(f"--short_videos {args.short_videos}: not a folder of videos")
-    if not args.max_seconds > 0:
-        raise SubsetError(f"--max_seconds {args.max_seconds:g}: give a positive number of seconds")
+    if not Path(video_dir).is_dir():
+        raise SubsetError(f"--short_videos {video_dir}: not a folder of videos")
+    if not max_seconds > 0:
+        raise SubsetError(f"--max_seconds {max_seconds:g}: give a positive number of seconds")
     try:
-        loaded = load_questions(args.dataset_name, args.split, drop_invalid=args.drop_invalid_rows)
+        loaded = load_questions(dataset_name, split, drop_invalid=drop_invalid)
     except (DatasetError, FileNotFoundError) as exc:
-        raise SubsetError(f"--dataset_name {args.dataset_name}: {exc}") from None
-    return build_short_video_file(loaded.questions, args.short_videos, args.max_seconds)
+        raise SubsetError(f"--dataset_name {dataset_name}: {exc}") from None
+    return build_short_video_file(loaded.questions, video_dir, max_seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -314,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     inputs = [Path(p) for p in args.runs] if args.runs else []
     try:
         output = check_output(Path(args.output), flag="--output", inputs=inputs)
-        content = build_subset_file(args.runs) if args.runs else _short_video_content(args)
+        content = build_subset_file(args.runs) if args.runs else short_video_content(
+            args.short_videos, args.max_seconds, args.dataset_name, args.split, args.drop_invalid_rows)
     except (ArtifactError, StageError) as exc:
         print(f"subset: {exc}", file=sys.stderr)
         return 2

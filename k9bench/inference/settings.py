@@ -25,6 +25,7 @@ from typing import Any
 from k9bench.models.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
 from k9bench.video.audio import API_AUDIO_FORMATS
 from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
+from k9bench.data.published import DEFAULT_THINKING_LIMIT, THINKING_LIMITS
 from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
 from k9bench.settings import default_of, setting
@@ -38,7 +39,8 @@ DTYPES = DTYPE_CHOICES
 """Accepted ``--torch_dtype`` values (:data:`k9bench.models.accelerator.DTYPE_CHOICES`)."""
 
 DEFAULT_MAX_NEW_TOKENS = 2048
-DEFAULT_MAX_NEW_TOKENS_THINKING = 3072
+DEFAULT_MAX_NEW_TOKENS_THINKING = THINKING_LIMITS[DEFAULT_THINKING_LIMIT]
+"""``--thinking_mode``'s default limit: the reference scripts' 3,072 (``--thinking_limit paper``: the paper's 2,048)."""
 
 TRANSPORTS = ("auto", "frames", "video", "video_url")
 """``--video_transport`` choices (:mod:`k9bench.inference.video_transport`); ``auto`` is ``video`` for a vLLM or
@@ -246,8 +248,14 @@ class PromptSettings:
 class GenerationSettings:
     """How the answer is generated."""
 
-    thinking_mode: bool = setting(False, f"Thinking model: default --max_new_tokens {DEFAULT_MAX_NEW_TOKENS_THINKING}", action="store_true")
-    max_new_tokens: int | None = setting(None, f"default {DEFAULT_MAX_NEW_TOKENS}, or {DEFAULT_MAX_NEW_TOKENS_THINKING} with --thinking_mode; "
+    thinking_mode: bool = setting(False, f"Thinking model: default --max_new_tokens {THINKING_LIMITS['reference']:,} (the reference "
+                                  f"scripts'), or {THINKING_LIMITS['paper']:,} (the paper's text) with --thinking_limit paper",
+                                  action="store_true")
+    thinking_limit: str = setting(DEFAULT_THINKING_LIMIT, "with --thinking_mode: which documented limit is the default --max_new_tokens: "
+                                  + ", ".join(f"{k} ({v:,})" for k, v in THINKING_LIMITS.items())
+                                  + "; the one a run used is recorded (an explicit --max_new_tokens is named by its value) "
+                                  "(default: %(default)s)", choices=tuple(THINKING_LIMITS))
+    max_new_tokens: int | None = setting(None, f"default {DEFAULT_MAX_NEW_TOKENS}, or the --thinking_limit's with --thinking_mode; "
                                          f"at most {MAX_NEW_TOKENS_CAP} and below the model's context (read from its config)",
                                          type=int_in_range(1, MAX_NEW_TOKENS_CAP), result=True)
     do_sample: bool | None = setting(None, "sample (True) or decode greedily (False); None: the model's generation config",
@@ -387,7 +395,9 @@ def resolve(config: RunConfig) -> RunConfig:
     """The config with the values that depend on several flags filled in (what was adjusted is listed
     in its ``adjustments``).
 
-    - ``max_new_tokens``: :data:`DEFAULT_MAX_NEW_TOKENS`, or the Thinking default with ``--thinking_mode``;
+    - ``max_new_tokens``: :data:`DEFAULT_MAX_NEW_TOKENS`, or ``--thinking_limit``'s with ``--thinking_mode``; with
+      ``--thinking_mode`` and an explicit ``--max_new_tokens``, ``thinking_limit`` becomes the limit of that value
+      (``reference``, ``paper``, else ``own``), so that the recorded limit is the one used;
     - with ``--frame_size WxH`` for a backend that resizes to it (:attr:`k9bench.inference.registry.BackendEntry.exact_frame_size`)
       and the default ``--max_pixels``: the sampler may take up to ``2*W*H`` pixels, so that frames are scaled down
       to ``WxH``, never up.
@@ -395,7 +405,12 @@ def resolve(config: RunConfig) -> RunConfig:
     adjustments: dict[str, dict] = {}
     gen = config.generation
     if gen.max_new_tokens is None:
-        gen = dataclasses.replace(gen, max_new_tokens=DEFAULT_MAX_NEW_TOKENS_THINKING if gen.thinking_mode else DEFAULT_MAX_NEW_TOKENS)
+        gen = dataclasses.replace(gen, max_new_tokens=THINKING_LIMITS[gen.thinking_limit] if gen.thinking_mode else DEFAULT_MAX_NEW_TOKENS)
+    elif gen.thinking_mode and gen.max_new_tokens != THINKING_LIMITS.get(gen.thinking_limit):
+        used = next((name for name, value in THINKING_LIMITS.items() if value == gen.max_new_tokens), "own")
+        adjustments["thinking_limit"] = {"from": gen.thinking_limit, "to": used,
+                                         "why": f"--max_new_tokens {gen.max_new_tokens} is the limit used"}
+        gen = dataclasses.replace(gen, thinking_limit=used)
     frames = config.frames
     exact = registry.backend_settings(config).frame_size if registry.entry(config.model.backend).exact_frame_size else None
     size = frame_size_tuple(exact)
