@@ -153,6 +153,9 @@ def preflight(config: RunConfig) -> None:
         (not (config.prompt.instructions_in_user_turn and config.prompt.use_system_message),
          "--instructions_in_user_turn goes with --use_system_message False (the instructions are then not the system turn)"),
         (not (f.audio and f.text_only), "--audio needs the videos: it cannot go with --max_frames 0 (text only)"),
+        (not (f.audio and not backend.audio),
+         f"--audio: --backend {config.model.backend} sends the model no soundtrack; run without --audio, or with a backend that "
+         f"does ({', '.join(n for n, e in registry.REGISTRY.items() if e.audio)})"),
         (not (f.audio and backend.audio_part and section.video_transport == "video_url" and not section.one_modality_per_message),
          "--audio sends the soundtrack as an input_audio part beside the frames: use --video_transport frames"),
         (f.min_pixels is None or f.max_pixels is None or f.min_pixels <= f.max_pixels,

@@ -59,6 +59,9 @@ class BackendEntry:
     """True: under ``--audio`` the soundtrack travels as its own part beside the frames, in its section's
     ``audio_format`` (part of the records' fingerprint); its section's ``video_transport`` ``video_url`` cannot
     carry it."""
+    audio: bool = True
+    """True: under ``--audio`` it sends the model a video's soundtrack; False: ``--audio`` is refused before anything
+    loads (the preflight checks)."""
     api_key_without_base_url: bool = False
     """True: with no ``base_url`` in its section it calls the OpenAI API itself, which needs the key before anything runs."""
     engine_module: str = ""
@@ -83,7 +86,7 @@ REGISTRY: dict[str, BackendEntry] = {
     "vllm": BackendEntry("k9bench.inference.vllm.backend:VLLMBackend", "vllm", local_weights=True,
                          summary="vLLM in-process, from the vLLM environment: docs/vllm.md",
                          settings="k9bench.inference.vllm.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)",
-                         engine_module="vllm", tensor_parallel=True),
+                         engine_module="vllm", tensor_parallel=True, audio=False),
     "gemini": BackendEntry("k9bench.inference.gemini.backend:GeminiBackend", "gemini", local_weights=False,
                            summary="Gemini's own API (google-genai), each video uploaded once: docs/inference.md",
                            settings="k9bench.inference.gemini.settings:GeminiSettings", flag_group="Gemini API (--backend gemini)",
