@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -71,6 +72,9 @@ def test_the_demo_set_is_answered_one_upload_per_video(gemini_key, fake_gemini, 
     assert first["finish_reason"] == "stop" and first["api_finish_reason"] == "STOP"
     assert first["generation"]["thinking_budget"] == 128 and first["usage"]["thoughts_tokens"] == 7
     assert first["video_sent"]["variant"] == "video only" and first["num_frames"] is None  # Gemini samples the file itself
+    assert first["max_frames"] == 1800 and data["inference"]["adjusted_settings"]["max_frames"]["to"] == 1800  # the whole video
+    assert [v["sha256"] for v in data["videos"]] == [hashlib.sha256((demo_video_dir / f"demoVid000{n}.mp4").read_bytes()).hexdigest()
+                                                     for n in (1, 2, 3)]  # the files the answers came from
     # without --audio the uploads are soundtrack-free copies of the videos
     assert not any(has_audio(f.data) for f in fake_gemini.files.values())
     assert data["inference"]["backend"]["uploads"]["uploaded"] == DEMO_VIDEOS

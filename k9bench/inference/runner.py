@@ -238,7 +238,7 @@ class Runner:
             self._emit_locked(record)
 
     def _emit_locked(self, record: QuestionRecord) -> None:
-        if self.frame_cache is not None and record.extra.get("num_frames") and record.scene_name in self._paths:
+        if self.frame_cache is not None and record.scene_name in self._paths:  # also when the API sampled the file (num_frames null)
             identity = self.frame_cache.file_identity(self._paths[record.scene_name])  # hashed once, when decoded
             if identity is not None:
                 record.extra["video_file"] = identity

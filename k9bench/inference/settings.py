@@ -27,7 +27,7 @@ from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
 from k9bench.inference.gemini.settings import GeminiSettings
 from k9bench.inference.hf.settings import HFSettings
-from k9bench.inference.openai_compat.settings import OpenAISettings, frame_size_tuple
+from k9bench.inference.openai_compat.settings import VIDEO_FPS_MAX_FRAMES, OpenAISettings, frame_size_tuple
 from k9bench.inference.vllm.settings import VLLMSettings
 from k9bench.settings import default_of, setting
 from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
@@ -267,7 +267,9 @@ def resolve(config: RunConfig) -> RunConfig:
       (``reference``, ``paper``, else ``own``), so that the recorded limit is the one used;
     - with ``--frame_size WxH`` for a backend that resizes to it (:attr:`k9bench.inference.registry.BackendEntry.exact_frame_size`)
       and the default ``--max_pixels``: the sampler may take up to ``2*W*H`` pixels, so that frames are scaled down
-      to ``WxH``, never up.
+      to ``WxH``, never up;
+    - for a backend whose API samples the video file itself (:attr:`~k9bench.inference.registry.BackendEntry.samples_video_itself`):
+      ``max_frames`` is the whole video (:data:`VIDEO_FPS_MAX_FRAMES`), what the model sees.
     """
     adjustments: dict[str, dict] = {}
     gen = config.generation
@@ -288,6 +290,10 @@ def resolve(config: RunConfig) -> RunConfig:
                                          "why": f"--frame_size {exact}: sample at up to 2*W*H pixels, "
                                                 f"then resize down to exactly {exact}"}
             frames = dataclasses.replace(frames, max_pixels=needed)
+    if registry.entry(config.model.backend).samples_video_itself and not frames.text_only and frames.max_frames < VIDEO_FPS_MAX_FRAMES:
+        adjustments["max_frames"] = {"from": frames.max_frames, "to": VIDEO_FPS_MAX_FRAMES,
+                                     "why": f"--backend {config.model.backend}: the API samples the whole video at --fps {frames.fps:g}"}
+        frames = dataclasses.replace(frames, max_frames=VIDEO_FPS_MAX_FRAMES)
     return dataclasses.replace(config, generation=gen, frames=frames, adjustments={**config.adjustments, **adjustments})
 
 

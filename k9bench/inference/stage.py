@@ -411,9 +411,10 @@ class _Run:
         if frames.max_pixels is not None and frames.max_pixels < floor:
             raise StageError(f"--max_pixels {frames.max_pixels} is below the per-frame minimum {floor} (--min_pixels, or qwen-vl-utils' "
                              f"default for patch size {patch}); raise --max_pixels or lower --min_pixels")
-        overrides = backend.sampling_overrides() or {}
-        sampling = SamplingSettings(fps=frames.fps, max_frames=frames.max_frames, max_pixels=frames.max_pixels,
-                                    min_pixels=frames.min_pixels, image_patch_size=patch, decoder=frames.video_decoder, **overrides)
+        overrides = backend.sampling_overrides() or {}  # the backend's own win (Gemini: a few frames check each file)
+        sampling = SamplingSettings(**{**dict(fps=frames.fps, max_frames=frames.max_frames, max_pixels=frames.max_pixels,
+                                               min_pixels=frames.min_pixels, image_patch_size=patch, decoder=frames.video_decoder),
+                                       **overrides})
         try:
             return sampling, FrameCache(sampling, disk_dir=frames.frame_cache_dir)
         except DecoderUnavailable as exc:

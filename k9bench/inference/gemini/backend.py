@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 RETRIED_STATUSES = (408, 429, 500, 502, 503, 504)
 """HTTP statuses a call is retried on (Gemini's documented transient errors)."""
 
+LOCAL_CHECK_FRAMES = 2
+"""Frames decoded here per video: a check that the file decodes (the model gets the file, sampled by Gemini)."""
+
 SHARED_API_FLAGS = ("--base_url", "--concurrency", "--timeout", "--max_retries", "--retry_backoff")
 """The ``--backend openai`` flags this backend reads too."""
 
@@ -88,10 +91,6 @@ class GeminiBackend(Backend):
         ignored = [f for f in flags_given(OpenAISettings, config.openai) if f not in SHARED_API_FLAGS] + flags_given(HFSettings, config.hf)
         if ignored:
             self._warn(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend gemini")
-        f = config.frames
-        if not f.text_only:
-            log.info("Gemini samples each video itself, the whole of it, at --fps %g (video_metadata.fps): --max_frames %d and "
-                     "--max_pixels only shape the local check of each file", f.fps, f.max_frames)
 
     def _warn(self, text: str) -> None:
         log.warning("%s", text)
@@ -179,6 +178,10 @@ class GeminiBackend(Backend):
         from k9bench.video.audio import API_SAMPLING_RATE
 
         return API_SAMPLING_RATE if self.audio else None
+
+    def sampling_overrides(self) -> dict[str, Any]:
+        """Gemini samples each file itself: here :data:`LOCAL_CHECK_FRAMES` frames only check that it decodes."""
+        return {"max_frames": LOCAL_CHECK_FRAMES}
 
     def max_batches_in_flight(self) -> int:
         return self.api.concurrency
