@@ -113,6 +113,17 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.report.paired``                   --baseline: paired bootstrap over videos, exact McNemar
 ``k9bench.report.plots``                    the figures
 ``k9bench.report.stage``                    ReportStage (the Stage contract), its flags
+``k9bench.report.people``                   the human row, failure-mode charts, labellers' kappa (docs/people.md)
+``k9bench.people``                        people in the loop (docs/people.md): the failure types, human-answer names:
+``k9bench.people.__main__``                 python -m k9bench.people answer / label / llm-label
+``k9bench.people.settings``                 the app's settings and flags
+``k9bench.people.app``                      the local Flask app: token, escaping, only the run's videos
+``k9bench.people.storage``                  each answer or label durable when submitted
+``k9bench.people.answering``                the answering mode: seeded order, a person's raw file
+``k9bench.people.labels``                   the labelling mode: stratified sample, the labels file
+``k9bench.people.agreement``                Cohen's kappa, its bootstrap interval, the confusion table
+``k9bench.people.labeller``                 the LLM labeller stage: prompt, flags, LabellerStage
+``k9bench.people.labelling_run``            the LLM labeller's loop on the judge's reply store and client
 ``k9bench.view``                          the static results page (docs/view.md): report_<tag>/index.html:
 ``k9bench.view.__main__``                   python -m k9bench.view RUN_OR_FILE... --output_dir DIR
 ``k9bench.view.data``                       the page's data: every answer, agreement, common-question accuracy

@@ -16,6 +16,7 @@ import evaluate_results
 import subjective_evals
 from k9bench.people import FAILURE_TYPES
 from tests.fake_openai_server import FakeOpenAIServer, Reply
+from tests.pipeline_fakes import fake, launcher_env, listener  # noqa: F401 (fixtures)
 from tests.view_fakes import demo_eval
 
 pytestmark = pytest.mark.usefixtures("fake_embedding")
@@ -151,3 +152,20 @@ def test_people_and_llm_labels_give_the_chart_and_kappa_and_a_rerun_sends_nothin
     assert pair["interval95"][0] <= pair["kappa"] <= pair["interval95"][1]
     assert f"people (n=6)" in section and f"LLM llm-judge-x (n={len(wrong)})" in section
     assert (report / "failure_modes_tiny-m.png").stat().st_size > 5000
+
+
+def test_the_launcher_plans_the_llm_labeller_after_the_judge_only_when_asked(fake, launcher_env, listener, capsys, tmp_path):
+    from tests.test_pipeline import launch
+
+    def plan(out: str) -> list[str]:
+        return [ln.split()[2] for ln in out.splitlines() if len(ln.split()) > 3 and ln.split()[3] in ("run", "skip")]
+
+    launcher_env(JUDGE_BASE_URL=listener)
+    code, out, _ = launch(fake, capsys, "--dry_run")
+    assert code == 0 and "llm-label" not in plan(out)  # off unless asked
+    launcher_env(JUDGE_BASE_URL=listener, LABEL="1", JUDGE_MODEL="judge-x")
+    code, out, ran = launch(fake, capsys, "--dry_run")
+    assert code == 0 and ran == []
+    assert plan(out)[-3:] == ["judge", "llm-label", "report"], out
+    labels = tmp_path / "out" / "labels_llm_tiny-m_mf4_n-1.json"
+    assert any(ln.split()[2:4] == ["llm-label", "run"] and ln.endswith(f"-> {labels}") for ln in out.splitlines()), out

@@ -43,7 +43,7 @@ def test_every_step_of_a_plan_is_a_registry_entry_and_built_from_it(tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     env = {"MODEL_NAME": str(model), "DATASET_NAME": "demo", "EMBEDDING_MODEL": str(model), "OUT_DIR": str(tmp_path / "o"),
-           "VIDEO_DIR": str(tmp_path / "v"), "JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "DEVICE": "cpu"}
+           "VIDEO_DIR": str(tmp_path / "v"), "JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "DEVICE": "cpu", "LABEL": "1"}
     s = read_settings(env, REPO)
     layout = RunLayout(out_dir=s["OUT_DIR"], model=s["MODEL_NAME"], max_frames=4, max_samples=-1, audio=False)
     names = set()

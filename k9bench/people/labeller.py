@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import sys
 from dataclasses import dataclass, field
@@ -29,31 +28,12 @@ from typing import Any
 
 from k9bench.judge.settings import DEFAULT_JUDGE_MODEL, RequestSettings, temperature_value
 from k9bench.people import LABELS
+from k9bench.people.labelling_run import PROMPT, label_all, labeller_name
 from k9bench.settings import add_arguments, from_namespace, result_fingerprint, setting
 from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, StageError, run_stage
 from k9bench.validators import non_negative_int, positive_int
 
 log = logging.getLogger("k9bench.people")
-
-PROMPT = """You are checking why a video question-answering model got a question about a dog video wrong.
-
-Question: {question}
-Options:
-{options}
-Right option: {correct}
-The model's full response:
-<<<
-{response}
->>>
-
-Pick the one failure type that best explains the wrong answer:
-{types}
-
-Reply with one JSON object and nothing after it: {{"label": "<one of: {keys}>", "reason": "<one sentence>"}}"""
-"""The labeller's prompt (our own words); its SHA-256 is part of the fingerprint."""
-
-LLM_PREFIX = "llm-"
-
 
 @dataclass(frozen=True)
 class LabellerSettings:
@@ -86,13 +66,18 @@ class LabellerConfig:
     run: LabellerRunSettings = field(default_factory=LabellerRunSettings)
 
 
+def add_labeller_args(p: argparse.ArgumentParser) -> None:
+    """The labeller's flags (its own parser's, and ``python -m k9bench.people llm-label``'s), logging's aside."""
+    add_arguments(p, LabellerRunSettings)
+    add_arguments(p.add_argument_group("labeller"), LabellerSettings)
+    add_arguments(p.add_argument_group("requests (as the judge's)"), RequestSettings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from k9bench.cli import ArgumentParser, add_logging_args
 
     p = ArgumentParser(prog="python -m k9bench.people llm-label", description="The LLM labeller of wrong answers (docs/people.md).")
-    add_arguments(p, LabellerRunSettings)
-    add_arguments(p.add_argument_group("labeller"), LabellerSettings)
-    add_arguments(p.add_argument_group("requests (as the judge's)"), RequestSettings)
+    add_labeller_args(p)
     add_logging_args(p)
     return p
 
@@ -102,41 +87,10 @@ def config_from_namespace(args: argparse.Namespace) -> LabellerConfig:
                           run=from_namespace(LabellerRunSettings, args))
 
 
-def labeller_name(model: str) -> str:
-    from k9bench.layout import short_model_name
-
-    return LLM_PREFIX + short_model_name(model)
-
-
-def render(record) -> str:
-    """The filled prompt of one wrong answer."""
-    types = "\n".join(f"- {key}: {text}" for key, text in LABELS.items() if key != "other")
-    keys = ", ".join(k for k in LABELS if k != "other")
-    return PROMPT.format(question=record.question, options="\n".join(record.options or []), correct=record.ground_truth,
-                         response=record.response, types=types, keys=keys)
-
-
-def parse_label(text: str) -> tuple[str, str]:
-    """``(label, reason)`` from a reply: the last JSON object holding a known ``label``; ValueError otherwise."""
-    from k9bench.answers import iter_brace_blocks
-
-    found = None
-    for block in iter_brace_blocks(text or ""):
-        try:
-            obj = json.loads(block)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and obj.get("label") in LABELS:
-            found = obj
-    if found is None:
-        raise ValueError("no JSON object with a known \"label\" in the reply")
-    return found["label"], str(found.get("reason") or "")
-
-
 class LabellerStage(Stage):
     """The LLM labeller behind the stage contract."""
 
-    name = "label"
+    name = "llm-label"
 
     def __init__(self, config: LabellerConfig):
         self.config = config
@@ -167,6 +121,17 @@ class LabellerStage(Stage):
     def inputs(self) -> list[Path]:
         return [Path(self.config.run.evaluations)]
 
+    def recorded(self) -> dict | None:
+        """The stage block the labels file keeps (its ``stage``), or None."""
+        from k9bench.artifact_io import ArtifactError, read_json
+
+        try:
+            data = read_json(self.outputs()[0])
+        except ArtifactError:
+            return None
+        block = data.get("stage") if isinstance(data, dict) else None
+        return block if isinstance(block, dict) else None
+
     def fingerprint(self) -> dict:
         return {**result_fingerprint(self.config.labeller, self.config.run),
                 "prompt_sha256": hashlib.sha256(PROMPT.encode("utf-8")).hexdigest()}
@@ -189,8 +154,6 @@ class LabellerStage(Stage):
             raise StageError(f"--evaluations {exc}") from None
         if not any(r.is_correct is not None for r in records):
             raise StageError(f"--evaluations {cfg.run.evaluations}: no record carries a verdict (is_correct); give an eval file")
-        from k9bench.people.labelling_run import label_all
-
         result = label_all(self, records, api_key)
         counts = {k: sum(1 for r in result["labels"] if r["label"] == k) for k in LABELS}
         print(f"labels ({len(result['labels'])}): " + ", ".join(f"{k} {n}" for k, n in counts.items() if n))

@@ -46,7 +46,8 @@ def files(layout: RunLayout) -> dict[str, Path]:
     """This run's artifacts (:mod:`k9bench.layout`), by what holds them."""
     raw, judge = layout.path("raw"), layout.path("judge")
     return {"raw": raw, "sim": layout.path("sim"), "eval": layout.path("eval"), "judge": judge,
-            "judge_skipped": skipped_path(judge), "report_dir": Path(layout.out_dir) / f"report_{layout.tag}"}
+            "judge_skipped": skipped_path(judge), "report_dir": Path(layout.out_dir) / f"report_{layout.tag}",
+            "labels": Path(layout.out_dir) / f"labels_llm_{layout.tag}.json"}
 
 
 def flags(e: "StageEntry", s: "LaunchSettings") -> dict[str, str]:
@@ -131,6 +132,16 @@ def _judge_config(s: "LaunchSettings") -> str:
     return f"{s.values['JUDGE_MODEL']} at {s.values['JUDGE_BASE_URL'] or 'the OpenAI API'} (OPENAI_API_KEY {key})"
 
 
+def _label_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
+    """LABEL=1: the LLM labeller of the wrong answers (k9bench.people.labeller, docs/people.md), on the judge's endpoint."""
+    if c.settings.values["LABEL"] != "1":
+        return []
+    f = files(c.layout)
+    given = {flag: text for flag, text in flags(e, c.settings).items() if text}
+    return [Step(name=e.name, script=e.script, inputs=[f["eval"]], outputs=[f["labels"]], incomplete_codes=(1,),
+                 values={"--evaluations": f["eval"], "--output": f["labels"], **given})]
+
+
 def _report_steps(e: "StageEntry", c: "PlanContext") -> list[Step]:
     """The report over this run and every run of the same model and questions at other MAX_FRAMES
     (found again just before it runs: :func:`_refresh_report`)."""
@@ -162,6 +173,9 @@ def _refresh_report(step: Step, s: "LaunchSettings", layout: RunLayout) -> str |
     if f["judge"].is_file() and f["judge"].stat().st_size:
         values["--judge_files"] = [f["judge"]]
         inputs.append(f["judge"])
+    if f["labels"].is_file():  # the LLM labeller's labels (LABEL=1): the report's failure-mode chart
+        values["--failure_labels"] = [f["labels"]]
+        inputs.append(f["labels"])
     if s.demo:
         what, meaning, _ = demo_note(s)
         values["--note"] = [f"DEMO run: {what}; {meaning}."]
@@ -215,6 +229,12 @@ def _judge(step: Step) -> "Stage":
     from k9bench.judge.stage import JudgeStage
 
     return JudgeStage(config_from_namespace(_parsed(build_parser(), step), step.argv))
+
+
+def _label(step: Step) -> "Stage":
+    from k9bench.people.labeller import LabellerStage, build_parser, config_from_namespace
+
+    return LabellerStage(config_from_namespace(_parsed(build_parser(), step)))
 
 
 def _report(step: Step) -> "Stage":
@@ -343,6 +363,10 @@ STAGES: tuple[StageEntry, ...] = (
                exits={0: "done", 1: "entries left skipped (the report is still written; rerun to retry)", 2: "bad input"},
                incomplete_note="some entries were skipped (see {output}); the report uses the judged ones; rerun to retry them",
                note_output=1, incomplete_ends_run="entries in {output} were not judged; rerun the same command to retry them"),
+    StageEntry("llm-label", "python -m k9bench.people llm-label", "k9bench.people.labeller", _label, _label_steps, follows=("judge",),
+               checks=(preflight.judge_endpoint,), variables={"JUDGE_MODEL": "--labeller_model", "JUDGE_BASE_URL": "--base_url"},
+               exits={0: "done", 1: "answers left unlabelled (the report uses the labelled ones; rerun to retry)", 2: "bad input"},
+               incomplete_note="some wrong answers were not labelled (see {output}); rerun to retry them"),
     StageEntry("report", "evaluate_results", "k9bench.scoring", _report, _report_steps, follows=("evaluate", "judge"),
                reruns_after=("evaluate", "judge"), args_variable="SCORE_ARGS", variables={"PUBLISHED": "--published"},
                exits={0: "done"}, refresh=_refresh_report,
