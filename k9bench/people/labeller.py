@@ -1,7 +1,7 @@
 """The LLM labeller: a model's wrong answers sorted into the failure types by an OpenAI-compatible model.
 
 ``python -m k9bench.people llm-label --evaluations eval_M.json [--labeller_model gpt-4o] [--base_url URL]`` (and
-the launcher's ``label`` stage, after the judge, off unless ``LABELLER_MODEL`` is set) asks, for each
+the launcher's ``llm-label`` stage, after the judge, off unless ``LABEL=1``: the judge's model and endpoint) asks, for each
 wrong answer (eval records scored wrong that did not fail at inference; ``--sample N --seed S`` for a
 stratified sample), which failure type it shows, with :data:`PROMPT`: our own words. It runs on the
 judge's machinery: the same request flags (:class:`k9bench.judge.settings.RequestSettings`: endpoint,
@@ -24,7 +24,6 @@ import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from k9bench.judge.settings import DEFAULT_JUDGE_MODEL, RequestSettings, temperature_value
 from k9bench.people import LABELS
@@ -34,6 +33,7 @@ from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, StageError, r
 from k9bench.validators import non_negative_int, positive_int
 
 log = logging.getLogger("k9bench.people")
+
 
 @dataclass(frozen=True)
 class LabellerSettings:
@@ -171,17 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose, args.quiet)
     try:
         stage = LabellerStage(config_from_namespace(args))
-        stage.outputs()
+        stage.outputs()  # an unreadable --evaluations (an ArtifactError, a StageError): one line, exit 2
     except StageError as exc:
-        log.error("%s", exc)
+        log.error("--evaluations %s" if not str(exc).startswith("--") else "%s", exc)
         return EXIT_USAGE
-    except Exception as exc:  # noqa: BLE001 (an unreadable --evaluations: one line)
-        from k9bench.artifact_io import ArtifactError
-
-        if isinstance(exc, ArtifactError):
-            log.error("--evaluations %s", exc)
-            return EXIT_USAGE
-        raise
     return run_stage(stage)
 
 
