@@ -21,7 +21,7 @@ PAGES = [README, *sorted(DOCS.glob("*.md"))]
 # The scripts whose flags the pages may name, as the pages spell them.
 ROOT_SCRIPTS = ("download_videos.py", "eval_video_llm.py", "evaluate_results.py", "subjective_evals.py")
 MODULES = ("k9bench.merge", "k9bench.tiny_model", "k9bench.data.demo", "k9bench.layout", "k9bench.prefetch", "k9bench.prompts",
-           "k9bench.pipeline", "k9bench.data.subset", "k9bench.view")
+           "k9bench.pipeline", "k9bench.data.subset", "k9bench.view", "k9bench.people")
 
 # The script a page documents: its flags outside a command line belong to it.
 PAGE_SCRIPT = {

@@ -241,3 +241,20 @@ def test_the_labelling_mode_saves_labels_that_the_report_draws(driver, tmp_path,
     browser.open_page(driver, report / "index.html")  # the results page shows the question's labels
     driver.find_element(By.ID, f"row-{record['idx']}").click()
     assert "failure labels: ana: observable cue" in driver.find_element(By.ID, "detail").text
+
+
+def test_bad_inputs_of_each_mode_are_one_line_and_exit_2(tmp_path, capsys):
+    from k9bench.people.__main__ import main
+
+    raw = tmp_path / "raw.json"
+    raw.write_text(json.dumps({"individual_results": [{"idx": 0, "question": "q", "response": "r"}]}))
+    assert main(["label", str(raw), "--labeller", "ana", "--output_dir", str(tmp_path / "o")]) == 2
+    assert "no record carries a verdict" in capsys.readouterr().err
+    assert main(["label", str(tmp_path / "missing.json"), "--labeller", "ana", "--output_dir", str(tmp_path / "o")]) == 2
+    assert "missing.json: no such file" in capsys.readouterr().err
+    assert main(["llm-label", "--evaluations", str(tmp_path / "missing.json"), "--base_url", "http://127.0.0.1:9/v1"]) == 2
+    err = capsys.readouterr().err
+    assert "missing.json: no such file" in err and "Traceback" not in err
+    assert main(["llm-label", "--evaluations", str(raw), "--base_url", "http://127.0.0.1:9/v1"]) == 2
+    assert "no record carries a verdict" in capsys.readouterr().err
+    assert not (tmp_path / "o").exists()

@@ -13,7 +13,7 @@ from k9bench.artifacts import QuestionRecord
 from k9bench.people import LABELS
 from k9bench.people.agreement import agreement, cohen_kappa, kappa_interval
 from k9bench.people.answering import seeded_order
-from k9bench.people.labeller import parse_label
+from k9bench.people.labelling_run import parse_label
 from k9bench.people.labels import read_labels_file, stratified_sample, wrong_answers
 from k9bench.people.storage import Book
 

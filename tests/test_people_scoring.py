@@ -16,6 +16,7 @@ import evaluate_results
 import subjective_evals
 from k9bench.people import FAILURE_TYPES
 from tests.fake_openai_server import FakeOpenAIServer, Reply
+from tests.pipeline_fakes import fake, launcher_env, listener  # noqa: F401 (fixtures)
 from tests.view_fakes import demo_eval
 
 pytestmark = pytest.mark.usefixtures("fake_embedding")
@@ -151,3 +152,50 @@ def test_people_and_llm_labels_give_the_chart_and_kappa_and_a_rerun_sends_nothin
     assert pair["interval95"][0] <= pair["kappa"] <= pair["interval95"][1]
     assert f"people (n=6)" in section and f"LLM llm-judge-x (n={len(wrong)})" in section
     assert (report / "failure_modes_tiny-m.png").stat().st_size > 5000
+
+
+def test_the_launcher_plans_the_llm_labeller_after_the_judge_only_when_asked(fake, launcher_env, listener, capsys, tmp_path):
+    from tests.test_pipeline import launch
+
+    def plan(out: str) -> list[str]:
+        return [ln.split()[2] for ln in out.splitlines() if len(ln.split()) > 3 and ln.split()[3] in ("run", "skip")]
+
+    launcher_env(JUDGE_BASE_URL=listener)
+    code, out, _ = launch(fake, capsys, "--dry_run")
+    assert code == 0 and "llm-label" not in plan(out)  # off unless asked
+    launcher_env(JUDGE_BASE_URL=listener, LABEL="1", JUDGE_MODEL="judge-x")
+    code, out, ran = launch(fake, capsys, "--dry_run")
+    assert code == 0 and ran == []
+    assert plan(out)[-3:] == ["judge", "llm-label", "report"], out
+    labels = tmp_path / "out" / "labels_llm_tiny-m_mf4_n-1.json"
+    assert any(ln.split()[2:4] == ["llm-label", "run"] and ln.endswith(f"-> {labels}") for ln in out.splitlines()), out
+
+
+def test_the_llm_labeller_keeps_what_it_got_and_a_rerun_sends_only_the_unlabelled(tmp_path, demo_video_dir):
+    """A reply without a label and a call that fails after its retries leave those answers unlabelled (exit
+    1, listed with the reason); the labelled ones stay, and the rerun sends only the others."""
+    from k9bench.people.labeller import main as llm_main
+    from tests.fake_openai_server import Fault
+
+    model_eval = demo_eval(tmp_path / "eval_tiny-m_mf4_n12.json", demo_video_dir, shift=1)
+    wrong = [r for r in json.loads(model_eval.read_text())["individual_results"] if not r["is_correct"]]
+    broken = {wrong[0]["question"]: "no label here", wrong[1]["question"]: Fault(status=500)}
+
+    def flaky(req):
+        question = re.search(r"Question: (.*)", req.text).group(1)
+        return broken.get(question) or labeller_reply(req)
+
+    out = tmp_path / "labels.json"
+    argv = ["--evaluations", str(model_eval), "--output", str(out), "--max_retries", "1", *FAST, "-q"]
+    with FakeOpenAIServer(flaky) as server:
+        assert llm_main([*argv, "--base_url", server.base_url]) == 1
+        first = json.loads(out.read_text())
+        assert len(first["labels"]) == len(wrong) - 2 and sorted(s["idx"] for s in first["skipped"]) == sorted(r["idx"] for r in wrong[:2])
+        assert any("no JSON object" in s["error"] for s in first["skipped"]) and any("call failed" in s["error"] for s in first["skipped"])
+        sent = len(server.chat_requests())
+        broken.clear()
+        assert llm_main([*argv, "--base_url", server.base_url]) == 0
+        again = [re.search(r"Question: (.*)", r.text).group(1) for r in server.chat_requests()[sent:]]
+    assert sorted(again) == sorted(r["question"] for r in wrong[:2])  # only the two left unlabelled
+    final = json.loads(out.read_text())
+    assert len(final["labels"]) == len(wrong) and final["skipped"] == []

@@ -47,9 +47,9 @@ def test_the_stage_table_is_the_one_list_of_stages_and_artifacts():
     assert dict(STAGE_KINDS) == {"download": "manifest", "inference": "raw", "merge": "raw", "calculate": "sim", "evaluate": "eval",
                                  "judge": "judge", "report": "report"}
     assert set(HEADER_CLASSES) == set(SCHEMA_VERSIONS) == kinds
-    assert dict(STAGES) == {"raw": "inference", "sim": "calculate", "eval": "evaluate", "judge": "judge"}
+    assert dict(STAGES) == {"raw": "inference", "sim": "calculate", "eval": "evaluate", "judge": "judge", "labels_llm": "llm-label"}
     paths = RunLayout("o", "org/m", 4, 10).paths(3)
-    assert list(paths) == ["raw", "shards", "sim", "eval", "judge", "judge_skipped", "report"]
+    assert list(paths) == ["raw", "shards", "sim", "eval", "judge", "judge_skipped", "llm_labels", "report"]
     assert paths["judge_skipped"] == skipped_path(paths["judge"]) and str(paths["shards"]).format(i=2) == str(shard_path(paths["raw"], 3, 2))
     for e in stage_table.STAGES:
         for ref in (e.build, e.steps, e.prepare, e.probe, e.refresh, e.config_line, *e.checks):
@@ -66,7 +66,7 @@ def test_every_step_of_a_plan_is_a_registry_entry_and_built_from_it(tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     env = {"MODEL_NAME": str(model), "DATASET_NAME": "demo", "EMBEDDING_MODEL": str(model), "OUT_DIR": str(tmp_path / "o"),
-           "VIDEO_DIR": str(tmp_path / "v"), "JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "DEVICE": "cpu"}
+           "VIDEO_DIR": str(tmp_path / "v"), "JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "DEVICE": "cpu", "LABEL": "1"}
     s = read_settings(env, REPO)
     layout = RunLayout(out_dir=s["OUT_DIR"], model=s["MODEL_NAME"], max_frames=4, max_samples=-1, audio=False)
     names = set()

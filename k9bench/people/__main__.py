@@ -39,7 +39,11 @@ def build_parser() -> argparse.ArgumentParser:
     for mode in (answer, label):
         add_arguments(mode.add_argument_group("server"), ServeSettings)
         add_logging_args(mode)
-    sub.add_parser("llm-label", help="the LLM labeller (python -m k9bench.people llm-label --help)", add_help=False)
+    from k9bench.people.labeller import add_labeller_args
+
+    llm = sub.add_parser("llm-label", help="the LLM labeller: wrong answers sorted into failure types by a model")
+    add_labeller_args(llm)
+    add_logging_args(llm)
     return parser
 
 
@@ -56,25 +60,26 @@ def _listen_on(serve: ServeSettings) -> None:
                 "write answers; keep the URL private", serve.host, serve.port or "(any)")
 
 
-def _answer_session(s: AnswerSettings, args: argparse.Namespace):
+def _answer_session(s: AnswerSettings, data):
+    """The annotator's session over ``data``'s (:class:`k9bench.data.dataset.DatasetSettings`) questions of ``--subset``."""
     from k9bench.artifact_io import ArtifactError
-    from k9bench.data.dataset import DatasetError, load_questions
+    from k9bench.data.dataset import DatasetError, load_selected
     from k9bench.data.subset import read_subset
     from k9bench.people.answering import open_session
     from k9bench.stage import StageError
 
     chosen = read_subset(s.subset)
     try:
-        loaded = load_questions(args.dataset_name, args.split, drop_invalid=args.drop_invalid_rows)
+        loaded = load_selected(data)
     except DatasetError as exc:
-        raise StageError(f"--dataset_name {args.dataset_name}: {str(exc).splitlines()[0]}") from None
+        raise StageError(f"--dataset_name {data.dataset_name}: {str(exc).splitlines()[0]}") from None
     questions = [q for q in loaded.questions if q.idx in chosen.idx]
     unknown = sorted(chosen.idx - {q.idx for q in questions})
     if unknown:
-        raise StageError(f"--subset {s.subset}: {len(unknown)} idx not in {args.dataset_name}: "
+        raise StageError(f"--subset {s.subset}: {len(unknown)} idx not in {data.dataset_name}: "
                          + ", ".join(str(i) for i in unknown[:20]) + (" ..." if len(unknown) > 20 else ""))
     try:
-        return open_session(s.annotator, questions, s.output_dir, s.video_dir, seed=s.seed, dataset=args.dataset_name,
+        return open_session(s.annotator, questions, s.output_dir, s.video_dir, seed=s.seed, dataset=data.dataset_name,
                             subset=chosen.summary())
     except ArtifactError as exc:
         raise StageError(str(exc)) from None
@@ -131,7 +136,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         _listen_on(serve_settings)
         if args.command == "answer":
-            session = _answer_session(from_namespace(AnswerSettings, args), args)
+            from k9bench.data.dataset import DatasetSettings
+
+            session = _answer_session(from_namespace(AnswerSettings, args), from_namespace(DatasetSettings, args))
         else:
             session = _label_session(from_namespace(LabelSettings, args))
     except (StageError, ArtifactError) as exc:

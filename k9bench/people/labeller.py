@@ -1,7 +1,7 @@
 """The LLM labeller: a model's wrong answers sorted into the failure types by an OpenAI-compatible model.
 
 ``python -m k9bench.people llm-label --evaluations eval_M.json [--labeller_model gpt-4o] [--base_url URL]`` (and
-the launcher's ``label`` stage, after the judge, off unless ``LABELLER_MODEL`` is set) asks, for each
+the launcher's ``llm-label`` stage, after the judge, off unless ``LABEL=1``: the judge's model and endpoint) asks, for each
 wrong answer (eval records scored wrong that did not fail at inference; ``--sample N --seed S`` for a
 stratified sample), which failure type it shows, with :data:`PROMPT`: our own words. It runs on the
 judge's machinery: the same request flags (:class:`k9bench.judge.settings.RequestSettings`: endpoint,
@@ -20,39 +20,19 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import logging
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from k9bench.judge.settings import DEFAULT_JUDGE_MODEL, RequestSettings, temperature_value
 from k9bench.people import LABELS
+from k9bench.people.labelling_run import PROMPT, label_all, labeller_name
 from k9bench.settings import add_arguments, from_namespace, result_fingerprint, setting
 from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, StageError, run_stage
 from k9bench.validators import non_negative_int, positive_int
 
 log = logging.getLogger("k9bench.people")
-
-PROMPT = """You are checking why a video question-answering model got a question about a dog video wrong.
-
-Question: {question}
-Options:
-{options}
-Right option: {correct}
-The model's full response:
-<<<
-{response}
->>>
-
-Pick the one failure type that best explains the wrong answer:
-{types}
-
-Reply with one JSON object and nothing after it: {{"label": "<one of: {keys}>", "reason": "<one sentence>"}}"""
-"""The labeller's prompt (our own words); its SHA-256 is part of the fingerprint."""
-
-LLM_PREFIX = "llm-"
 
 
 @dataclass(frozen=True)
@@ -86,13 +66,18 @@ class LabellerConfig:
     run: LabellerRunSettings = field(default_factory=LabellerRunSettings)
 
 
+def add_labeller_args(p: argparse.ArgumentParser) -> None:
+    """The labeller's flags (its own parser's, and ``python -m k9bench.people llm-label``'s), logging's aside."""
+    add_arguments(p, LabellerRunSettings)
+    add_arguments(p.add_argument_group("labeller"), LabellerSettings)
+    add_arguments(p.add_argument_group("requests (as the judge's)"), RequestSettings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from k9bench.cli import ArgumentParser, add_logging_args
 
     p = ArgumentParser(prog="python -m k9bench.people llm-label", description="The LLM labeller of wrong answers (docs/people.md).")
-    add_arguments(p, LabellerRunSettings)
-    add_arguments(p.add_argument_group("labeller"), LabellerSettings)
-    add_arguments(p.add_argument_group("requests (as the judge's)"), RequestSettings)
+    add_labeller_args(p)
     add_logging_args(p)
     return p
 
@@ -102,41 +87,10 @@ def config_from_namespace(args: argparse.Namespace) -> LabellerConfig:
                           run=from_namespace(LabellerRunSettings, args))
 
 
-def labeller_name(model: str) -> str:
-    from k9bench.layout import short_model_name
-
-    return LLM_PREFIX + short_model_name(model)
-
-
-def render(record) -> str:
-    """The filled prompt of one wrong answer."""
-    types = "\n".join(f"- {key}: {text}" for key, text in LABELS.items() if key != "other")
-    keys = ", ".join(k for k in LABELS if k != "other")
-    return PROMPT.format(question=record.question, options="\n".join(record.options or []), correct=record.ground_truth,
-                         response=record.response, types=types, keys=keys)
-
-
-def parse_label(text: str) -> tuple[str, str]:
-    """``(label, reason)`` from a reply: the last JSON object holding a known ``label``; ValueError otherwise."""
-    from k9bench.answers import iter_brace_blocks
-
-    found = None
-    for block in iter_brace_blocks(text or ""):
-        try:
-            obj = json.loads(block)
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and obj.get("label") in LABELS:
-            found = obj
-    if found is None:
-        raise ValueError("no JSON object with a known \"label\" in the reply")
-    return found["label"], str(found.get("reason") or "")
-
-
 class LabellerStage(Stage):
     """The LLM labeller behind the stage contract."""
 
-    name = "label"
+    name = "llm-label"
 
     def __init__(self, config: LabellerConfig):
         self.config = config
@@ -167,6 +121,17 @@ class LabellerStage(Stage):
     def inputs(self) -> list[Path]:
         return [Path(self.config.run.evaluations)]
 
+    def recorded(self) -> dict | None:
+        """The stage block the labels file keeps (its ``stage``), or None."""
+        from k9bench.artifact_io import ArtifactError, read_json
+
+        try:
+            data = read_json(self.outputs()[0])
+        except ArtifactError:
+            return None
+        block = data.get("stage") if isinstance(data, dict) else None
+        return block if isinstance(block, dict) else None
+
     def fingerprint(self) -> dict:
         return {**result_fingerprint(self.config.labeller, self.config.run),
                 "prompt_sha256": hashlib.sha256(PROMPT.encode("utf-8")).hexdigest()}
@@ -189,8 +154,6 @@ class LabellerStage(Stage):
             raise StageError(f"--evaluations {exc}") from None
         if not any(r.is_correct is not None for r in records):
             raise StageError(f"--evaluations {cfg.run.evaluations}: no record carries a verdict (is_correct); give an eval file")
-        from k9bench.people.labelling_run import label_all
-
         result = label_all(self, records, api_key)
         counts = {k: sum(1 for r in result["labels"] if r["label"] == k) for k in LABELS}
         print(f"labels ({len(result['labels'])}): " + ", ".join(f"{k} {n}" for k, n in counts.items() if n))
@@ -201,6 +164,24 @@ class LabellerStage(Stage):
         return EXIT_FAILED if left else EXIT_OK
 
 
+def build(step) -> LabellerStage:
+    """A launcher plan step -> its Stage: the step's values (and LABEL_ARGS... none: the judge's) through its own parser."""
+    return LabellerStage(config_from_namespace(build_parser().parse_values(step.values, step.extra)))
+
+
+def steps(e, c) -> list:
+    """LABEL=1: the LLM labeller of the run's wrong answers (docs/people.md), on the judge's model and endpoint."""
+    from k9bench.pipeline.registry import flags
+    from k9bench.pipeline.stages import Step
+
+    if c.settings.values["LABEL"] != "1":
+        return []
+    f = c.layout.paths()
+    given = {flag: text for flag, text in flags(e, c.settings).items() if text}
+    return [Step(name=e.name, script=e.script, inputs=[f["eval"]], outputs=[f["llm_labels"]], incomplete_codes=(1,),
+                 values={"--evaluations": f["eval"], "--output": f["llm_labels"], **given}, depends=e.reruns_after)]
+
+
 def main(argv: list[str] | None = None) -> int:
     from k9bench.logs import setup_logging
 
@@ -208,17 +189,10 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging(args.verbose, args.quiet)
     try:
         stage = LabellerStage(config_from_namespace(args))
-        stage.outputs()
+        stage.outputs()  # an unreadable --evaluations (an ArtifactError, a StageError): one line, exit 2
     except StageError as exc:
-        log.error("%s", exc)
+        log.error("--evaluations %s" if not str(exc).startswith("--") else "%s", exc)
         return EXIT_USAGE
-    except Exception as exc:  # noqa: BLE001 (an unreadable --evaluations: one line)
-        from k9bench.artifact_io import ArtifactError
-
-        if isinstance(exc, ArtifactError):
-            log.error("--evaluations %s", exc)
-            return EXIT_USAGE
-        raise
     return run_stage(stage)
 
 

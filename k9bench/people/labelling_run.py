@@ -10,6 +10,7 @@ file is then written atomically and the checkpoint removed.
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -18,11 +19,63 @@ from k9bench.artifact_io import ArtifactError, CheckpointLog, read_json, write_j
 from k9bench.artifacts import now_iso
 from k9bench.judge.cache import ReplyStore, default_store_folder, endpoint_id, request_key
 from k9bench.layout import checkpoint_path
-from k9bench.people.labeller import labeller_name, parse_label, render
+from k9bench.people import LABELS
 from k9bench.people.labels import labels_document, stratified_sample, wrong_answers
 from k9bench.stage import deferred, file_digest
 
 log = logging.getLogger("k9bench.people")
+
+PROMPT = """You are checking why a video question-answering model got a question about a dog video wrong.
+
+Question: {question}
+Options:
+{options}
+Right option: {correct}
+The model's full response:
+<<<
+{response}
+>>>
+
+Pick the one failure type that best explains the wrong answer:
+{types}
+
+Reply with one JSON object and nothing after it: {{"label": "<one of: {keys}>", "reason": "<one sentence>"}}"""
+"""The labeller's prompt (our own words); its SHA-256 is part of the fingerprint."""
+
+LLM_PREFIX = "llm-"
+
+
+def labeller_name(model: str) -> str:
+    from k9bench.layout import short_model_name
+
+    return LLM_PREFIX + short_model_name(model)
+
+
+def render(record) -> str:
+    """The filled prompt of one wrong answer."""
+    types = "\n".join(f"- {key}: {text}" for key, text in LABELS.items() if key != "other")
+    keys = ", ".join(k for k in LABELS if k != "other")
+    return PROMPT.format(question=record.question, options="\n".join(record.options or []), correct=record.ground_truth,
+                         response=record.response, types=types, keys=keys)
+
+
+def parse_label(text: str) -> tuple[str, str]:
+    """``(label, reason)`` from a reply: the last JSON object holding a known ``label``; ValueError otherwise."""
+    from k9bench.answers import iter_brace_blocks
+
+    found = None
+    for block in iter_brace_blocks(text or ""):
+        try:
+            obj = json.loads(block)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and obj.get("label") in LABELS:
+            found = obj
+    if found is None:
+        raise ValueError("no JSON object with a known \"label\" in the reply")
+    return found["label"], str(found.get("reason") or "")
+
+
 
 
 def _earlier(output: Path) -> dict:

@@ -152,6 +152,9 @@ def refresh_report(step: Step, s: "LaunchSettings", layout: RunLayout) -> str | 
     if f["judge"].is_file() and f["judge"].stat().st_size:
         values["--judge_files"] = [f["judge"]]
         inputs.append(f["judge"])
+    if f["llm_labels"].is_file():  # the LLM labeller's labels (LABEL=1): the report's failure-mode chart
+        values["--failure_labels"] = [f["llm_labels"]]
+        inputs.append(f["llm_labels"])
     if s.demo:
         what, meaning, _ = demo_note(s)
         values["--note"] = [f"DEMO run: {what}; {meaning}."]
