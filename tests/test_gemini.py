@@ -214,3 +214,20 @@ def test_flags_of_other_backends_are_warned_and_recorded(gemini_key, fake_gemini
     argv = gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1", "--frame_size", "512x512", "--stream")
     assert eval_video_llm.main(argv) == EXIT_OK
     assert load(out)["inference"]["backend"]["warnings"] == ["--frame_size, --stream have no effect with --backend gemini"]
+
+
+@pytest.mark.parametrize("extra, row", [([], "Table 1: Gemini-2.5 Pro (1 FPS)"), (["--audio"], "Table 2: Gemini-2.5 Pro (A+V, 1 FPS)")],
+                         ids=["video only", "audio + video"])
+def test_the_report_compares_a_gemini_run_with_the_papers_1_fps_rows(gemini_key, fake_gemini, av_video_dir, tmp_path, extra, row):
+    from k9bench.report import load_run
+    from tests.test_report_comparable import write_eval
+
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(gemini_args(fake_gemini, out, av_video_dir, "--max_samples", "2", *extra)) == EXIT_OK
+    raw = load(out)
+    # the run's own inference block, as scoring carries it into the eval file, over the paper's 4,744 questions
+    evaluated = write_eval(tmp_path / "eval.json", n=4744, model="gemini-2.5-pro", frames=raw["individual_results"][0]["max_frames"],
+                           inference=raw["inference"])
+    settings = load_run(evaluated).settings
+    assert row in settings.paper_rows  # the nearest row is the 1 FPS one: Gemini saw the whole video
+    assert not [d for d in settings.differences if "frames" in d or "fps" in d or "audio" in d], settings.differences
