@@ -211,9 +211,11 @@ def test_an_unreachable_endpoint_stops_before_any_question(gemini_key, demo_vide
 
 def test_flags_of_other_backends_are_warned_and_recorded(gemini_key, fake_gemini, demo_video_dir, tmp_path):
     out = tmp_path / "raw.json"
-    argv = gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1", "--frame_size", "512x512", "--stream")
+    argv = gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1", "--frame_size", "512x512", "--stream", "--torch_dtype",
+                       "float16", "--device", "cpu")
     assert eval_video_llm.main(argv) == EXIT_OK
-    assert load(out)["inference"]["backend"]["warnings"] == ["--frame_size, --stream have no effect with --backend gemini"]
+    assert load(out)["inference"]["backend"]["warnings"] == [
+        "--frame_size, --stream, --device, --torch_dtype have no effect with --backend gemini"]
 
 
 @pytest.mark.parametrize("extra, row", [([], "Table 1: Gemini-2.5 Pro (1 FPS)"), (["--audio"], "Table 2: Gemini-2.5 Pro (A+V, 1 FPS)")],

@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
 from k9bench.inference.records import OUTPUT_LIMIT, REQUEST_TOO_LARGE, ClassedFailure, is_size_refusal
-from k9bench.inference.settings import RunConfig
+from k9bench.inference.settings import WEIGHTS_FIELDS, ModelSettings, RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -88,7 +88,8 @@ class GeminiBackend(Backend):
         from k9bench.inference.openai_compat.settings import OpenAISettings
         from k9bench.settings import flags_given
 
-        ignored = [f for f in flags_given(OpenAISettings, config.openai) if f not in SHARED_API_FLAGS] + flags_given(HFSettings, config.hf)
+        weights = [f for f in flags_given(ModelSettings, config.model) if f.lstrip("-") in WEIGHTS_FIELDS]
+        ignored = [f for f in flags_given(OpenAISettings, config.openai) if f not in SHARED_API_FLAGS] + flags_given(HFSettings, config.hf) + weights
         if ignored:
             self._warn(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend gemini")
 
