@@ -108,9 +108,13 @@ def redact(value: Any) -> Any:
     return value
 
 
-def redact_argv(argv: list[str]) -> list[str]:
-    """Command-line arguments with the values of secret-looking flags masked, and secrets inside
-    other values (URLs with userinfo, JSON bodies, known values) masked too."""
+def redact_argv(argv: list[str], parser: Any = None) -> list[str]:
+    """Command-line arguments with the values of secret flags masked, and secrets inside other values
+    (URLs with userinfo, JSON bodies, known values) masked too.
+
+    With ``parser`` (a :class:`k9bench.cli.ArgumentParser`), a flag it knows is judged by the flag it
+    resolves to (:meth:`~k9bench.cli.ArgumentParser.is_secret_flag`); a flag it does not know, or any flag
+    without a parser, by its name's words (:func:`is_secret_name`: ``--max_new_tokens`` is never masked)."""
     out, hide_next = [], False
     for arg in argv:
         if hide_next:
@@ -118,7 +122,8 @@ def redact_argv(argv: list[str]) -> list[str]:
             hide_next = False
             continue
         flag = arg.split("=", 1)[0]
-        if arg.startswith("--") and is_secret_name(flag):
+        resolved = parser.is_secret_flag(flag) if parser is not None and arg.startswith("--") else None
+        if arg.startswith("--") and (resolved if resolved is not None else is_secret_name(flag)):
             if "=" in arg:
                 out.append(flag + "=" + MASK)
             else:

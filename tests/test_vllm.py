@@ -170,7 +170,7 @@ def test_prompt_timestamps_are_the_sampled_frames_times(vllm_server, demo_video_
 
     from k9bench.video.sampling import sample
     from k9bench.inference.backend import GenerationRequest
-    from k9bench.inference.video_transport import MediaBuilder
+    from k9bench.inference.openai_compat.video_transport import MediaBuilder
 
     processor = AutoProcessor.from_pretrained(tiny64)
     tokenizer = processor.tokenizer

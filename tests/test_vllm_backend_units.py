@@ -10,7 +10,7 @@ import pytest
 
 from k9bench.inference.backend import backend_class
 from k9bench.inference.stage import build_parser
-from k9bench.inference.vllm_backend import CHUNK_PER_SEQ, MIN_CHUNK, VLLMBackend, _dtype, chunk_size
+from k9bench.inference.vllm.backend import CHUNK_PER_SEQ, MIN_CHUNK, VLLMBackend, _dtype, chunk_size
 from k9bench.pipeline.env import LaunchError, read_settings
 from k9bench.pipeline.stages import ShardMode
 

@@ -205,7 +205,8 @@ def build_subset_file(runs: list[str | Path]) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m k9bench.data.subset", description=__doc__.split("\n\n")[0],
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(prog="python -m k9bench.data.subset", description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", nargs="+", required=True, metavar="RUN_JSON", help="raw, sim or eval files of the runs")
     parser.add_argument("--output", required=True, metavar="SUBSET_JSON", help="the subset file to write")

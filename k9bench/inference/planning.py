@@ -175,6 +175,10 @@ def preflight(config: RunConfig) -> None:
                    attention_problem_without_torch(config.hf.attn_implementation, config.hf.device, device_map=config.hf.device_map))
     if problem:
         raise UsageError(problem)
+    if backend.key_check:  # a backend that always needs its own key: say so now
+        missing = registry.load(backend.key_check)()
+        if missing:
+            raise UsageError(missing)
     if backend.api_key_without_base_url and not section.base_url:  # the OpenAI API itself needs the key: say so now
         from k9bench.serving.openai_api import MissingApiKey, resolve_api_key
 

@@ -238,9 +238,11 @@ class Launch:
                 say(f"step {step.name}: done already, skipping ({', '.join(map(str, step.outputs))}: same settings and inputs)")
                 return None
             say(f"step {step.name}: runs: {why}")
+            from k9bench.pipeline.scripts import build_parser
             from k9bench.redact import redact_argv
 
-            say(f"step {step.name}: {step.script} {shlex.join(redact_argv(step.argv))}")
+            shown = redact_argv(step.argv, build_parser(step.script))  # masked by the flag each argument resolves to
+            say(f"step {step.name}: {step.script} {shlex.join(shown)}")
             code = self.execute(step, stage)
         gc.collect()
         return self.after(step, code)

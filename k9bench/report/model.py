@@ -176,7 +176,7 @@ class RunSettings:
 
 
 SERVER_FIELDS = ("engine", "version", "served_model", "root", "max_model_len", "system_fingerprints")
-"""The keys of ``inference.backend.server`` the report shows (:mod:`k9bench.inference.server_info`
+"""The keys of ``inference.backend.server`` the report shows (:mod:`k9bench.inference.openai_compat.server_info`
 writes them from ``/v1/models``, ``/version`` and each reply's ``system_fingerprint``)."""
 
 

@@ -61,7 +61,7 @@ class ReportSettings:
     """The ``--subset`` file (:func:`k9bench.data.subset.read_subset`)."""
     baseline: str | None = setting(None, "another model's run to compare the first --input_file with, question by question: its "
                                    "eval file or its run folder (one eval_*.json). On the common questions: the accuracy difference "
-                                   "with a video-clustered paired bootstrap interval and an exact McNemar test", metavar="RUN",
+                                   "with a cluster-robust interval and the clustered McNemar test", metavar="RUN",
                                    result=True)
     """The baseline run (:mod:`k9bench.report.paired`)."""
     failure_labels: list | None = setting(None, "failure-labels files (python -m k9bench.people label / llm-label) for the failure-mode "
@@ -267,7 +267,9 @@ class ReportStage(Stage):
             return EXIT_USAGE
         except ArtifactError as exc:
             log.error("report: %s", exc)
-            return EXIT_USAGE if isinstance(exc, NewerSchema) else EXIT_FAILED  # a file of a newer k9bench: exit 2
+            from k9bench.view.data import ViewError  # a bad input of the results page (docs/view.md): exit 2
+
+            return EXIT_USAGE if isinstance(exc, (NewerSchema, ViewError)) else EXIT_FAILED  # a file of a newer k9bench: exit 2
         print(leaderboard_markdown(report.runs, report.published))
         if report.judges:
             print()

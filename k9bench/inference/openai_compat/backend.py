@@ -6,7 +6,7 @@ The prompt, answer extraction, raw artifact, checkpoints and resume are the shar
 (:mod:`k9bench.inference.runner`), exactly as for the transformers backend; this module only
 turns one request into one HTTP call.
 
-How the video travels (``--video_transport``; :mod:`k9bench.inference.video_transport` builds the parts):
+How the video travels (``--video_transport``; :mod:`k9bench.inference.openai_compat.video_transport` builds the parts):
 ``frames`` sends each sampled frame as a JPEG image part (any vision API: GPT-4o); ``video`` sends exactly
 the sampled frames as one short mp4 played at their true times, so a Qwen-VL model merges them in time
 and reads their timestamps as the transformers backend gives them; ``video_url`` sends the file and lets
@@ -17,7 +17,7 @@ sampled for the served checkpoint's patch size (read from its processor config),
 backend samples them, so the model gets the same number of video tokens.
 
 What the server says about itself (``/v1/models``, ``/version``, each response's ``system_fingerprint``)
-goes into ``inference.backend.server`` (:mod:`k9bench.inference.server_info` lists the keys).
+goes into ``inference.backend.server`` (:mod:`k9bench.inference.openai_compat.server_info` lists the keys).
 
 Concurrency: the runner keeps up to ``--concurrency`` batches in flight
 (:meth:`OpenAIBackend.max_batches_in_flight`), started video by video in dataset order, so the
@@ -48,17 +48,12 @@ import threading
 from typing import Any
 
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
-from k9bench.inference.openai_request import ApiCallError, BatchPartlyFailed, RequestSettings, _merge
-from k9bench.inference.server_info import empty_server_block, note_fingerprint
-from k9bench.inference.settings import (
-    TRANSPORTS,
-    VIDEO_FPS_MAX_FRAMES,
-    HFSettings,
-    RunConfig,
-    frame_size_tuple,
-    parse_frame_size,
-)
-from k9bench.inference.video_transport import encode_frames_jpeg, mp4_codec
+from k9bench.inference.openai_compat.request import ApiCallError, BatchPartlyFailed, RequestSettings, _merge
+from k9bench.inference.openai_compat.server_info import empty_server_block, note_fingerprint
+from k9bench.inference.hf.settings import HFSettings
+from k9bench.inference.openai_compat.settings import TRANSPORTS, VIDEO_FPS_MAX_FRAMES, frame_size_tuple, parse_frame_size
+from k9bench.inference.settings import RunConfig
+from k9bench.inference.openai_compat.video_transport import encode_frames_jpeg, mp4_codec
 
 log = logging.getLogger(__name__)
 
@@ -151,7 +146,7 @@ class OpenAIBackend(Backend):
         self._describe_server(models, key)
         self._choose_transport()
         s = self.settings
-        from k9bench.inference.video_transport import MediaBuilder
+        from k9bench.inference.openai_compat.video_transport import MediaBuilder
 
         self.media = MediaBuilder(
             transport=s.video_transport, frame_size=frame_size_tuple(s.frame_size), jpeg_quality=s.jpeg_quality,
@@ -190,7 +185,7 @@ class OpenAIBackend(Backend):
 
     def _describe_server(self, models: list[Any] | None, key: str) -> None:
         """Fill :attr:`server` from the listing and (for a ``--base_url`` server) ``/version``."""
-        from k9bench.inference.server_info import read_version, server_block
+        from k9bench.inference.openai_compat.server_info import read_version, server_block
 
         s = self.settings
         version = read_version(self.client.base_url, key, timeout=min(10.0, s.timeout)) if s.base_url else None
@@ -202,7 +197,7 @@ class OpenAIBackend(Backend):
         """Resolve ``--video_transport auto``; with ``video``, find the served checkpoint's patch size."""
         import dataclasses
 
-        from k9bench.inference.server_info import checkpoint_video_processor
+        from k9bench.inference.openai_compat.server_info import checkpoint_video_processor
 
         s = self.settings
         if s.video_transport == "auto":
@@ -222,7 +217,7 @@ class OpenAIBackend(Backend):
             else:
                 log.info("--video_transport video: frames sampled for patch size %d (%s)", patch, source)
             self._patch_size = patch
-            from k9bench.inference.video_transport import LOADER_DEFAULT_FRAMES, PROCESSOR_FPS
+            from k9bench.inference.openai_compat.video_transport import LOADER_DEFAULT_FRAMES, PROCESSOR_FPS
 
             if s.max_frames > LOADER_DEFAULT_FRAMES and self.server["engine"] == "vllm":
                 self._warn(f"--max_frames {s.max_frames}: vLLM keeps at most {LOADER_DEFAULT_FRAMES} frames of a video unless it is "
@@ -367,7 +362,7 @@ class OpenAIBackend(Backend):
 
     def _media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict, dict]:
         """The media parts of ``request``, the record fields saying what was sent, and its body fields."""
-        from k9bench.inference.video_transport import MediaError
+        from k9bench.inference.openai_compat.video_transport import MediaError
 
         try:
             parts, fields, body = self.media.parts_for(request)

@@ -1,5 +1,5 @@
 """The request side of the OpenAI-compatible backend: the settings each request is built from, and
-the errors a call can end in (see :mod:`k9bench.inference.openai_backend`)."""
+the errors a call can end in (see :mod:`k9bench.inference.openai_compat.backend`)."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ built once for all its questions (several batches of one video wait for one buil
     One ``image_url`` part per sampled frame (``data:image/jpeg;base64,...``), in order, resized
     to ``--frame_size`` first when given. For APIs that take no video (GPT-4o): a Qwen-VL model
     then sees independent images (no temporal merge, no timestamps).
-``video`` (the default for vLLM and SGLang servers, see ``auto`` in :mod:`k9bench.inference.openai_backend`)
+``video`` (the default for vLLM and SGLang servers, see ``auto`` in :mod:`k9bench.inference.openai_compat.backend`)
     Exactly the sampled frames, as one short H.264 mp4 (``data:video/mp4;base64,...``), lossless by
     default (libx264rgb at ``-qp 0`` in RGB 4:4:4: vLLM's OpenCV loader decodes it to the very bytes of
     our frames, the array in-process vLLM gets; ``--video_crf N`` trades that for N times smaller requests
@@ -138,7 +138,7 @@ def encode_frames_jpeg(frames: Any, size: tuple[int, int] | None = None, quality
 
     from PIL import Image
 
-    from k9bench.inference.settings import OpenAISettings
+    from k9bench.inference.openai_compat.settings import OpenAISettings
     from k9bench.settings import default_of
     from k9bench.video.sampling import resize_frames
 

@@ -45,11 +45,11 @@ def chunk_size(max_num_seqs: int, questions: int) -> int:
 
 def _dtype(config: "RunConfig") -> str:
     """vLLM's ``dtype`` from ``--torch_dtype`` (or ``--bf16``); ``auto``: the checkpoint's."""
-    if config.hf.torch_dtype:
-        return {"half": "float16", "float": "float32", "double": "float64"}.get(config.hf.torch_dtype, config.hf.torch_dtype)
-    if config.hf.bf16 is True:
+    if config.model.torch_dtype:
+        return {"half": "float16", "float": "float32", "double": "float64"}.get(config.model.torch_dtype, config.model.torch_dtype)
+    if config.model.bf16 is True:
         return "bfloat16"
-    if config.hf.bf16 is False:
+    if config.model.bf16 is False:
         return "float32"
     return "auto"
 
@@ -91,7 +91,7 @@ class VLLMBackend(Backend):
         cfg, v = self.config, self.config.vllm
         path = cfg.model.model_name_or_path
         try:
-            self.processor = AutoProcessor.from_pretrained(path, trust_remote_code=cfg.hf.trust_remote_code)
+            self.processor = AutoProcessor.from_pretrained(path, trust_remote_code=cfg.model.trust_remote_code)
         except Exception as exc:
             raise BackendError(f"--model_name_or_path {path}: cannot load its processor ({exc})") from None
         video_processor = getattr(self.processor, "video_processor", None)
@@ -99,7 +99,7 @@ class VLLMBackend(Backend):
         kwargs: dict[str, Any] = {
             "model": path, "dtype": _dtype(cfg), "tensor_parallel_size": v.tensor_parallel,
             "gpu_memory_utilization": v.gpu_memory_utilization, "enforce_eager": v.enforce_eager,
-            "enable_prefix_caching": True, "seed": cfg.generation.seed, "trust_remote_code": cfg.hf.trust_remote_code,
+            "enable_prefix_caching": True, "seed": cfg.generation.seed, "trust_remote_code": cfg.model.trust_remote_code,
             "limit_mm_per_prompt": {"image": 0, "video": 0 if cfg.frames.text_only else 1},
         }
         if v.max_model_len is not None:
