@@ -166,7 +166,7 @@ STAGES: tuple[StageEntry, ...] = (
                incomplete_note="some entries were skipped (see {output}); the report uses the judged ones; rerun to retry them",
                note_output=1, incomplete_ends_run="entries in {output} were not judged; rerun the same command to retry them"),
     StageEntry("llm-label", "python -m k9bench.people llm-label", "k9bench.people.labeller", "k9bench.people.labeller:build",
-               "k9bench.people.labeller:steps", follows=("judge",), checks=(_P + "judge_endpoint",), kind="failure_labels",
+               "k9bench.people.labeller:steps", follows=("judge",), checks=("k9bench.people.labeller:check", _P + "judge_endpoint"), kind="failure_labels",
                schema_version=1, header="k9bench.people.labels:LabelsHeader", files={"llm_labels": "labels_llm_{tag}.json"},
                variables={"JUDGE_MODEL": "--labeller_model", "JUDGE_BASE_URL": "--base_url"},
                exits={0: "done", 1: "answers left unlabelled (the report uses the labelled ones; rerun to retry)", 2: "bad input"},

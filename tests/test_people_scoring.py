@@ -158,7 +158,8 @@ def test_people_and_llm_labels_give_the_chart_and_kappa_and_a_rerun_sends_nothin
     assert (report / "failure_modes_tiny-m.png").stat().st_size > 5000
 
 
-def test_the_launcher_plans_the_llm_labeller_after_the_judge_only_when_asked(fake, launcher_env, listener, capsys, tmp_path):
+def test_the_launcher_plans_the_llm_labeller_after_the_judge_only_when_asked(fake, launcher_env, listener, capsys, tmp_path,
+                                                                           monkeypatch):
     from tests.test_pipeline import launch
 
     def plan(out: str) -> list[str]:
@@ -173,6 +174,10 @@ def test_the_launcher_plans_the_llm_labeller_after_the_judge_only_when_asked(fak
     assert plan(out)[-3:] == ["judge", "llm-label", "report"], out
     labels = tmp_path / "out" / "labels_llm_tiny-m_mf4_n-1.json"
     assert any(ln.split()[2:4] == ["llm-label", "run"] and ln.endswith(f"-> {labels}") for ln in out.splitlines()), out
+    launcher_env(JUDGE_BASE_URL="", LABEL="1")  # asked for, but no endpoint: refused before any stage
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code, out, ran = launch(fake, capsys)
+    assert code == 2 and ran == [] and "LABEL=1: the LLM labeller uses the judge's endpoint" in out, out
 
 
 def test_the_llm_labeller_keeps_what_it_got_and_a_rerun_sends_only_the_unlabelled(tmp_path, demo_video_dir):

@@ -170,6 +170,15 @@ def steps(e, c) -> list:
                  values={"--evaluations": f["eval"], "--output": f["llm_labels"], **given})]
 
 
+def check(s, environ: dict) -> None:
+    """Its preflight: LABEL=1 needs the judge's endpoint (OPENAI_API_KEY or JUDGE_BASE_URL), refused before any stage."""
+    from k9bench.pipeline.preflight import PreflightError
+
+    if not s.judge_on:
+        raise PreflightError("LABEL=1: the LLM labeller uses the judge's endpoint; set OPENAI_API_KEY or JUDGE_BASE_URL "
+                             "(or LABEL=0)")
+
+
 def main(argv: list[str] | None = None) -> int:
     from k9bench.logs import setup_logging
 
