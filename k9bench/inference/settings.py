@@ -22,6 +22,7 @@ from typing import Any
 
 from k9bench.models.accelerator import DTYPE_CHOICES
 from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
+from k9bench.data.published import DEFAULT_THINKING_LIMIT, THINKING_LIMITS
 from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
 from k9bench.inference.gemini.settings import GeminiSettings
@@ -36,7 +37,8 @@ DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
 """The reference's model."""
 
 DEFAULT_MAX_NEW_TOKENS = 2048
-DEFAULT_MAX_NEW_TOKENS_THINKING = 3072
+DEFAULT_MAX_NEW_TOKENS_THINKING = THINKING_LIMITS[DEFAULT_THINKING_LIMIT]
+"""``--thinking_mode``'s default limit: the reference scripts' 3,072 (``--thinking_limit paper``: the paper's 2,048)."""
 
 DTYPES = DTYPE_CHOICES
 """Accepted ``--torch_dtype`` values (:data:`k9bench.models.accelerator.DTYPE_CHOICES`)."""
@@ -111,8 +113,14 @@ class PromptSettings:
 class GenerationSettings:
     """How the answer is generated."""
 
-    thinking_mode: bool = setting(False, f"Thinking model: default --max_new_tokens {DEFAULT_MAX_NEW_TOKENS_THINKING}", action="store_true")
-    max_new_tokens: int | None = setting(None, f"default {DEFAULT_MAX_NEW_TOKENS}, or {DEFAULT_MAX_NEW_TOKENS_THINKING} with --thinking_mode; "
+    thinking_mode: bool = setting(False, f"Thinking model: default --max_new_tokens {THINKING_LIMITS['reference']:,} (the reference "
+                                  f"scripts'), or {THINKING_LIMITS['paper']:,} (the paper's text) with --thinking_limit paper",
+                                  action="store_true")
+    thinking_limit: str = setting(DEFAULT_THINKING_LIMIT, "with --thinking_mode: which documented limit is the default --max_new_tokens: "
+                                  + ", ".join(f"{k} ({v:,})" for k, v in THINKING_LIMITS.items())
+                                  + "; the one a run used is recorded (an explicit --max_new_tokens is named by its value) "
+                                  "(default: %(default)s)", choices=tuple(THINKING_LIMITS))
+    max_new_tokens: int | None = setting(None, f"default {DEFAULT_MAX_NEW_TOKENS}, or the --thinking_limit's with --thinking_mode; "
                                          f"at most {MAX_NEW_TOKENS_CAP} and below the model's context (read from its config)",
                                          type=int_in_range(1, MAX_NEW_TOKENS_CAP), result=True)
     do_sample: bool | None = setting(None, "sample (True) or decode greedily (False); None: the model's generation config",
@@ -172,6 +180,9 @@ class DataSettings:
     start_idx: int = setting(0, "first question position (0-based, dataset order; default: 0)", type=non_negative_int)
     end_idx: int | None = setting(None, "stop before this position (default: the end)", type=non_negative_int)
     max_samples: int = setting(-1, "at most this many questions after the range (default: -1 = all)")
+    subset: str | None = setting(None, "run only these questions: a subset file (python -m k9bench.data.subset, e.g. the paper's "
+                                 "videos under 150 s), a list of idx, or a run's raw/sim/eval file; --start_idx/--end_idx/"
+                                 "--max_samples then count among them. Its sha256 is in the run's fingerprint", metavar="FILE")
     num_shards: int = setting(1, "split the videos into this many shards, e.g. for a SLURM array (default: 1)", type=positive_int)
     shard_id: int = setting(0, "which shard this process runs (0-based; default: 0)", type=non_negative_int)
     data_parallel: int = setting(1, f"run N worker processes at once, one per GPU (CUDA_VISIBLE_DEVICES=i; on a CPU N processes), "
@@ -251,7 +262,9 @@ def resolve(config: RunConfig) -> RunConfig:
     """The config with the values that depend on several flags filled in (what was adjusted is listed
     in its ``adjustments``).
 
-    - ``max_new_tokens``: :data:`DEFAULT_MAX_NEW_TOKENS`, or the Thinking default with ``--thinking_mode``;
+    - ``max_new_tokens``: :data:`DEFAULT_MAX_NEW_TOKENS`, or ``--thinking_limit``'s with ``--thinking_mode``; with
+      ``--thinking_mode`` and an explicit ``--max_new_tokens``, ``thinking_limit`` becomes the limit of that value
+      (``reference``, ``paper``, else ``own``), so that the recorded limit is the one used;
     - with ``--frame_size WxH`` for a backend that resizes to it (:attr:`k9bench.inference.registry.BackendEntry.exact_frame_size`)
       and the default ``--max_pixels``: the sampler may take up to ``2*W*H`` pixels, so that frames are scaled down
       to ``WxH``, never up.
@@ -259,7 +272,12 @@ def resolve(config: RunConfig) -> RunConfig:
     adjustments: dict[str, dict] = {}
     gen = config.generation
     if gen.max_new_tokens is None:
-        gen = dataclasses.replace(gen, max_new_tokens=DEFAULT_MAX_NEW_TOKENS_THINKING if gen.thinking_mode else DEFAULT_MAX_NEW_TOKENS)
+        gen = dataclasses.replace(gen, max_new_tokens=THINKING_LIMITS[gen.thinking_limit] if gen.thinking_mode else DEFAULT_MAX_NEW_TOKENS)
+    elif gen.thinking_mode and gen.max_new_tokens != THINKING_LIMITS.get(gen.thinking_limit):
+        used = next((name for name, value in THINKING_LIMITS.items() if value == gen.max_new_tokens), "own")
+        adjustments["thinking_limit"] = {"from": gen.thinking_limit, "to": used,
+                                         "why": f"--max_new_tokens {gen.max_new_tokens} is the limit used"}
+        gen = dataclasses.replace(gen, thinking_limit=used)
     frames = config.frames
     exact = registry.backend_settings(config).frame_size if registry.entry(config.model.backend).exact_frame_size else None
     size = frame_size_tuple(exact)

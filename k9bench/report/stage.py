@@ -142,7 +142,7 @@ def build_report(eval_files: list[str], judge_files: list[str] | None = None, *,
     chosen = read_subset(subset) if subset else None
     runs = [load_run(p, chosen.idx if chosen else None, chosen.description if chosen else None) for p in eval_files]
     disambiguate(runs, labels)
-    judges = [load_judge(p) for p in (judge_files or [])]
+    judges = [load_judge(p, chosen.idx if chosen else None) for p in (judge_files or [])]
     for judge in judges:
         match_judge_to_run(judge, runs)
     paired = None

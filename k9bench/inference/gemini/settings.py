@@ -50,8 +50,9 @@ def api_key(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
     return None
 
 
-def missing_key() -> str | None:
-    """The one line refusing a run without a key (None: there is one); checked before any work."""
+def missing_key(config: object = None) -> str | None:
+    """The one line refusing a run without a key (None: there is one); checked before any work (the registry row's
+    ``check``; ``config`` is not needed)."""
     if api_key() is not None:
         return None
     return (f"--backend gemini needs an API key: export {KEY_ENVS[0]}=... (or {KEY_ENVS[1]}); "

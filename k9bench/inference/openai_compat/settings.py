@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 
 from k9bench.settings import setting
-from k9bench.validators import http_url, int_in_range, non_negative_int, positive_float, positive_int
+from k9bench.validators import float_in_range, http_url, int_in_range, non_negative_int, positive_float, positive_int
 from k9bench.video.audio import API_AUDIO_FORMATS
 
 TRANSPORTS = ("auto", "frames", "video", "video_url")
@@ -21,6 +21,13 @@ IMAGE_DETAILS = ("auto", "low", "high")
 
 MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
 """How the token budget is named in an OpenAI request (newer OpenAI models want the second)."""
+
+DEFAULT_MAX_REQUEST_MB = 20.0
+"""``--max_request_mb``: Gemini's inline request limit (20971520 bytes: "Request payload size exceeds the limit"),
+the smallest of the known providers'."""
+
+MAX_REQUEST_MB_RANGE = (0.01, 2048.0)
+"""The values ``--max_request_mb`` takes."""
 
 VIDEO_FPS_MAX_FRAMES = 1800
 """The frame cap ``--video_fps`` sets: 30 minutes at 1 FPS, i.e. the whole of any K9-Bench video."""
@@ -101,6 +108,17 @@ class OpenAISettings:
     extra_body: dict | None = setting(None, "JSON object merged into every request body, e.g. "
                                       "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}' for vLLM",
                                       type=parse_json_object, result=True)
+    max_request_mb: float = setting(DEFAULT_MAX_REQUEST_MB, f"largest request body to send, in MiB, {MAX_REQUEST_MB_RANGE[0]:g}.."
+                                    f"{MAX_REQUEST_MB_RANGE[1]:g}: a question whose request (its frames, video or soundtrack) is larger is "
+                                    "a failed record request_too_large, never sent (default: %(default)s, Gemini's inline limit; "
+                                    "OpenAI's is larger)", type=float_in_range(*MAX_REQUEST_MB_RANGE))
+    stream: bool = setting(False, "ask for streamed replies (stream: true, the usage in the last chunk) and assemble them, with the "
+                           "same timeouts, size caps and retries: for APIs that answer only streamed, such as Qwen-Omni's",
+                           action="store_true")
+    one_modality_per_message: bool = setting(
+        False, "the API takes one non-text modality per message (Qwen-Omni's): frames or one video, never an input_audio part "
+        "beside them; with --audio send the video file itself, whose soundtrack the model hears (--video_transport video_url)",
+        action="store_true")
     audio_format: str = setting("wav", "with --audio: encoding of the soundtrack's input_audio part (default: %(default)s)",
                                 choices=API_AUDIO_FORMATS, result=True)
     no_seed_param: bool = setting(False, "do not send --seed as the request's seed (for APIs that reject it)", action="store_true")

@@ -29,7 +29,8 @@ built once for all its questions (several batches of one video wait for one buil
     served with ``--trust-request-mm-kwargs`` (no ``mm_processor_kwargs`` are sent: they break its
     Qwen3-VL processing).
 
-With ``--audio`` the soundtrack follows the visual parts as one ``input_audio`` part.
+With ``--audio`` the soundtrack follows the visual parts as one ``input_audio`` part; with ``video_url`` under
+``--one_modality_per_message`` (Qwen-Omni's API) it is the video file's own, and nothing follows.
 """
 
 from __future__ import annotations
@@ -160,8 +161,11 @@ class MediaBuilder:
 
     def __init__(self, *, transport: str, frame_size: tuple[int, int] | None, jpeg_quality: int, image_detail: str | None,
                  video_url_base: str | None, fps: float, max_frames: int, audio: bool, audio_format: str, keep: int,
-                 video_crf: int | None = None):
+                 video_crf: int | None = None, audio_in_file: bool = False):
         self.transport = transport
+        self.audio_in_file = audio_in_file
+        """With ``--audio`` and ``video_url``: the soundtrack is the video file's own, no ``input_audio`` part (one non-text
+        modality per message: ``--one_modality_per_message``)."""
         self.video_crf = video_crf
         """``video``: None for the lossless mp4, else libx264's CRF (``--video_crf``)."""
         self.frame_size = frame_size
@@ -218,7 +222,9 @@ class MediaBuilder:
 
         Raises :class:`MediaError` when the media cannot be built."""
         parts, fields, body = self._visual(request)
-        if self.audio and parts is not None:
+        if self.audio and parts is not None and self.audio_in_file:
+            fields["audio_sent"] = "in the video file"
+        elif self.audio and parts is not None:
             parts = [*parts, *self._audio_parts(request)]  # the soundtrack after the frames
             fields["audio_sent"] = {"format": self.audio_format, **request.audio.summary()}  # type: ignore[union-attr]
         return parts, fields, body

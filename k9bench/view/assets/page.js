@@ -201,27 +201,39 @@
     (multi ? R.map(function (r, k) { return '<span class="hchip" title="' + esc(r.label) + '">' + (k + 1) + "</span>"; }).join("") : "verdict") + "</th></tr>";
   document.querySelector("#qtable thead").innerHTML = thead;
   var body = document.querySelector("#qtable tbody");
-  // rows are drawn in chunks: the first screenful at once, the rest while the page is already usable
-  var CHUNK = 300, rows = new Array(Q.length), drawn = 0, hiddenNow = {};
+  // Only the first LIMIT rows that pass the filters are in the document (more on demand: the "more" button, scrolling
+  // to it, or j/k past the end), so a filter, a sort or clearing them lays out a few hundred rows, not every question.
+  var LIMIT = 400, limit = LIMIT, rows = new Array(Q.length), more = $("more");
   function rowHtml(q, n) {
-    return '<tr class="qrow" tabindex="-1" data-n="' + n + '" id="row-' + q.i + '"' + (hiddenNow[n] ? " hidden" : "") + "><td>" + q.i + "</td><td>" +
+    return '<tr class="qrow" tabindex="-1" data-n="' + n + '" id="row-' + q.i + '"><td>' + q.i + "</td><td>" +
       esc(q.c) + "</td><td>" + esc(q.s) + '</td><td class="q">' + esc(q.q) + "</td><td>" +
       q.r.map(function (a, k) { return chip(a, R[k].label); }).join("") + "</td></tr>";
   }
-  function draw(count) {
-    var end = Math.min(Q.length, drawn + count), html = "";
-    for (var n = drawn; n < end; n++) html += rowHtml(Q[n], n);
-    body.insertAdjacentHTML("beforeend", html);
-    for (n = drawn; n < end; n++) rows[n] = body.rows[n];
-    drawn = end;
-    if (drawn === Q.length) { T.complete = performance.now(); document.body.setAttribute("data-complete", "1"); }
+  function ensure(ns) {  // the rows of these questions, made once
+    var need = ns.filter(function (n) { return !rows[n]; });
+    if (!need.length) return;
+    var t = document.createElement("tbody");
+    t.innerHTML = need.map(function (n) { return rowHtml(Q[n], n); }).join("");
+    var made = Array.prototype.slice.call(t.rows);
+    need.forEach(function (n, i) { rows[n] = made[i]; });
   }
-  function drawAll() { if (drawn < Q.length) draw(Q.length); }
-  function drawMore() { if (drawn < Q.length) { draw(CHUNK * 4); setTimeout(drawMore, 0); } }
+  function render() {
+    var ns = shown.slice(0, limit), frag = document.createDocumentFragment();
+    ensure(ns);
+    ns.forEach(function (n) { frag.appendChild(rows[n]); });
+    body.replaceChildren(frag);
+    var left = shown.length - ns.length;
+    more.hidden = left <= 0;
+    more.textContent = "show " + Math.min(LIMIT, left) + " more (" + left + " not listed yet)";
+  }
+  function grow(upTo) { if (upTo >= limit) { limit = (Math.floor(upTo / LIMIT) + 1) * LIMIT; render(); } }
+  more.addEventListener("click", function () { grow(limit); });
+  if (window.IntersectionObserver) {
+    new IntersectionObserver(function (seen) { if (seen[0].isIntersecting && !more.hidden) grow(limit); },
+      {root: $("list"), rootMargin: "400px"}).observe(more);
+  }
   document.querySelector("#qtable").style.setProperty("--vw", Math.max(64, R.length * 22 + 14) + "px");
-  draw(CHUNK);
-  T.rows = performance.now();
-  var order = Q.map(function (q, n) { return n; }), shown = order.slice(), current = -1, sortedBy = "i:0";
+  var order = Q.map(function (q, n) { return n; }), shown = [], current = -1, sortedBy = "i:0";
 
   function sortKey(q, by) {
     var a = q.r[runK()], v;
@@ -234,12 +246,8 @@
     var by = F.sort.value, key = by + ":" + (/[xmj]/.test(by) ? runK() : 0);
     if (key === sortedBy) return;
     sortedBy = key;
-    drawAll();
     var keys = Q.map(function (q) { return sortKey(q, by); });
     order.sort(function (a, b) { var x = keys[a], y = keys[b]; return x < y ? -1 : x > y ? 1 : Q[a].i - Q[b].i; });
-    var frag = document.createDocumentFragment();
-    order.forEach(function (n) { frag.appendChild(rows[n]); });
-    body.appendChild(frag);
   }
   function relabel(name) {  // each option's count under the other filters, in one pass
     if (!F[name]) return;
@@ -252,12 +260,9 @@
   function apply() {
     var text = F.text.value.trim().toLowerCase();
     Q.forEach(function (q) { q._m = !text || q._t.indexOf(text) >= 0; });
-    shown = [];
-    order.forEach(function (n) {
-      var ok = passes(Q[n], null);
-      if (n < drawn) rows[n].hidden = !ok; else hiddenNow[n] = !ok;
-      if (ok) shown.push(n);
-    });
+    shown = order.filter(function (n) { return passes(Q[n], null); });
+    limit = LIMIT;
+    render();
     Object.keys(keyOf).forEach(relabel);
     $("count").textContent = shown.length + " of " + Q.length + " questions";
     $("count").setAttribute("data-count", shown.length);
@@ -268,7 +273,7 @@
     if (want === focusable.at) return;
     if (focusable.at >= 0 && rows[focusable.at]) rows[focusable.at].tabIndex = -1;
     focusable.at = want;
-    if (want >= 0) { if (want >= drawn) drawAll(); rows[want].tabIndex = 0; }
+    if (want >= 0) { ensure([want]); rows[want].tabIndex = 0; }
   }
   focusable.at = -1;
 
@@ -386,7 +391,8 @@
     }).join("");
   }
   function show(n, scroll) {
-    if (n >= drawn) drawAll();
+    var at = shown.indexOf(n);
+    if (at >= 0) grow(at); else ensure([n]);
     if (current >= 0) { rows[current].classList.remove("sel"); rows[current].removeAttribute("aria-current"); }
     current = n;
     var q = Q[n], row = rows[n];
@@ -459,8 +465,8 @@
   }
   window.addEventListener("hashchange", fromHash);
   fromHash();
-  T.applied = performance.now();
+  T.applied = T.rows = T.complete = performance.now();
   T.ready = performance.now();
   document.body.setAttribute("data-ready", "1");
-  window.addEventListener("load", function () { setTimeout(drawMore, 0); });
+  document.body.setAttribute("data-complete", "1");
 })();
