@@ -30,9 +30,6 @@ log = logging.getLogger("k9bench.report")
 ACCURACY_AXIS = "Accuracy"
 """The judge axis Table 4 reports."""
 
-PAPER_TABLE4 = (("Qwen3-VL-32B", 48.4), ("InternVL-3.5-14B", 54.3), ("Gemini-2.5 Pro (A+V)", 63.9), ("human", 69.9))
-"""The paper's Table 4 (SPEC section 8): judge Accuracy on its 100-question subset, three people."""
-
 PAPER_FIGURE3B = "The paper labelled 105 wrong answers of Gemini-2.5 Pro (A+V): 48.0% were observable-cue misreadings."
 
 
@@ -181,13 +178,15 @@ def _cell(text) -> str:
 
 
 def _published_rows(people: PeopleReport, mode: str) -> list[tuple[str, float]]:
-    from k9bench.data.published import normalize_model_name
+    """The paper's Table 4 rows (:data:`k9bench.data.published.TABLE_4`) to show: none, those of this report's models
+    and the people's (``matching``), or all."""
+    from k9bench.data.published import HUMAN, TABLE_4, normalize_model_name
 
     if mode == "none" or not people.humans:
         return []
     shown = {normalize_model_name(j.model or j.label) for j in people.models}
-    return [(name, value) for name, value in PAPER_TABLE4
-            if mode == "all" or name == "human" or normalize_model_name(re.sub(r"\s*\(.*\)", "", name)) in shown]
+    return [(row.model if row.model == HUMAN else f"{row.model} ({row.setting})", row.judge[ACCURACY_AXIS]) for row in TABLE_4
+            if mode == "all" or row.model == HUMAN or normalize_model_name(row.model) in shown]
 
 
 def human_markdown(people: PeopleReport, published: str) -> list[str]:
