@@ -154,7 +154,7 @@ def test_people_and_llm_labels_give_the_chart_and_kappa_and_a_rerun_sends_nothin
     common = sorted(labels)
     assert pair["kappa"] == pytest.approx(cohen_kappa_score([labels[i] for i in common], [mine[i] for i in common]))
     assert pair["interval95"][0] <= pair["kappa"] <= pair["interval95"][1]
-    assert f"people (n=6)" in section and f"LLM llm-judge-x (n={len(wrong)})" in section
+    assert "people (n=6)" in section and f"LLM llm-judge-x (n={len(wrong)})" in section
     assert (report / "failure_modes_tiny-m.png").stat().st_size > 5000
 
 
