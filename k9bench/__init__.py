@@ -37,7 +37,7 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.models``                        loading models:
 ``k9bench.models.hub``                      fast check of a model or dataset source before a Hub load; the one local-path rule
 ``k9bench.models.accelerator``              device, dtype, attention, out-of-memory policy (inference and scoring)
-``k9bench.models.families``                 the one model-family table: model_type -> frame rule, audio, shared prefix, quirks, tiny model
+``k9bench.models.families``                 the one model-family table: model_type -> frame rule, audio, quirks, tiny model
 ``k9bench.download``                      fetching the videos (download_videos.py):
 ``k9bench.download.youtube``                YouTube URL parsing, safe scene names
 ``k9bench.download.stage``                  the download stage: parser, config, DownloadStage, fetching for a run's questions
@@ -68,19 +68,17 @@ the one :class:`k9bench.stage.Stage` contract.
 ``k9bench.inference.planning``              which questions, grouped how, into which file; checks before a model loads
 ``k9bench.inference.records``               one record per question, the per-video records, the raw file's blocks
 ``k9bench.inference.runner``                the loop: batch by batch, each record checkpointed at once
-``k9bench.inference.planned``               the loop's cross-video path: batches spanning videos, prepared ahead of the model
 ``k9bench.inference.resume_check``          which earlier records a run may reuse
 ``k9bench.inference.data_parallel``         --data_parallel N: one worker process per GPU, then one merge
 ``k9bench.inference.outcome``               what a finished run's records mean for its exit code (all failed: exit 1)
-``k9bench.inference.batching``              batch planning, --batch_size auto
+``k9bench.inference.batching``              batches spanning videos, the batch size in use and why
 ``k9bench.inference.pipeline``              CPU preparation ahead of the accelerator
-``k9bench.inference.prefix_cache``          each video prefilled once for all its questions (the host side)
-``k9bench.inference.shared_decode``         the shared-prefix engine's device side: one prefix per video, preallocated cache
 ``k9bench.inference.backend``               the Backend base class (defaults for every optional capability)
 ``k9bench.inference.registry``              the backends --backend names (importable without torch)
 ``k9bench.inference.hf``                  ``--backend hf``: transformers, local weights (batch 1 the reference; batched generate)
 ``k9bench.inference.hf.backend``            the backend (device maps, offload, placement recorded)
 ``k9bench.inference.hf.load``               how it loads a checkpoint (device, dtype, attention, device map)
+``k9bench.inference.hf.batching``           its --batch_size auto: the rows of batched generate the free memory holds
 ``k9bench.inference.hf.settings``           its flags (HFSettings)
 ``k9bench.inference.vllm``                ``--backend vllm``: vLLM in-process, fed our frames, in checkpointed chunks
 ``k9bench.inference.vllm.backend``          the engine (vllm.LLM), imported only where vLLM is installed
