@@ -121,8 +121,8 @@ class GenerationSettings:
     top_k: int | None = setting(None, "override the model's top_k", type=non_negative_int, result=True)
     seed: int = setting(0, f"torch seed set before each batch, 0..{MAX_SEED} (default: %(default)s)",
                         type=int_in_range(0, MAX_SEED), result=True)
-    batch_size: int | str = setting("auto", "questions per batch; a batch may span videos (grouped by video, each video's shared "
-                                    "prefix computed once where the model allows it), or auto: 1 on CPU, on a GPU the largest "
+    batch_size: int | str = setting("auto", "questions per batch; a batch may span videos (grouped by video; 1 is the "
+                                    "reference's exact computation), or auto: 1 on CPU, on a GPU the largest "
                                     "batch that fits (halved on out-of-memory; what was used is recorded) (default: %(default)s)",
                                     type=batch_size_value, metavar="N|auto")
 
