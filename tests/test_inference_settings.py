@@ -252,7 +252,8 @@ def test_every_numeric_flag_has_its_range_checked_by_the_parser():
             assert action.type is not None and action.type not in (int, float), f"{action.option_strings[0]}: no range check"
             assert action.type in checked or action.type.__module__ == validators.__name__, action.option_strings[0]
     assert {"--max_samples", "--gpu_memory_utilization", "--tensor_parallel", "--seed", "--concurrency"} <= set(numeric)
-    for argv in (["--max_samples", "-5"], ["--max_samples", "0"], ["--tensor_parallel", "0"], ["--top_p", "1.5"]):
+    for argv in (["--max_samples", "-5"], ["--max_samples", "0"], ["--tensor_parallel", "0"], ["--top_p", "1.5"],
+                 ["--gpu_memory_utilization", "0"]):
         with pytest.raises(SystemExit) as exc:
             eval_video_llm.build_parser().parse_args(argv)
         assert exc.value.code == 2, argv
