@@ -233,6 +233,7 @@
       {root: $("list"), rootMargin: "400px"}).observe(more);
   }
   document.querySelector("#qtable").style.setProperty("--vw", Math.max(64, R.length * 22 + 14) + "px");
+  if (R.length > 4) document.body.classList.add("many");  // the list gets more room and drops the category column (in the detail)
   var order = Q.map(function (q, n) { return n; }), shown = [], current = -1, sortedBy = "i:0";
 
   function sortKey(q, by) {
