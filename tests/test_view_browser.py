@@ -51,6 +51,13 @@ def pages(tmp_path_factory, demo_video_dir):
 
     hostile = hostile_eval(tmp / "hostile" / f"eval_{TAG}.json", demo_video_dir, indices)
     assert main([str(hostile), "--output_dir", str(tmp / "hostile_page"), "--thumbnails", "0", "-q"]) == 0
+    from k9bench.artifact_io import read_json, write_json_atomic
+
+    shifted = read_json(other)
+    for rec in shifted["individual_results"][:3]:
+        rec["ground_truth"] = "ABCDE"[("ABCDE".index(rec["ground_truth"]) + 1) % 5]
+    shifted = write_json_atomic(tmp / "apart" / "eval_other-m_mf2_n-1.json", shifted)
+    assert main([str(ev), str(shifted), "--output_dir", str(tmp / "apart_page"), "--thumbnails", "0", "-q"]) == 0
     many = [demo_eval(tmp / "many" / f"eval_model-{k:02d}_mf4_n-1.json", demo_video_dir, model=f"model-{k:02d}", shift=k % 3 - 1,
                       indices=indices) for k in range(13)]
     assert main([*map(str, many), "--output_dir", str(tmp / "thirteen"), "--thumbnails", "0", "-q"]) == 0
@@ -435,3 +442,25 @@ def test_a_big_page_lists_the_first_rows_and_more_on_demand(driver, big_page):
     ActionChains(driver).send_keys("j").perform()
     assert driver.find_element(By.ID, "detail").text.startswith("#4005 ")
     assert browser.console_errors(driver) == []
+
+
+def test_another_ground_truth_is_compared_apart(driver, pages):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.open_page(driver, pages / "apart_page" / "index.html")
+    counts = []
+    for kind in ("rw", "wr", "rr", "ww"):
+        Select(driver.find_element(By.ID, "f-pair")).select_by_value(kind)
+        counts.append(visible_rows(driver))
+        assert not set(shown_ids(driver)) & {0, 1, 2}  # the three shifted questions are in no pair
+    assert sum(counts) == 9
+    Select(driver.find_element(By.ID, "f-pair")).select_by_value("")
+    Select(driver.find_element(By.ID, "f-verdict")).select_by_value("disagree")
+    assert visible_rows(driver) == counts[0] + counts[1]
+    Select(driver.find_element(By.ID, "f-verdict")).select_by_value("")
+    driver.find_element(By.ID, "row-0").click()
+    blocks = driver.find_elements(By.CSS_SELECTOR, "#detail .run")
+    assert "another ground truth" not in blocks[0].text and "another ground truth" in blocks[1].text
+    gt = [b.find_element(By.CSS_SELECTOR, "tr.gt td.letter").text for b in blocks]
+    assert gt[0] != gt[1]  # each run's bars show its own file's ground truth
