@@ -24,7 +24,6 @@ goal is missed. Needs selenium, chromium and chromium-driver (requirements-dev.t
 
 from __future__ import annotations
 
-import argparse
 import random
 import sys
 import tempfile
@@ -115,7 +114,8 @@ def measure(driver, page: Path) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--questions", type=int, default=4744)
     parser.add_argument("--videos", type=int, default=907)
     parser.add_argument("--runs", type=int, nargs="+", default=[1, 2, 13], help="runs on one page, one page each (default: %(default)s)")

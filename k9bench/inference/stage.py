@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The flags of ``eval_video_llm.py``, generated from the settings classes of :mod:`k9bench.inference.settings`;
     each backend's flags from its :mod:`k9bench.inference.registry` row (those of a row whose group is
     :data:`~k9bench.inference.registry.MODEL_FLAGS_GROUP` before ``--backend``, the others' groups after it)."""
-    from k9bench.cli import ArgumentParser, add_dataset_args, add_logging_args
+    from k9bench.cli import ArgumentParser, add_logging_args
+    from k9bench.data.dataset import DatasetSettings
     from k9bench.inference.registry import MODEL_FLAGS_GROUP, REGISTRY
     from k9bench.inference.settings import (
         DataSettings,
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a video LLM on K9-Bench and write the raw results JSON (resumable, batched).",
     )
     model = parser.add_argument_group(MODEL_FLAGS_GROUP)
-    add_arguments(model, ModelSettings, only=("model_name_or_path",))
+    add_arguments(model, ModelSettings, exclude=("backend",))
     for entry in REGISTRY.values():
         if entry.flag_group == MODEL_FLAGS_GROUP:
             add_backend_arguments(model, entry)
@@ -91,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_backend_arguments(groups[entry.flag_group], entry)
 
     data = parser.add_argument_group("data (reference flags)")
-    add_dataset_args(data)
+    add_arguments(data, DatasetSettings)  # --dataset_name, --split, --drop_invalid_rows: the flags every script shares
     add_arguments(data, DataSettings)
 
     add_arguments(parser.add_argument_group("video frames"), FrameSettings)
@@ -237,10 +238,21 @@ class _Run:
             self.loaded = load_questions(data.dataset_name, data.split, drop_invalid=data.drop_invalid_rows)
         except (DatasetError, FileNotFoundError) as exc:
             raise StageError(str(exc)) from None
-        selection = select_range(self.loaded.questions, data.start_idx, data.end_idx, data.max_samples)
+        questions = self.loaded.questions
+        if data.subset:  # only the subset's questions run (k9bench.data.subset); the range counts among them
+            from k9bench.data.subset import SubsetError, read_subset, restrict
+
+            try:
+                chosen = read_subset(data.subset)
+            except SubsetError as exc:
+                raise StageError(str(exc)) from None
+            questions = restrict(questions, chosen)
+            log.info("--subset %s: %d of the dataset's %d questions (%s, sha256 %s)", data.subset, len(questions),
+                     len(self.loaded.questions), chosen.description, chosen.sha256[:12])
+        selection = select_range(questions, data.start_idx, data.end_idx, data.max_samples)
         if not selection:
             raise StageError(f"no question selected (--start_idx {data.start_idx}, --end_idx {data.end_idx}, "
-                             f"--max_samples {data.max_samples} out of {len(self.loaded.questions)})")
+                             f"--max_samples {data.max_samples} out of {len(questions)}" + (f" of --subset {data.subset}" if data.subset else "") + ")")
         self.order = {q.idx: n for n, q in enumerate(selection)}
         try:
             self.groups = shard_groups(group_by_video(selection, data.video_dir), data.num_shards, data.shard_id)
@@ -290,14 +302,14 @@ class _Run:
 
     def _made_otherwise(self) -> str | None:
         """What differs between the finished file's stage block and this run, leaving out which positions are
-        selected (a longer or shorter range reuses the records); None when nothing or no block is there."""
+        selected (a longer or shorter range, another --subset, reuses the records); None when nothing or no block is there."""
         from k9bench.settings import fingerprint_differences
 
         block = self.stage.recorded() if self.resumable.final.exists() else None
         if block is None:
             return None
         diffs = [d for d in fingerprint_differences(block.get("fingerprint") or {}, self.stage.fingerprint())
-                 if not d.startswith(("data.start_idx:", "data.end_idx:", "data.max_samples:"))]
+                 if not d.startswith(("data.start_idx:", "data.end_idx:", "data.max_samples:", "data.subset_sha256:"))]
         if diffs:
             log.info("%s was made with other settings: %s", self.resumable.final, "; ".join(diffs))
         return "; ".join(diffs) or None

@@ -48,6 +48,8 @@ class RunInput:
     judge: dict = field(default_factory=dict)
     """idx -> the judge's entry (``scores`` and its reason)."""
     judge_path: str | None = None
+    failure_labels: dict = field(default_factory=dict)
+    """idx -> the failure labels people and the LLM labeller gave its answer (:mod:`k9bench.report.people`), as text."""
 
 
 def _dict(value) -> dict:
@@ -233,6 +235,8 @@ def _answer(run: RunInput, record) -> dict:
         reason = entry.get("cot") or entry.get("reason")
         if reason:
             out["jr"] = str(reason)[:1000]
+    if run.failure_labels.get(record.idx):
+        out["fl"] = run.failure_labels[record.idx]
     return out
 
 

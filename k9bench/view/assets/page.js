@@ -386,6 +386,7 @@
         a.j.map(function (v) { return "<td>" + esc(v) + "</td>"; }).join("") + "</tr></table>" +
         (a.jr ? '<div class="small">judge: ' + esc(a.jr) + "</div>" : "");
     }
+    if (a.fl) out += '<div class="small failure-labels">failure labels: ' + esc(a.fl) + "</div>";
     return out + "</div>";
   }
   function strips(q) {
