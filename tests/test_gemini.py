@@ -214,8 +214,9 @@ def test_flags_of_other_backends_are_warned_and_recorded(gemini_key, fake_gemini
     argv = gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1", "--frame_size", "512x512", "--stream", "--torch_dtype",
                        "float16", "--device", "cpu")
     assert eval_video_llm.main(argv) == EXIT_OK
-    assert load(out)["inference"]["backend"]["warnings"] == [
-        "--frame_size, --stream, --device, --torch_dtype have no effect with --backend gemini"]
+    said = load(out)["inference"]["ignored_flags"]  # --base_url and --retry_backoff (given) are read: not among them
+    assert said == ("--device (for --backend hf); --frame_size, --stream (for --backend openai); --torch_dtype (for a backend that "
+                    "loads the weights here): not read by --backend gemini, ignored"), said
 
 
 @pytest.mark.parametrize("extra, row", [([], "Table 1: Gemini-2.5 Pro (1 FPS)"), (["--audio"], "Table 2: Gemini-2.5 Pro (A+V, 1 FPS)")],

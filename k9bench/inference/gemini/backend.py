@@ -31,7 +31,7 @@ from typing import Any, Callable
 
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
 from k9bench.inference.records import OUTPUT_LIMIT, REQUEST_TOO_LARGE, ClassedFailure, is_size_refusal
-from k9bench.inference.settings import WEIGHTS_FIELDS, ModelSettings, RunConfig
+from k9bench.inference.settings import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -40,9 +40,6 @@ RETRIED_STATUSES = (408, 429, 500, 502, 503, 504)
 
 LOCAL_CHECK_FRAMES = 2
 """Frames decoded here per video: a check that the file decodes (the model gets the file, sampled by Gemini)."""
-
-SHARED_API_FLAGS = ("--base_url", "--concurrency", "--timeout", "--max_retries", "--retry_backoff")
-"""The ``--backend openai`` flags this backend reads too."""
 
 FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length"}
 """Gemini's finish reasons in the records' own words (others are kept lower-cased)."""
@@ -65,7 +62,7 @@ class GeminiBackend(Backend):
         from k9bench.inference.planning import output_path
 
         self.settings = config.gemini
-        self.api = config.openai  # the API flags both backends take: --base_url, --concurrency, --timeout, --max_retries, --retry_backoff
+        self.api = config.openai  # the API flags both backends take (the registry row's also_reads): --base_url, --concurrency...
         self.model = config.model.model_name_or_path
         self.generation = config.generation
         self.fps = config.frames.fps
@@ -80,22 +77,6 @@ class GeminiBackend(Backend):
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0, "thoughts_tokens": 0, "total_tokens": 0, "requests": 0,
                        "failed_requests": 0, "retries": 0, "model_versions": []}
         self._info: dict[str, Any] = {}
-        self._warn_ignored_flags(config)
-
-    def _warn_ignored_flags(self, config: RunConfig) -> None:
-        """Flags that change nothing here are said and recorded, never dropped silently."""
-        from k9bench.inference.hf.settings import HFSettings
-        from k9bench.inference.openai_compat.settings import OpenAISettings
-        from k9bench.settings import flags_given
-
-        weights = [f for f in flags_given(ModelSettings, config.model) if f.lstrip("-") in WEIGHTS_FIELDS]
-        ignored = [f for f in flags_given(OpenAISettings, config.openai) if f not in SHARED_API_FLAGS] + flags_given(HFSettings, config.hf) + weights
-        if ignored:
-            self._warn(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend gemini")
-
-    def _warn(self, text: str) -> None:
-        log.warning("%s", text)
-        self.warnings.append(text)
 
     # ------------------------------------------------------------------ loading
 
@@ -357,4 +338,4 @@ def _describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["FINISH_REASONS", "GeminiBackend", "RETRIED_STATUSES", "SHARED_API_FLAGS"]
+__all__ = ["FINISH_REASONS", "GeminiBackend", "LOCAL_CHECK_FRAMES", "RETRIED_STATUSES"]
