@@ -217,6 +217,13 @@ class RunPaths:
         return sidecar_path(self.output, "summary.json")
 
 
+def base_url_setting() -> str:
+    """``--base_url``, or ``JUDGE_BASE_URL`` under the launcher (:func:`k9bench.models.hub.setting_name`)."""
+    from k9bench.models.hub import setting_name
+
+    return setting_name("--base_url", "JUDGE_BASE_URL")
+
+
 def resolve_paths(run: JudgeRunSettings) -> RunPaths:
     """The output and skipped paths (defaults from :mod:`k9bench.layout`); :class:`JudgeInputError`
     when ``--output`` is not a file name or ``--skipped`` is one of the output's own files. (Whether
@@ -335,6 +342,6 @@ def config_from_namespace(args: argparse.Namespace, argv: list[str] | None = Non
 __all__ = [
     "BUILTIN_PROMPT", "DEFAULT_JUDGE_MODEL", "MISSING_MODEL_ANSWER", "PLACEHOLDERS", "JudgeConfig", "JudgeInputError",
     "JudgeRunSettings", "JudgeSettings", "RequestSettings", "RunPaths", "build_parser", "check_prompt_template", "config_from_argv",
-    "config_from_namespace", "judge_fingerprint", "load_template", "render_prompt", "resolve_paths",
+    "base_url_setting", "config_from_namespace", "judge_fingerprint", "load_template", "render_prompt", "resolve_paths",
     "sidecar_path", "temperature_value",
 ]
