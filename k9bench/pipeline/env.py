@@ -248,6 +248,39 @@ OTHER_VARIABLES = (
 """Variables without a value check of their own here (documented in --help all the same)."""
 
 
+OTHER_KNOWN = ("HF_TOKEN", "HF_HOME", "HF_ENDPOINT", "CUDA_VISIBLE_DEVICES", "OPENAI_BASE_URL", "K9BENCH_SCRIPT", "K9BENCH_INTERFACE",
+               "K9BENCH_NO_PROGRESS", "K9BENCH_PROGRESS_INTERVAL", "K9BENCH_API_KEY", "K9BENCH_CHROMIUM", "K9BENCH_CHROMEDRIVER")
+"""Variables read elsewhere (the Hub, the GPU, the stages' own), never taken for a misspelling of the launcher's."""
+
+LAUNCHER_PREFIXES = ("K9BENCH_", "K9_")
+"""A variable with one of these prefixes is meant for the launcher or the package: an unknown one is said."""
+
+
+def lookalikes(env: Mapping[str, str]) -> list[str]:
+    """One warning per variable of ``env`` the launcher does not read but that looks meant for it (issue 40
+    item 6: ``MAX_FRAME=64`` and ``MODEL=...`` ran with the defaults, without a word): close to a known name
+    (:func:`difflib.get_close_matches`), the leading words of one (``MODEL`` of ``MODEL_NAME``), or under a
+    prefix of ours (:data:`LAUNCHER_PREFIXES`). Each names the variable it resembles."""
+    import difflib
+
+    known = {v.name for v in VARIABLES} | set(ARGS_VARIABLES) | {name for name, _ in OTHER_VARIABLES} | set(OTHER_KNOWN)
+    known.add("DEMO")
+    out = []
+    for name in sorted(env):
+        if name in known or not name.isupper():
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        words = [k for k in sorted(known) if k.startswith(name + "_")]
+        resembles = close[0] if close else (words[0] if len(words) == 1 else None)
+        if resembles is None and words:
+            resembles = " or ".join(words)
+        if resembles is not None:
+            out.append(f"{name} is not a launcher variable and is ignored; did you mean {resembles}? (run_eval.sh --help lists them)")
+        elif name.startswith(LAUNCHER_PREFIXES):
+            out.append(f"{name} is not a variable the launcher or the package reads and is ignored (run_eval.sh --help lists them)")
+    return out
+
+
 def defaults_table() -> str:
     """Every variable, what it does and its default as the scripts define it now (``--help``)."""
     from k9bench.pipeline.registry import variable_flag
