@@ -18,7 +18,10 @@ from typing import Callable, Mapping
 from k9bench.inference.registry import DEFAULT_BACKEND, REGISTRY
 from k9bench.layout import RESULTS_DIR
 from k9bench.models.families import DEMO_AUDIO_FAMILY, DEMO_FAMILY
-from k9bench.validators import device_name, http_url, positive_int, unit_interval
+from k9bench.validators import at_most, device_name, http_url, positive_int, unit_interval
+
+MAX_GPUS = 256
+"""The most GPUs ``GPUS``, ``GPUS_PER_NODE`` and ``TENSOR_PARALLEL`` take (more is a typo, not a node)."""
 
 
 class LaunchError(ValueError):
@@ -133,9 +136,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SERVE_URL", check=http_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
     Variable("BACKEND", check=_choice(*LAUNCHER_BACKENDS), default=DEFAULT_BACKEND,
              help="vllm: inference with vLLM in-process (--backend vllm; run the launcher from the vLLM environment, docs/vllm.md)"),
-    Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm or BACKEND=vllm: GPUs per model copy (default: GPUS, else 1)"),
-    Variable("GPUS", check=positive_int, default="", help="GPUs the job needs (checked against the job's allocation)"),
-    Variable("GPUS_PER_NODE", check=positive_int, default="", help="inference worker processes, one per GPU (--data_parallel N)"),
+    Variable("TENSOR_PARALLEL", check=at_most(positive_int, MAX_GPUS), default="", help="SERVE=vllm or BACKEND=vllm: GPUs per model copy (default: GPUS, else 1)"),
+    Variable("GPUS", check=at_most(positive_int, MAX_GPUS), default="", help="GPUs the job needs (checked against the job's allocation)"),
+    Variable("GPUS_PER_NODE", check=at_most(positive_int, MAX_GPUS), default="", help="inference worker processes, one per GPU (--data_parallel N)"),
 )
 """Every value variable of the launcher, in the order the configuration prints them."""
 
