@@ -268,10 +268,11 @@ class Launch:
                 say(f"step {step.name}: done already, skipping ({', '.join(map(str, step.outputs))}: same settings and inputs)")
                 return None
             say(f"step {step.name}: runs: {why}")
-            from k9bench.pipeline.scripts import build_parser
+            from k9bench.pipeline.scripts import script_module
             from k9bench.redact import redact_argv
 
-            shown = redact_argv(step.argv, build_parser(step.script))  # masked by the flag each argument resolves to
+            builder = getattr(script_module(step.script), "build_parser", None)  # a stage without a parser: masked by name
+            shown = redact_argv(step.argv, builder() if builder else None)  # masked by the flag each argument resolves to
             say(f"step {step.name}: {step.script} {shlex.join(shown)}")
             code = self.execute(step, stage)
         gc.collect()
