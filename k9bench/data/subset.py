@@ -1,4 +1,5 @@
-"""Question subsets: compare runs whose video sets differ on the questions they all had.
+"""Question subsets: compare runs whose video sets differ on the questions they all had; the paper's
+short-video subset; only some questions run, judged and reported.
 
 K9-Bench's videos live on YouTube and disappear over time, so two labs that downloaded at different
 times evaluate different questions. A *subset file* names the questions whose videos a set of runs
@@ -7,10 +8,19 @@ all had, with a hash of its own so that a lab can cite it::
     python -m k9bench.data.subset --runs raw_lab_a.json raw_lab_b.json --output subset_ab.json
     evaluate_results.py --mode report --input_file eval_lab_a.json eval_lab_b.json --subset subset_ab.json
 
+``--short_videos VIDEO_DIR`` writes the paper's short-video subset instead (Table 2's Qwen3-Omni-Flash
+rows): the dataset's questions whose video in VIDEO_DIR is shorter than ``--max_seconds`` (150 s, the
+paper's 2,693 questions on the full set; a folder holding fewer videos gives fewer, and says how many
+videos it found)::
+
+    python -m k9bench.data.subset --short_videos k9bench_videos --output short150.json
+    eval_video_llm.py ... --subset short150.json       # only those questions run
+    subjective_evals.py ... --subset short150.json     # only those paid for
+
 A run *had* a question's video when its file holds a record of the question that did not fail with
 ``missing_video``. ``--runs`` takes raw, sim or eval files (all hold ``individual_results``).
 
-``--subset FILE`` (the report; scoring too) accepts, through :func:`read_subset`:
+``--subset FILE`` (inference, the judge, scoring and the report) accepts, through :func:`read_subset`:
 
 - a subset file written here;
 - a JSON list of idx, or a text file of idx separated by white space or commas;
@@ -151,6 +161,66 @@ def load_subset(path: str | Path) -> frozenset:
     return read_subset(path).idx
 
 
+def restrict(items: Iterable[Any], subset: Subset | None) -> list:
+    """``items`` (questions, judge tasks: anything with an ``idx``) of the subset, in their order; all without one."""
+    return list(items) if subset is None else [item for item in items if item.idx in subset.idx]
+
+
+def subset_digest(path: str | Path | None) -> str | None:
+    """The SHA-256 a ``--subset`` file's questions carry (:func:`subset_sha256`), for a stage's fingerprint; None
+    without a file, or for one that cannot be read (the stage refuses it, naming it, when it reads it)."""
+    if not path:
+        return None
+    try:
+        return read_subset(path).sha256
+    except SubsetError:
+        return None
+
+
+def video_seconds(path: Path) -> float | None:
+    """The duration of a video file in seconds (its container's), or None when it cannot be read."""
+    try:
+        import av  # heavy import, only when durations are read
+
+        with av.open(str(path), mode="r") as container:
+            if container.duration is None or not container.streams.video:
+                return None
+            return container.duration / 1_000_000
+    except Exception:  # av raises its own FFmpegError family, plus OSError
+        return None
+
+
+def build_short_video_file(questions: list, video_dir: str | Path, max_seconds: float) -> dict:
+    """The subset file of the questions whose video (``{scene}.mp4`` in ``video_dir``) lasts less than
+    ``max_seconds``; what was found is recorded (videos present, unreadable, missing)."""
+    video_dir = Path(video_dir)
+    scenes = list(dict.fromkeys(q.scene_name for q in questions))
+    seconds: dict[str, float] = {}
+    unreadable: list[str] = []
+    for scene in scenes:
+        path = video_dir / f"{scene}.mp4"
+        if path.is_file():
+            value = video_seconds(path)
+            if value is None:
+                unreadable.append(scene)
+            else:
+                seconds[scene] = value
+    idx = frozenset(q.idx for q in questions if seconds.get(q.scene_name, max_seconds) < max_seconds)
+    short_videos = sum(1 for v in seconds.values() if v < max_seconds)
+    return {
+        "kind": KIND,
+        "version": VERSION,
+        "sha256": subset_sha256(idx),
+        "subset": _hashed_part(idx),
+        "description": f"the {len(idx):,} questions whose video is shorter than {max_seconds:g} s ({short_videos:,} of the "
+                       f"{len(seconds):,} videos found in {video_dir.name or video_dir}, of {len(scenes):,})",
+        "runs": [],
+        "videos": {"folder": str(video_dir), "dataset_videos": len(scenes), "found": len(seconds), "shorter": short_videos,
+                   "max_seconds": max_seconds, "unreadable": unreadable, "missing": len(scenes) - len(seconds) - len(unreadable)},
+        "videos_differing_by_content": [],
+    }
+
+
 def video_hashes(artifact: RecordsArtifact) -> dict[str, str]:
     """scene -> SHA-256 of the video file the run used, from the raw file's ``videos`` list (carried
     under ``input_meta`` by sim and eval files); empty when the file does not record them."""
@@ -205,12 +275,37 @@ def build_subset_file(runs: list[str | Path]) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    from k9bench.cli import ArgumentParser
+    from k9bench.data.dataset import DatasetSettings
+    from k9bench.data.published import PAPER_SETUP
+    from k9bench.settings import add_arguments
+
     parser = ArgumentParser(prog="python -m k9bench.data.subset", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", nargs="+", required=True, metavar="RUN_JSON", help="raw, sim or eval files of the runs")
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    what = parser.add_mutually_exclusive_group(required=True)
+    what.add_argument("--runs", nargs="+", metavar="RUN_JSON", help="raw, sim or eval files of the runs: the questions whose video all had")
+    what.add_argument("--short_videos", metavar="VIDEO_DIR", help="the dataset's questions whose video ({scene}.mp4 in VIDEO_DIR) "
+                      "is shorter than --max_seconds (the paper's short-video subset)")
+    parser.add_argument("--max_seconds", type=float, default=PAPER_SETUP.short_video_seconds,
+                        help="with --short_videos: the duration cut in seconds (default: %(default)g, the paper's)")
+    add_arguments(parser.add_argument_group("with --short_videos: the questions"), DatasetSettings)
     parser.add_argument("--output", required=True, metavar="SUBSET_JSON", help="the subset file to write")
     return parser
+
+
+def short_video_content(video_dir: str, max_seconds: float, dataset_name: str, split: str, drop_invalid: bool = False) -> dict:
+    """``--short_videos``: the dataset's questions, checked, then :func:`build_short_video_file`."""
+    from k9bench.data.dataset import DatasetError, load_questions
+
+    if not Path(video_dir).is_dir():
+        raise SubsetError(f"--short_videos {video_dir}: not a folder of videos")
+    if not max_seconds > 0:
+        raise SubsetError(f"--max_seconds {max_seconds:g}: give a positive number of seconds")
+    try:
+        loaded = load_questions(dataset_name, split, drop_invalid=drop_invalid)
+    except (DatasetError, FileNotFoundError) as exc:
+        raise SubsetError(f"--dataset_name {dataset_name}: {exc}") from None
+    return build_short_video_file(loaded.questions, video_dir, max_seconds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,15 +314,25 @@ def main(argv: list[str] | None = None) -> int:
     basic_logging(logging.INFO)
     from k9bench.stage import StageError, check_output
 
+    inputs = [Path(p) for p in args.runs] if args.runs else []
     try:
-        output = check_output(Path(args.output), flag="--output", inputs=[Path(p) for p in args.runs])
-        content = build_subset_file(args.runs)
+        output = check_output(Path(args.output), flag="--output", inputs=inputs)
+        content = build_subset_file(args.runs) if args.runs else short_video_content(
+            args.short_videos, args.max_seconds, args.dataset_name, args.split, args.drop_invalid_rows)
     except (ArtifactError, StageError) as exc:
         print(f"subset: {exc}", file=sys.stderr)
         return 2
     write_json_atomic(output, content)
     count = content["subset"]["count"]
-    print(f"{output}: {count:,} questions common to {len(args.runs)} runs, sha256 {content['sha256']}")
+    if args.runs:
+        print(f"{output}: {count:,} questions common to {len(args.runs)} runs, sha256 {content['sha256']}")
+    else:
+        videos = content["videos"]
+        print(f"{output}: {content['description']}, sha256 {content['sha256']}")
+        if videos["found"] < videos["dataset_videos"]:
+            log.warning("%d of the dataset's %d videos are in %s (%d missing, %d unreadable): the subset holds the short videos "
+                        "found, not the paper's %s questions of the full set", videos["found"], videos["dataset_videos"],
+                        args.short_videos, videos["missing"], len(videos["unreadable"]), "2,693")
     differing = content["videos_differing_by_content"]
     if differing:
         log.warning("%d of their videos differ by content between the runs (listed in %s): %s", len(differing), output,

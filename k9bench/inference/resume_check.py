@@ -142,7 +142,7 @@ def shaped_like(record: Any, want: Any) -> Any:
 def stage_fingerprint(config: RunConfig, model_name: str, system_prompt_sha256: str | None) -> dict:
     """The inference stage's fingerprint (:meth:`k9bench.inference.stage.InferenceStage.fingerprint`): the
     record fingerprint the flags decide (:func:`fingerprint`), the model, the backend's result fields and which
-    questions (dataset, range, shard)."""
+    questions (dataset, range, shard, and a ``--subset``'s hash)."""
     d = config.data
     backend = registry.backend_settings(config)
     out = {
@@ -154,6 +154,10 @@ def stage_fingerprint(config: RunConfig, model_name: str, system_prompt_sha256: 
     }
     if d.num_shards > 1:
         out["data"].update(num_shards=d.num_shards, shard_id=d.shard_id)
+    if d.subset:  # which questions by content (the file's path says nothing); None: unreadable, refused by the run
+        from k9bench.data.subset import subset_digest
+
+        out["data"]["subset_sha256"] = subset_digest(d.subset)
     return out
 
 

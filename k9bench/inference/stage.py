@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, now_iso
-from k9bench.inference.backend import BackendError, BackendUnavailable, create_backend
+from k9bench.inference.backend import BackendError, BackendUnavailable, EngineDead, create_backend
 from k9bench.inference.planning import (
     EXIT_BACKEND,
     UsageError,
@@ -49,7 +49,7 @@ from k9bench.inference.outcome import all_failed_exit as _all_failed_exit
 from k9bench.inference.records import RunContext, failure_counts, final_meta
 from k9bench.inference.resume_check import expected, fingerprint, read_raw_records, record_fingerprint, shaped_like, stage_fingerprint
 from k9bench.inference.runner import Runner
-from k9bench.inference.settings import RunConfig
+from k9bench.inference.settings import RunConfig, inapplicable_flags
 from k9bench.resume import ResumableStage, ResumeRefused
 from k9bench.stage import EXIT_USAGE, Interrupted, Stage, StageError, check_output, deferred
 
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a video LLM on K9-Bench and write the raw results JSON (resumable, batched).",
     )
     model = parser.add_argument_group(MODEL_FLAGS_GROUP)
-    add_arguments(model, ModelSettings, only=("model_name_or_path",))
+    add_arguments(model, ModelSettings, exclude=("backend",))
     for entry in REGISTRY.values():
         if entry.flag_group == MODEL_FLAGS_GROUP:
             add_backend_arguments(model, entry)
@@ -238,10 +238,21 @@ class _Run:
             self.loaded = load_questions(data.dataset_name, data.split, drop_invalid=data.drop_invalid_rows)
         except (DatasetError, FileNotFoundError) as exc:
             raise StageError(str(exc)) from None
-        selection = select_range(self.loaded.questions, data.start_idx, data.end_idx, data.max_samples)
+        questions = self.loaded.questions
+        if data.subset:  # only the subset's questions run (k9bench.data.subset); the range counts among them
+            from k9bench.data.subset import SubsetError, read_subset, restrict
+
+            try:
+                chosen = read_subset(data.subset)
+            except SubsetError as exc:
+                raise StageError(str(exc)) from None
+            questions = restrict(questions, chosen)
+            log.info("--subset %s: %d of the dataset's %d questions (%s, sha256 %s)", data.subset, len(questions),
+                     len(self.loaded.questions), chosen.description, chosen.sha256[:12])
+        selection = select_range(questions, data.start_idx, data.end_idx, data.max_samples)
         if not selection:
             raise StageError(f"no question selected (--start_idx {data.start_idx}, --end_idx {data.end_idx}, "
-                             f"--max_samples {data.max_samples} out of {len(self.loaded.questions)})")
+                             f"--max_samples {data.max_samples} out of {len(questions)}" + (f" of --subset {data.subset}" if data.subset else "") + ")")
         self.order = {q.idx: n for n, q in enumerate(selection)}
         try:
             self.groups = shard_groups(group_by_video(selection, data.video_dir), data.num_shards, data.shard_id)
@@ -291,14 +302,14 @@ class _Run:
 
     def _made_otherwise(self) -> str | None:
         """What differs between the finished file's stage block and this run, leaving out which positions are
-        selected (a longer or shorter range reuses the records); None when nothing or no block is there."""
+        selected (a longer or shorter range, another --subset, reuses the records); None when nothing or no block is there."""
         from k9bench.settings import fingerprint_differences
 
         block = self.stage.recorded() if self.resumable.final.exists() else None
         if block is None:
             return None
         diffs = [d for d in fingerprint_differences(block.get("fingerprint") or {}, self.stage.fingerprint())
-                 if not d.startswith(("data.start_idx:", "data.end_idx:", "data.max_samples:"))]
+                 if not d.startswith(("data.start_idx:", "data.end_idx:", "data.max_samples:", "data.subset_sha256:"))]
         if diffs:
             log.info("%s was made with other settings: %s", self.resumable.final, "; ".join(diffs))
         return "; ".join(diffs) or None
@@ -345,6 +356,9 @@ class _Run:
         describe: dict | None = None
         patch = None
         runner: Runner | None = None
+        ignored = inapplicable_flags(config)
+        if ignored:  # said here, recorded as inference.ignored_flags
+            log.warning("%s", ignored)
         try:
             try:
                 backend = create_backend(config)
@@ -379,9 +393,12 @@ class _Run:
         except Interrupted:
             log.warning("%d record(s) are safe in %s", len(self.done), self.resumable.checkpoint)
             raise
-        except BackendUnavailable as exc:
+        except BackendUnavailable as exc:  # an engine that died (EngineDead) too: no question is tried against it again
+            then = "once the backend is back" if not isinstance(exc, EngineDead) else "to resume once its cause is mended"
             raise StageError(f"{exc}; {len(self.done)} record(s) are safe in {self.resumable.checkpoint}: rerun the same "
-                             "command once the backend is back", EXIT_BACKEND) from None
+                             f"command {then}", EXIT_BACKEND) from None
+        except BackendError as exc:  # refused by the backend during the run (--audio: it takes no soundtrack)
+            raise StageError(f"{exc}; {len(self.done)} record(s) are safe in {self.resumable.checkpoint}", EXIT_BACKEND) from None
         finally:
             self.resumable.close()
             if backend is not None:

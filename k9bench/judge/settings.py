@@ -149,6 +149,9 @@ class JudgeRunSettings:
     output: str | None = setting(None, "judge JSON list (default: judge_<name>.json beside --evaluations)")
     skipped: str | None = setting(None, "skipped entries JSON list (default: <output stem>_skipped.json)")
     limit: int | None = setting(None, "judge only the first N answered questions (idx order); N at least 1", type=positive_int)
+    subset: str | None = setting(None, "judge only these questions (only those are paid for): a subset file (python -m "
+                                 "k9bench.data.subset), a list of idx, or a run's raw/sim/eval file; --limit then counts among "
+                                 "them", metavar="FILE")
     dataset_name: str | None = setting(
         None,
         "cross-check the records against this dataset (Hub id, local file, or 'demo'), report mismatches, and list "
@@ -260,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(g, JudgeSettings, exclude=("judge_model",))
     add_arguments(p.add_argument_group("requests"), RequestSettings, exclude=("base_url",))
     add_arguments(p.add_argument_group("selection, checks and exit status"), JudgeRunSettings,
-                  only=("limit", "dataset_name", "split", "fail_on_skipped"))
+                  only=("limit", "subset", "dataset_name", "split", "fail_on_skipped"))
     add_logging_args(p)
     return p
 

@@ -83,12 +83,34 @@ class JudgeStage(Stage):
     def inputs(self) -> list[Path]:
         return [Path(str(self.config.run.evaluations))]
 
+    def _subset(self) -> Any:
+        """The ``--subset`` (:class:`k9bench.data.subset.Subset`), or None; JudgeInputError for a bad file."""
+        if not self.config.run.subset:
+            return None
+        from k9bench.data.subset import SubsetError, read_subset
+
+        try:
+            return read_subset(self.config.run.subset)
+        except SubsetError as exc:
+            raise JudgeInputError(str(exc)) from None
+
     def _tasks(self) -> Any:
-        """The evaluations file's tasks (read once per stage object; JudgeInputError for a bad file)."""
+        """The evaluations file's tasks, those of ``--subset`` only (read once per stage object; JudgeInputError for a bad file)."""
         if self._taskset is None:
+            from dataclasses import replace
+
+            from k9bench.data.subset import restrict
             from k9bench.judge.tasks import build_tasks
 
-            self._taskset = build_tasks(Path(str(self.config.run.evaluations)))
+            taskset = build_tasks(Path(str(self.config.run.evaluations)))
+            chosen = self._subset()
+            if chosen is not None:
+                kept = restrict(taskset.tasks, chosen)
+                failed = [f for f in taskset.failed if f["idx"] in chosen.idx]
+                log.info("--subset %s: %d of the file's %d answered questions (%s)", self.config.run.subset, len(kept),
+                         len(taskset.tasks), chosen.description)
+                taskset = replace(taskset, tasks=kept, failed=failed, total_records=len(kept) + len(failed))
+            self._taskset = taskset
         return self._taskset
 
     def request_keys(self) -> dict:
@@ -113,8 +135,13 @@ class JudgeStage(Stage):
 
     def selection(self) -> dict:
         """Which questions the output covers (not a result setting of an entry, but of the file)."""
+        from k9bench.data.subset import subset_digest
+
         run = self.config.run
-        return {"limit": run.limit, "dataset_name": run.dataset_name, "split": run.split if run.dataset_name else None}
+        out = {"limit": run.limit, "dataset_name": run.dataset_name, "split": run.split if run.dataset_name else None}
+        if run.subset:  # the subset's questions by content
+            out["subset_sha256"] = subset_digest(run.subset)
+        return out
 
     def recorded(self) -> dict | None:
         """The stage block in the meta sidecar (the judge JSON itself is a bare list)."""
@@ -205,8 +232,11 @@ class JudgeStage(Stage):
             loaded = load_questions(run.dataset_name, run.split)
         except DatasetError as exc:
             raise JudgeInputError(f"--dataset_name {run.dataset_name}: {exc}") from None
-        mismatches = cross_check(taskset.tasks, loaded.questions)
-        taskset = with_missing_answers(taskset, loaded.questions)
+        from k9bench.data.subset import restrict
+
+        questions = restrict(loaded.questions, self._subset())  # a question outside --subset is not missing
+        mismatches = cross_check(taskset.tasks, questions)
+        taskset = with_missing_answers(taskset, questions)
         if mismatches:
             log.warning("%d mismatch(es) between %s and %s (the records' own ground truth is used):", len(mismatches), run.evaluations, run.dataset_name)
             for m in mismatches[:20]:

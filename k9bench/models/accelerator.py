@@ -30,7 +30,7 @@ Dtype names: every floating dtype torch names is accepted (:data:`DTYPE_NAMES`, 
 ``getattr(torch, name)``), the aliases ``half``/``float``/``double`` resolved to their canonical names
 (:func:`canonical_dtype`); what was asked stays in :attr:`DtypeChoice.requested`.
 
-Reconciled from the two copies that existed before (``k9bench/inference/hf.py`` and
+Reconciled from the two copies that existed before (``k9bench/inference/hf/backend.py`` and
 ``k9bench/scoring.py``):
 
 - device: hf passed an explicit ``cuda`` through unchecked (the failure came later, from deep
@@ -347,16 +347,6 @@ def load_with_attention(load: Callable[[str], Any], choice: AttentionChoice, *, 
         log.warning("%s", warning)
         fallback = AttentionChoice(FALLBACK_ATTENTION, None, warning=warning)
         return load(FALLBACK_ATTENTION), fallback
-
-
-def attention_in_use(model: Any) -> str | None:
-    """The kernel a loaded transformers (or sentence-transformers) model reports, or None."""
-    for candidate in (model, getattr(model, "transformers_model", None)):
-        config = getattr(candidate, "config", None)
-        value = getattr(config, "_attn_implementation", None) if config is not None else None
-        if value:
-            return str(value)
-    return None
 
 
 # ---------------------------------------------------------------------------

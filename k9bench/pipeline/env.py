@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Mapping
 
+from k9bench.data.published import DEFAULT_THINKING_LIMIT, THINKING_LIMITS
 from k9bench.inference.registry import DEFAULT_BACKEND, REGISTRY
 from k9bench.layout import RESULTS_DIR
 from k9bench.models.families import DEMO_AUDIO_FAMILY, DEMO_FAMILY
@@ -124,9 +125,15 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("JUDGE_MODEL", help="judge model (pin a dated snapshot)"),
     Variable("JUDGE_BASE_URL", http_url,
              help="OpenAI-compatible judge endpoint (vLLM, proxy); enables the judge"),
+    Variable("LABEL", check=_choice("0", "1"), default="0",
+             help="1: the LLM labeller sorts the wrong answers into failure types after the judge (JUDGE_MODEL at JUDGE_BASE_URL; docs/people.md)"),
     Variable("OUT_DIR", default=RESULTS_DIR, help="folder of the artifacts"),
     Variable("AUDIO", check=_choice("0", "1"), default="0", help="1: the model hears the soundtracks too; artifacts are named <tag>_av"),
-    Variable("THINKING_MODE", check=_choice("auto", "0", "1"), default="auto", help="auto: on for *-Thinking models; 1/0 force it"),
+    Variable("THINKING_MODE", check=_choice("auto", "0", "1"), default="auto",
+             help="auto: on for *-Thinking models; 1/0 force it; its limit is THINKING_LIMIT's"),
+    Variable("THINKING_LIMIT", check=_choice(*THINKING_LIMITS), default=DEFAULT_THINKING_LIMIT,
+             help="with thinking on: reference (3,072 new tokens, the reference scripts') or paper (2,048, the paper's text, "
+                  "Table 1's thinking rows); the run records which"),
     Variable("DOWNLOAD_STRICT", check=_choice("0", "1"), default="0",
              help="1: stop when a video fails to download (0: its questions become failed records, counted as wrong)"),
     Variable("REPORT", check=_choice("0", "1"), default="1", help="0: no report stage"),

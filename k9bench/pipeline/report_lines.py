@@ -25,7 +25,7 @@ def config_lines(launch) -> list[str]:
              f"  BATCH_SIZE       {v['BATCH_SIZE']} (embedding: {v['EMBED_BATCH_SIZE']})",
              f"  DTYPE            {v['DTYPE'] or 'eval_video_llm.py default (bf16 on GPU, float32 on CPU)'}",
              f"  ATTN_IMPL        {v['ATTN_IMPL'] or 'eval_video_llm.py default (flash_attention_2 on GPU when installed)'}",
-             f"  THINKING_MODE    {int(s.thinking)}",
+             f"  THINKING_MODE    {int(s.thinking)}" + (f" (limit: {v['THINKING_LIMIT']})" if s.thinking else ""),
              f"  AUDIO            {v['AUDIO']}{' (the model hears the soundtracks; artifacts tagged _av)' if s.audio else ''}",
              f"  EMBEDDING_MODEL  {v['EMBEDDING_MODEL']}",
              f"  DEVICE           {v['DEVICE']}",

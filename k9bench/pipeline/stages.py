@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from k9bench.data.published import DEFAULT_THINKING_LIMIT
 from k9bench.inference.registry import DEFAULT_BACKEND, REGISTRY
 from k9bench.layout import RunLayout
 
@@ -132,7 +133,7 @@ def mark_incomplete(step: Step, code: int | None) -> None:
 
 def video_transport() -> str:
     """The transport that sends our sampled frames as a video to a vLLM/SGLang server."""
-    from k9bench.inference.settings import TRANSPORTS
+    from k9bench.inference.openai_compat.settings import TRANSPORTS
 
     return "video" if "video" in TRANSPORTS else "video_url"
 
@@ -157,6 +158,8 @@ def inference_values(s: "LaunchSettings", variables: Mapping[str, str], output: 
         if backend.tensor_parallel:  # one model copy over the job's GPUs
             values["--tensor_parallel"] = v["TENSOR_PARALLEL"] or v["GPUS"] or "1"
     values |= {"--thinking_mode": s.thinking, "--audio": s.audio}
+    if s.thinking and v["THINKING_LIMIT"] != DEFAULT_THINKING_LIMIT:  # eval_video_llm.py's default
+        values["--thinking_limit"] = v["THINKING_LIMIT"]
     if shard is not None:
         values |= {"--num_shards": num_shards, "--shard_id": shard}
     if v["GPUS_PER_NODE"] and int(v["GPUS_PER_NODE"]) > 1 and not served and not backend.tensor_parallel:

@@ -43,10 +43,10 @@ from k9bench.report.model import (
     RunSummary,
     Score,
     batch_caveats,
-    compare_with_paper,
     duration_bin_label,
     prompt_is_reference,
 )
+from k9bench.report.paper import compare_judge, compare_with_paper
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from k9bench.data.subset import VIDEO_ABSENT
 
@@ -184,16 +184,38 @@ def read_settings(meta: "EvalHeader | dict", records: list[QuestionRecord], ques
         server=raw.backend.serving,  # a server's fingerprint, or --backend vllm's in-process engine's
     )
     settings.dtype, settings.batch_size = inference_dtype_and_batch(raw.settings, _dict(raw.run_stats))
-    settings.differences, settings.unconfirmed = compare_with_paper(settings)
+    settings.frame_size, settings.max_new_tokens, settings.thinking, settings.thinking_limit = generation_settings(raw.settings)
+    seconds = [record_duration(r) for r in records]
+    if any(sec is not None for sec in seconds):
+        settings.long_videos = sum(1 for sec in seconds if sec is not None and sec >= PAPER_SETUP.short_video_seconds)
+    model = raw.model_name or _most_common(r.model_name for r in records)
+    settings.differences, settings.unconfirmed = compare_with_paper(settings, model)
     settings.caveats = batch_caveats(settings)
     return settings
 
 
+def generation_settings(inference: dict) -> tuple[str | None, int | None, bool | None, str | None]:
+    """``(frame_size, max_new_tokens, thinking, thinking_limit)`` from the raw file's ``inference`` block: the
+    ``--frame_size`` of the backend's settings (or what the backend reported), the response limit, ``--thinking_mode``,
+    and which documented limit that is (:data:`k9bench.data.published.THINKING_LIMITS`: ``reference``, ``paper``,
+    else ``own``; None for a run that does not think)."""
+    from k9bench.data.published import THINKING_LIMITS
+
+    size = _dict(inference.get("backend_settings")).get("frame_size") or _dict(inference.get("backend")).get("frame_size")
+    tokens = _whole(inference.get("max_new_tokens"))
+    thinking = inference.get("thinking_mode")
+    thinking = thinking if isinstance(thinking, bool) else None
+    limit = None
+    if thinking and tokens is not None:
+        limit = next((name for name, value in THINKING_LIMITS.items() if value == tokens), "own")
+    return (str(size) if isinstance(size, str) and size else None), tokens, thinking, limit
+
+
 def inference_dtype_and_batch(inference: dict, run_stats: dict) -> tuple[str | None, int | None]:
-    """The weights' dtype (the backend's resolved ``dtype``, else ``backend_settings.torch_dtype`` or
-    ``bf16``) and the largest batch size used (``run_stats.batch_size``: the size chosen and its history,
+    """The weights' dtype (the backend's resolved ``dtype``, else ``model.torch_dtype`` or ``bf16``, in older files
+    ``backend_settings``') and the largest batch size used (``run_stats.batch_size``: the size chosen and its history,
     else ``inference.batch_size`` when it is a number); None for what the raw file does not say."""
-    backend, asked = _dict(inference.get("backend")), _dict(inference.get("backend_settings"))
+    backend, asked = _dict(inference.get("backend")), {**_dict(inference.get("backend_settings")), **_dict(inference.get("model"))}
     dtype = backend.get("dtype") or (asked.get("torch_dtype") if asked.get("torch_dtype") != "auto" else None)
     if dtype is None and asked.get("bf16") is True:
         dtype = "bfloat16"
@@ -389,11 +411,14 @@ def _skipped_reason(entry: dict) -> str:
     return f"{kind}: {error}" if kind and error else str(kind or error or "no reason recorded")
 
 
-def load_judge(path: str | Path) -> JudgeSummary:
+def load_judge(path: str | Path, subset: frozenset | None = None) -> JudgeSummary:
     """Mean judge scores of one judge file (a list of entries, SPEC section 2), scaled to 0-100, with
-    its skipped entries (``<judge>_skipped.json``) and its meta sidecar's judge model and prompt."""
+    its skipped entries (``<judge>_skipped.json``) and its meta sidecar's judge model and prompt; restricted
+    to the ``subset`` idx when given (entries and skipped entries of other questions are left out)."""
     path = Path(path)
     data = _read_list(path, "judge file")
+    if subset is not None:
+        data = [e for e in data if isinstance(e, dict) and e.get("idx") in subset]
     sums = {axis: 0.0 for axis in JUDGE_AXES}
     scored = ignored = 0
     for i, entry in enumerate(data):
@@ -410,14 +435,14 @@ def load_judge(path: str | Path) -> JudgeSummary:
     stem = path.stem
     label = name.model if name else (stem[len("judge_"):] if stem.startswith("judge_") else stem)
     summary = JudgeSummary(path=str(path), label=label, scores={a: 10.0 * sums[a] / scored for a in JUDGE_AXES} if scored else {},
-                           scored=scored, ignored=ignored)
+                           scored=scored, ignored=ignored, counted_in_subset=len(data) if subset is not None else None)
     if not scored:
         log.warning("%s: no judge entry with all five scores; the judge table leaves it out", path)
     skipped = skipped_path(path)
     if skipped.is_file():
         summary.skipped_file = str(skipped)
         summary.skipped = [{"idx": e.get("idx"), "reason": _skipped_reason(e)} for e in _read_list(skipped, "skipped file")
-                           if isinstance(e, dict)]
+                           if isinstance(e, dict) and (subset is None or e.get("idx") in subset)]
     judge = judge_meta(path).settings
     summary.judge_model = judge.model
     if judge.prompt_sha256 or judge.prompt_source:
@@ -456,7 +481,8 @@ def judge_side_files(path: str | Path) -> list[Path]:
 def match_judge_to_run(judge: JudgeSummary, runs: list[RunSummary]) -> RunSummary | None:
     """Give a judge row the label (and model) of the eval file it judged, so Table 3 names runs as
     Table 1 does (``--labels`` included): the eval file with the bytes (or path) the judge's meta sidecar
-    names, else the eval file whose default judge output (``eval_X.json`` -> ``judge_X.json``) it is."""
+    names, else the eval file whose default judge output (``eval_X.json`` -> ``judge_X.json``) it is; then
+    its standing against the paper's judge rows (:func:`k9bench.report.paper.compare_judge`)."""
     info = judge_meta(judge.path).judged
     digest, source = info.sha256, info.evaluations
     match = None
@@ -474,6 +500,7 @@ def match_judge_to_run(judge: JudgeSummary, runs: list[RunSummary]) -> RunSummar
             match = candidates[0]
     if match is not None:
         judge.label, judge.model = match.label, match.model
+    compare_judge(judge, match.settings if match is not None else None)
     return match
 
 

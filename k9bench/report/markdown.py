@@ -9,16 +9,22 @@ from k9bench import CATEGORIES
 from k9bench.artifacts import now_iso
 from k9bench.data.published import (
     CONFIRMED_PROMPTS,
+    FIGURE_3A,
     JUDGE_AXES,
     PAPER_SETUP,
     PUBLISHED_ACCURACY,
-    PUBLISHED_JUDGE,
+    QUESTION_SETS,
     RANDOM_GUESS,
-    find_published_accuracy,
-    normalize_model_name,
+    TABLE_2,
+    TABLE_3,
+    TABLE_4,
+    PaperRow,
+    rows_of,
 )
 from k9bench.report.load import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 from k9bench.report.paired import paired_markdown
+from k9bench.report.paper import judge_rows, row_named
+from k9bench.report.people import people_markdown
 from k9bench.stats import MIN_INTERVAL_VIDEOS
 from k9bench.report.model import (
     CATEGORY_HEADERS,
@@ -28,6 +34,7 @@ from k9bench.report.model import (
     SERVER_FIELDS,
     UNCONFIRMED,
     Report,
+    mark_for,
     RunSummary,
     Score,
 )
@@ -60,16 +67,24 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.1f}"
 
 
+def _matched_or_nearest(names: list, nearest: str | None) -> list[PaperRow]:
+    """The rows of these names (the nearest one when none matched); a Figure 3(a) point only when no table row is there."""
+    rows = [r for r in (row_named(n) for n in (names or [nearest])) if r is not None]
+    tables = [r for r in rows if r.table != "Figure 3(a)"]
+    return tables or rows
+
+
 def published_rows_for(runs: list[RunSummary], mode: str) -> list:
-    """Paper rows to show: none, those matching a run's model, or all of Table 1."""
+    """Paper rows of the leaderboard: none; the rows each run followed (else its nearest row of its model's); or all
+    of Table 1 (``all``: Table 2 and Figure 3(a) have their own tables, :func:`published_tables_markdown`)."""
     if mode == "all":
         return list(PUBLISHED_ACCURACY)
     rows: list = []
     if mode == "matching":
         for run in runs:
-            row = find_published_accuracy(run.model)
-            if row is not None and row not in rows:
-                rows.append(row)
+            for row in _matched_or_nearest(run.settings.paper_rows, run.settings.nearest_row):
+                if row not in rows:
+                    rows.append(row)
     return rows
 
 
@@ -79,10 +94,15 @@ def run_source(run: RunSummary, beside_paper: bool) -> str:
     if not beside_paper:
         return "this run"
     if run.settings.standing == NOT_COMPARABLE:
-        return f"this run, {NOT_COMPARABLE_MARK}"
+        return f"this run, {mark_for(run.settings.nearest_table)}"
     if run.settings.standing == UNCONFIRMED:
-        return "this run, comparability to Table 1 unconfirmed"
+        return f"this run, comparability to {run.settings.nearest_table or 'Table 1'} unconfirmed"
     return "this run"
+
+
+def paper_setting(row: PaperRow) -> str:
+    """A paper row's setting cell: ``32 frames (Table 1)``."""
+    return f"{row.setting} ({row.table})"
 
 
 def _ranked(rows: list[tuple]) -> list[tuple]:
@@ -100,7 +120,7 @@ def leaderboard_markdown(runs: list[RunSummary], published: list) -> str:
         rows.append((run.overall.accuracy or 0.0, run.label, run_source(run, bool(published)), frames, cells, f"{run.overall.total:,}", str(run.failed)))
     for pub in published:
         cells = [_fmt(pub.average)] + [_fmt(pub.categories.get(c)) for c in CATEGORIES]
-        rows.append((pub.average, pub.model, "paper", pub.setting, cells, f"{PAPER_SETUP.questions:,}", "—"))
+        rows.append((pub.average, pub.model, "paper", paper_setting(pub), cells, f"{QUESTION_SETS[pub.setup.questions][0]:,}", "—"))
     head = ["Rank", "Model", "Source", "Frames", "Avg", *[CATEGORY_HEADERS[c] for c in CATEGORIES], "N", "Failed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 4 + ["---:"] * 8) + "|"]
     for rank, label, source, frames, cells, n, failed in _ranked(rows):
@@ -140,7 +160,7 @@ def server_text(server: dict | None) -> str:
 def settings_markdown(runs: list[RunSummary]) -> str:
     """One row per run: what it was made with, and how it stands against the paper's Table 1 setup."""
     with_server = any(r.settings.server for r in runs)
-    head = ["Model", "Questions", "Embedding model", "Threshold", "Prompts", "Frames", *(["Server"] if with_server else []), "Paper's Table 1"]
+    head = ["Model", "Questions", "Embedding model", "Threshold", "Prompts", "Frames", *(["Server"] if with_server else []), "Paper"]
     lines = ["| " + " | ".join(head) + " |", "|---|---:|---|---:|---|---|" + ("---|" if with_server else "") + "---|"]
     for run in runs:
         st = run.settings
@@ -153,13 +173,12 @@ def settings_markdown(runs: list[RunSummary]) -> str:
             parts = [f"{st.max_frames if st.max_frames is not None else '?'} frames",
                      f"{st.fps:g} fps" if st.fps is not None else "fps not recorded",
                      f"max {st.max_pixels:,} px" if st.max_pixels is not None else "max_pixels not recorded"]
+            if st.frame_size:
+                parts.append(f"resized to {st.frame_size}")
             frames = ", ".join(parts) + (" + audio (A+V)" if st.audio else "")
-        if st.standing == NOT_COMPARABLE:
-            standing = f"**{NOT_COMPARABLE_MARK}**: " + "; ".join(st.differences)
-        elif st.standing == UNCONFIRMED:
-            standing = "unconfirmed: " + "; ".join(st.unconfirmed)
-        else:
-            standing = "comparable (the paper's setup)"
+        if st.max_new_tokens is not None:
+            frames += f"; max_new_tokens {st.max_new_tokens:,}" + (f" ({THINKING_SHOWN[st.thinking_limit]})" if st.thinking_limit else "")
+        standing = standing_text(st)
         if st.differences and st.unconfirmed:
             standing += " (also unconfirmed: " + "; ".join(st.unconfirmed) + ")"
         if st.caveats:
@@ -170,6 +189,24 @@ def settings_markdown(runs: list[RunSummary]) -> str:
                  *([server_text(st.server)] if with_server else []), standing]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
+
+
+THINKING_SHOWN = {"reference": "thinking: the reference scripts' limit", "paper": "thinking: the paper's limit",
+                  "own": "thinking: neither documented limit"}
+"""How a thinking run's limit is named (:attr:`k9bench.report.model.RunSettings.thinking_limit`)."""
+
+
+def standing_text(st) -> str:
+    """The Paper cell of a run: the rows it followed and why, or the mark with what differs from the nearest row."""
+    if st.standing == NOT_COMPARABLE:
+        nearest = f" (nearest: {st.nearest_row})" if st.nearest_row else ""
+        return f"**{mark_for(st.nearest_table)}**{nearest}: " + "; ".join(st.differences)
+    if st.standing == UNCONFIRMED:
+        rows = f" ({'; '.join(st.paper_why)})" if st.paper_why else ""
+        return f"unconfirmed{rows}: " + "; ".join(st.unconfirmed)
+    if st.paper_why:
+        return "comparable (the paper's setup) with " + "; ".join(st.paper_why)
+    return "comparable (the paper's setup)"
 
 
 def common_markdown(report: Report) -> list[str]:
@@ -209,19 +246,63 @@ def short_video_markdown(runs: list[RunSummary]) -> str:
     return "\n".join(lines)
 
 
+def judge_rows_for(judges: list, published: str) -> list[PaperRow]:
+    """Paper judge rows shown: none; the rows each judge file followed (else its nearest); or all of Table 3."""
+    if published == "all":
+        return list(TABLE_3)
+    rows: list = []
+    if published != "none":
+        for judge in judges:
+            found = _matched_or_nearest(judge.paper_rows, judge.nearest_row)
+            if not found:  # no eval file of the judged run: its model's rows
+                found = rows_of(judge.model or judge.label, tuple(judge_rows()))[:1]
+            rows += [r for r in found if r not in rows]
+    return rows
+
+
 def judge_markdown(judges: list, published: str = "none") -> str:
     """The Table 3 layout: rank, model, Logical, Factual, Concise, Accuracy, Overall (0-100)."""
     rows = [(j.scores["Overall"], j.label, "this run", [f"{j.scores[a]:.2f}" for a in JUDGE_AXES], str(j.scored)) for j in judges if j.scored]
-    if published != "none":
-        shown = {normalize_model_name(j.model or j.label) for j in judges}
-        for pub in PUBLISHED_JUDGE:
-            if published == "all" or normalize_model_name(pub.model) in shown:
-                rows.append((pub.scores["Overall"], pub.model, "paper", [f"{pub.scores[a]:.2f}" for a in JUDGE_AXES], "—"))
+    for pub in judge_rows_for(judges, published):
+        cells = [f"{pub.judge[a]:.2f}" if a in pub.judge else "—" for a in JUDGE_AXES]
+        source = "paper" if pub.table == "Table 3" else f"paper, {pub.table} ({pub.setting})"
+        rows.append((pub.judge.get("Overall", pub.judge.get("Accuracy", 0.0)), pub.model, source, cells, "—"))
     head = ["Rank", "Model", "Source", *JUDGE_AXES, "Scored"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 3 + ["---:"] * 6) + "|"]
     for rank, label, source, cells, n in _ranked(rows):
         lines.append("| " + " | ".join([rank, _cell(label), source, *cells, n]) + " |")
     return "\n".join(lines)
+
+
+def judge_standing_text(judge) -> str:
+    """A judge file's standing against the judge rows (Tables 2, 3, 4)."""
+    if judge.standing == NOT_COMPARABLE:
+        nearest = f" (nearest: {judge.nearest_row})" if judge.nearest_row else ""
+        return f"not comparable to the paper's judge rows{nearest}: " + "; ".join(judge.differences)
+    rows = ", ".join(judge.paper_rows)
+    if judge.standing == UNCONFIRMED:
+        return f"comparability to the paper's judge rows unconfirmed{' (' + rows + ')' if rows else ''}: " + "; ".join(judge.unconfirmed)
+    return f"comparable with {rows}" if rows else "comparable"
+
+
+def published_tables_markdown() -> list[str]:
+    """``--published all``: Table 2, Table 4 and Figure 3(a) as the paper gives them (Table 1 is in the
+    leaderboard, Table 3 in the judge section)."""
+    out = ["## The paper's other tables", "", "### Table 2: audio + video (1 FPS; MCQ accuracy %, then judge 0-100)", ""]
+    head = ["Model", "Setting", "Questions", "Avg", *[CATEGORY_HEADERS[c] for c in CATEGORIES], *JUDGE_AXES]
+    out += ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] * 2 + ["---:"] * 12) + "|"]
+    for row in TABLE_2:
+        cells = [_fmt(row.average), *[f"{row.categories[c]:g}" for c in CATEGORIES], *[f"{row.judge[a]:.2f}" for a in JUDGE_AXES]]
+        out.append("| " + " | ".join([row.model, row.setting, f"{QUESTION_SETS[row.setup.questions][0]:,}", *cells]) + " |")
+    out += ["", "### Table 4: humans vs models on 100 questions (the judge's Accuracy axis, 0-100; not MCQ accuracy)", "",
+            "| Model | Setting | Accuracy (judge) |", "|---|---|---:|"]
+    out += [f"| {row.model} | {row.setting} | {row.judge['Accuracy']:.1f} |" for row in TABLE_4]
+    out += ["", "The paper does not publish the 100 question ids.", "",
+            "### Figure 3(a): frame ablation (overall MCQ accuracy %)", "", "| Model | 32 frames | 64 frames | 128 frames |", "|---|---:|---:|---:|"]
+    for model in dict.fromkeys(r.model for r in FIGURE_3A):
+        points = {r.frames: r.average for r in FIGURE_3A if r.model == model}
+        out.append(f"| {model} | " + " | ".join(_fmt(points.get(f)) for f in (32, 64, 128)) + " |")
+    return out + [""]
 
 
 SKIPPED_SHOWN = 20
@@ -243,6 +324,10 @@ def judge_section(report: Report) -> list[str]:
             facts.append(f"judge {judge.judge_model}")
         if judge.prompt:
             facts.append(f"prompt: {prompt_text(judge.prompt)}")
+        if judge.counted_in_subset is not None:
+            facts.append(f"{judge.counted_in_subset} of its entries in the --subset counted (the others left out)")
+        if report.published_mode != "none":
+            facts.append(judge_standing_text(judge))
         out.append(f"- `{judge.path}` ({_cell(judge.label)}): " + ", ".join(facts) + ".")
         for entry in judge.skipped[:SKIPPED_SHOWN]:
             out.append(f"  - skipped idx {entry['idx']}: {entry['reason']}")
@@ -277,10 +362,11 @@ def report_markdown(report: Report, plots: dict, notes: list[str], md_path: Path
            f"Accuracy in %, failed samples counted as wrong (as the paper counts them). {interval_sentence(report.runs)} "
            f"Random guessing scores {RANDOM_GUESS:.0f}%.", "", leaderboard_markdown(report.runs, report.published), ""]
     if report.published:
-        md += [f"Rows marked `paper` are the published numbers (K9-Bench paper, Table 1; {PAPER_SETUP.questions:,} questions).", ""]
+        md += ["Rows marked `paper` are the published numbers (K9-Bench paper; the Frames cell names the table and setting, "
+               "N the row's questions).", ""]
         if any(r.settings.standing == NOT_COMPARABLE for r in report.runs):
-            md += [f"Runs marked *{NOT_COMPARABLE_MARK}* were made with other settings than the paper's (see Run settings): "
-                   "their place among the paper's rows says nothing about the models.", ""]
+            md += [f"Runs marked *{NOT_COMPARABLE_MARK}* (or another table) were made with other settings than any row of the "
+                   "paper (see Run settings): their place among the paper's rows says nothing about the models.", ""]
     md += ["### Files", "", "| Model | Frames | Eval file | Questions | Correct | Failed | Interval |", "|---|---:|---|---:|---:|---:|---|"]
     for run in report.runs:
         frames = run.max_frames if run.max_frames is not None else "—"
@@ -289,14 +375,19 @@ def report_markdown(report: Report, plots: dict, notes: list[str], md_path: Path
     md += common_markdown(report)
     md += paired_markdown(report.paired)
     md += ["## Run settings", "",
-           f"Read from each eval file. The paper's Table 1: embedding model {PAPER_SETUP.embedding_model}, threshold "
-           f"{PAPER_SETUP.threshold:g}, the reference scripts' prompts, {PAPER_SETUP.max_frames} frames at {PAPER_SETUP.fps:g} fps "
-           f"and at most 360x420 pixels, {PAPER_SETUP.questions:,} questions. A prompt whose SHA-256 is the reference's is shown "
-           f"as \"{CONFIRMED_PROMPTS}\".", "", settings_markdown(report.runs), ""]
+           f"Read from each eval file. Every row of the paper: embedding model {PAPER_SETUP.embedding_model}, threshold "
+           f"{PAPER_SETUP.threshold:g}, the reference scripts' prompts in the system turn; each row has its own frames (32, or the "
+           f"whole video at 1 FPS), frame size, audio, questions and response limit. Each run is compared with the rows of its "
+           f"model (Tables 1 and 2, Figure 3(a)): the Paper column names the rows whose setup it followed, or what differs from "
+           f"the nearest one. A prompt whose SHA-256 is the reference's is shown as \"{CONFIRMED_PROMPTS}\".", "",
+           settings_markdown(report.runs), ""]
     md += [f"## Short-video subset (videos under {PAPER_SETUP.short_video_seconds:g} s)", "",
            f"Accuracy in % over the questions whose video is shorter than {PAPER_SETUP.short_video_seconds:g} s "
            f"(the paper's subset has {PAPER_SETUP.short_video_questions:,} questions).", "", short_video_markdown(report.runs), ""]
     md += judge_section(report)
+    md += people_markdown(report.people, report.published_mode, plots)  # k9bench.report.people (docs/people.md)
+    if report.published_mode == "all":
+        md += published_tables_markdown()
     md += ["## Plots", ""]
     for name, path in plots.items():
         if path is not None:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 
 from k9bench.data import published
 from k9bench.artifact_io import ArtifactError
-from k9bench.data.published import CONFIRMED_PROMPTS, PAPER_SETUP, normalize_model_name
+from k9bench.data.published import CONFIRMED_PROMPTS, DURATION_EDGES, PAPER_SETUP
 from k9bench.stats import interval_shown
 
 CATEGORY_HEADERS = {
@@ -23,8 +23,10 @@ CATEGORY_HEADERS = {
 }
 """Table 1 column heads for the five categories."""
 
-DURATION_BINS: tuple[tuple[float, float], ...] = ((0, 30), (30, 60), (60, 150), (150, 300), (300, math.inf))
-"""Video-duration bins in seconds, ``[low, high)``; 150 s is the paper's short-video cut."""
+DURATION_BINS: tuple[tuple[float, float], ...] = ((0, 30), (30, 60), (60, PAPER_SETUP.short_video_seconds),
+                                                  (PAPER_SETUP.short_video_seconds, DURATION_EDGES[0]), DURATION_EDGES, (DURATION_EDGES[1], math.inf))
+"""Video-duration bins in seconds, ``[low, high)``: 150 s is the paper's short-video cut, 180 s and 300 s the
+edges of Figure 3(c) (:data:`k9bench.data.published.DURATION_EDGES`)."""
 
 
 PROMPT_PLACEMENTS = ("system", "empty_system", "user_turn")
@@ -43,10 +45,17 @@ AUDIO_MARK = "A+V"
 """The label suffix of an audio+video run; such runs are never mixed with video-only ones."""
 
 COMPARABLE, NOT_COMPARABLE, UNCONFIRMED = "comparable", "not comparable", "unconfirmed"
-"""A run's standing against the paper's Table 1 setup."""
+"""A run's standing against the paper's rows."""
 
 NOT_COMPARABLE_MARK = "not comparable to the paper's Table 1"
-"""The mark a run carries when its settings differ from the paper's."""
+"""The mark a run carries when its settings differ from every row of the paper (its nearest row in Table 1;
+:func:`mark_for` names another table)."""
+
+
+def mark_for(table: str | None) -> str:
+    """The mark of a run not comparable to any row: ``not comparable to the paper's Table 2``, after its
+    nearest row's table (:data:`NOT_COMPARABLE_MARK` for Table 1, or when no row was found)."""
+    return NOT_COMPARABLE_MARK if table in (None, "Table 1") else f"not comparable to the paper's {table}"
 
 
 REFERENCE_HASH_NAMES = {"system_prompt": "REFERENCE_SYSTEM_PROMPT_SHA256", "judge_prompt": "REFERENCE_JUDGE_PROMPT_SHA256"}
@@ -150,8 +159,27 @@ class RunSettings:
     """What the inference server said about itself (``inference.backend.server``), or None."""
     subset: str | None = None
     """The ``--subset`` the questions were restricted to (its description), or None."""
+    frame_size: str | None = None
+    """``WxH`` every frame was resized to (``--frame_size``), or None."""
+    max_new_tokens: int | None = None
+    """The response limit (``inference.max_new_tokens``), None when the file does not say."""
+    thinking: bool | None = None
+    """A ``--thinking_mode`` run (None when the file does not say)."""
+    thinking_limit: str | None = None
+    """Which documented thinking limit the run's ``max_new_tokens`` is: ``reference`` (3,072), ``paper`` (2,048),
+    ``own`` (another) for a thinking run; None otherwise."""
+    long_videos: int | None = None
+    """Questions whose video lasts 150 s or more (None when the records carry no duration)."""
+    paper_rows: list = field(default_factory=list)
+    """The published rows (:attr:`k9bench.data.published.PaperRow.name`) whose setup the run followed."""
+    paper_why: list = field(default_factory=list)
+    """Each matched row with its setup in words (why it is the comparison)."""
+    nearest_row: str | None = None
+    """The published row nearest to the run's setup (the one its differences are named against)."""
+    nearest_table: str | None = None
+    """The table of the matched (else nearest) row."""
     differences: list = field(default_factory=list)
-    """How the run differs from the paper's Table 1 setup (empty: it does not)."""
+    """How the run differs from its nearest published row (empty: it followed a row's setup)."""
     unconfirmed: list = field(default_factory=list)
     """Settings the file does not record, or that cannot be checked (a prompt file's text)."""
     dtype: str | None = None
@@ -176,7 +204,7 @@ class RunSettings:
 
 
 SERVER_FIELDS = ("engine", "version", "served_model", "root", "max_model_len", "system_fingerprints")
-"""The keys of ``inference.backend.server`` the report shows (:mod:`k9bench.inference.server_info`
+"""The keys of ``inference.backend.server`` the report shows (:mod:`k9bench.inference.openai_compat.server_info`
 writes them from ``/v1/models``, ``/version`` and each reply's ``system_fingerprint``)."""
 
 
@@ -213,69 +241,6 @@ def model_display_name(model: str) -> str:
             ch in "0123456789abcdef" for ch in parts[-1])):
         return f"{parts[-2]}/{parts[-1]}"
     return parts[-1]
-
-
-def served_checkpoint_differs(settings: RunSettings) -> str | None:
-    """Why the served checkpoint is not the model the run names (an FP8 export of it, say), or None."""
-    server = settings.server or {}
-    root = server.get("root")
-    named = settings.model_name_or_path
-    if not root or not named:
-        return None
-    if normalize_model_name(str(root)) == normalize_model_name(str(named)):
-        return None
-    return f"the server served checkpoint {root}, not {named}"
-
-
-def compare_with_paper(settings: RunSettings) -> tuple[list[str], list[str]]:
-    """``(differences, unconfirmed)`` of a run's settings against the paper's Table 1 setup."""
-    paper = PAPER_SETUP
-    differences: list[str] = []
-    unconfirmed: list[str] = []
-    if settings.embedding_model is None:
-        unconfirmed.append("embedding model not recorded")
-    elif normalize_model_name(settings.embedding_model) != normalize_model_name(paper.embedding_model):
-        differences.append(f"embedding model {settings.embedding_model} (paper: {paper.embedding_model})")
-    if settings.threshold is None:
-        unconfirmed.append("threshold not recorded")
-    elif settings.threshold != paper.threshold:
-        differences.append(f"threshold {settings.threshold:g} (paper: {paper.threshold:g})")
-    if settings.prompt_placement is None:
-        unconfirmed.append("prompt placement not recorded")
-    elif settings.prompt_placement != paper.prompt_placement:
-        differences.append(PLACEMENT_DIFFERENCES.get(settings.prompt_placement, f"prompt placement {settings.prompt_placement}"))
-    if settings.audio and not paper.audio:
-        differences.append("audio+video: the model heard the soundtracks (paper's Table 1: video only)")
-    if not settings.prompts:
-        unconfirmed.append("prompts not recorded")
-    for kind, prompt in settings.prompts.items():
-        source = str(prompt.get("source"))
-        if prompt.get("reference"):
-            continue
-        if source.startswith("builtin"):
-            differences.append(f"{kind} in this project's own words ({source}), not the reference's")
-        elif reference_prompt_sha256(kind) is None:
-            unconfirmed.append(f"{kind} from {source} (no reference hash to confirm it against)")
-        else:
-            differences.append(f"{kind} from {source}: its SHA-256 is not the reference's")
-    served = served_checkpoint_differs(settings)
-    if served:
-        differences.append(served)
-    if settings.text_only:
-        differences.append("text only, no video (paper: 32 frames)")
-    else:
-        for name, have, want, shown in (
-            ("frames", settings.max_frames, paper.max_frames, f"{paper.max_frames}"),
-            ("fps", settings.fps, paper.fps, f"{paper.fps:g}"),
-            ("max_pixels", settings.max_pixels, paper.max_pixels, f"{paper.max_pixels} = 360x420"),
-        ):
-            if have is None:
-                unconfirmed.append(f"{name} not recorded")
-            elif have != want:
-                differences.append(f"{name} {have:g} (paper: {shown})")
-    if settings.questions != paper.questions:
-        differences.append(f"{settings.questions:,} question{'' if settings.questions == 1 else 's'} (paper: {paper.questions:,})")
-    return differences, unconfirmed
 
 
 # ---------------------------------------------------------------------------
@@ -359,6 +324,23 @@ class JudgeSummary:
     """The judge model (from the meta sidecar)."""
     prompt: dict | None = None
     """``{"source", "sha256", "reference"}`` of the judge prompt (from the meta sidecar), or None."""
+    paper_rows: list = field(default_factory=list)
+    """The published judge rows whose setup the judged run and this judge followed."""
+    nearest_row: str | None = None
+    """The published judge row nearest to them."""
+    differences: list = field(default_factory=list)
+    """How they differ from the nearest judge row (empty: they followed one)."""
+    unconfirmed: list = field(default_factory=list)
+    """What cannot be checked (a judge model not recorded, the judged run's file absent)."""
+    counted_in_subset: int | None = None
+    """With ``--subset``: the entries of the subset's questions (the others are left out); None without."""
+
+    @property
+    def standing(self) -> str:
+        """``comparable``, ``not comparable`` or ``unconfirmed`` against the judge rows."""
+        if self.differences:
+            return NOT_COMPARABLE
+        return UNCONFIRMED if self.unconfirmed else COMPARABLE
 
 
 @dataclass
@@ -402,17 +384,21 @@ class Report:
     """The runs on their common questions (two runs or more)."""
     paired: object = None
     """``--baseline``: the first run against the baseline (:class:`k9bench.report.paired.PairedComparison`), or None."""
+    people: object = None
+    """The human row and the failure labels (:class:`k9bench.report.people.PeopleReport`), or None."""
 
     def stamp(self) -> list[str]:
         """The lines every figure carries: the caller's notes (the demo's), and the runs that are not
         comparable to the paper's Table 1 (or whose comparability is unconfirmed)."""
         lines = [n.strip() for n in self.notes if n.strip()]
-        marked = [r.label for r in self.runs if r.settings.standing == NOT_COMPARABLE]
-        unsure = [r.label for r in self.runs if r.settings.standing == UNCONFIRMED]
-        if marked:
-            lines.append(f"{NOT_COMPARABLE_MARK}: {', '.join(marked)}")
-        if unsure:
-            lines.append(f"comparability to the paper's Table 1 unconfirmed: {', '.join(unsure)}")
+        for standing, word in ((NOT_COMPARABLE, None), (UNCONFIRMED, "unconfirmed")):
+            by_table: dict = {}
+            for run in self.runs:
+                if run.settings.standing == standing:
+                    by_table.setdefault(run.settings.nearest_table or "Table 1", []).append(run.label)
+            for table, labels in by_table.items():
+                head = mark_for(table) if word is None else f"comparability to the paper's {table} unconfirmed"
+                lines.append(f"{head}: {', '.join(labels)}")
         if self.subset:
             lines.append(f"restricted to {self.subset['count']:,} questions ({self.subset['description']})")
         return lines

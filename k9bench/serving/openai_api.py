@@ -405,9 +405,15 @@ class ChatClient:
         """One chat completion, retried per :attr:`retry`; never raises for API failures.
 
         ``params`` go to ``chat.completions.create`` as they are (``temperature``,
-        ``max_tokens``, ``seed``...); parameters set to None are not sent.
+        ``max_tokens``, ``seed``...); parameters set to None are not sent. ``stream=True`` asks for a streamed
+        reply and assembles it (:mod:`k9bench.serving.streaming`): the result is the same.
         """
         params = {k: v for k, v in params.items() if v is not None}
+        stream = bool(params.pop("stream", False))  # streamed replies: k9bench.serving.streaming
+        if stream:
+            from k9bench.serving.streaming import STREAM_OPTIONS
+
+            params.update(stream=True, stream_options=dict(STREAM_OPTIONS))
         total = self.retry.max_retries + 1
         started = time.monotonic()
         where = f"{label}: " if label else ""
@@ -418,6 +424,8 @@ class ChatClient:
             attempt += 1
             try:
                 response = self.client.chat.completions.create(model=model, messages=messages, **params)
+                if stream:
+                    response = _assembled(response)
                 choices = getattr(response, "choices", None)
                 if not choices:
                     raise BadResponse("the response has no choices")
@@ -475,6 +483,16 @@ class ChatClient:
             status_code=status,
             elapsed_s=time.monotonic() - started,
         )
+
+
+def _assembled(chunks: Any) -> Any:
+    """A streamed completion as one (:func:`k9bench.serving.streaming.assemble`); a broken stream is a :class:`BadResponse`."""
+    from k9bench.serving.streaming import StreamBroken, assemble
+
+    try:
+        return assemble(chunks)
+    except StreamBroken as exc:
+        raise BadResponse(str(exc)) from None
 
 
 def _read_reply(response: Any, message: Any) -> tuple[str, Usage]:
