@@ -54,7 +54,10 @@ def _max_frames(text: str) -> int:
 
 
 def _max_samples(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value != -1 and value < 1:
         raise argparse.ArgumentTypeError(f"expected -1 (all questions) or a positive integer, got {text!r}")
     return value
@@ -110,7 +113,7 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable("MODEL_NAME", help="model id or local folder"),
     Variable("MAX_FRAMES", _max_frames, help="frame budget per video (0: text only)"),
-    Variable("MAX_SAMPLES", _max_samples, default="10", help="questions to run; -1 = all 4,744"),
+    Variable("MAX_SAMPLES", _max_samples, default="10", check_first=True, help="questions to run; -1 = all 4,744"),
     Variable("VIDEO_DIR", help="folder of {scene}.mp4 videos"),
     Variable("DATASET_NAME", help="Hub id, local parquet/json/jsonl/save_to_disk folder, or demo"),
     Variable("SPLIT", help="dataset split"),
