@@ -179,15 +179,16 @@ def _acquire(target: Path, on_busy) -> int:
 
 
 @contextlib.contextmanager
-def output_lock(path: str | os.PathLike, *, flag: str | None = None) -> Iterator[Path]:
+def output_lock(path: str | os.PathLike, *, flag: str | None = None, what: str | None = None) -> Iterator[Path]:
     """Hold the lock of one output for the block. A second process asking for the same output gets
     :class:`LockHeld` at once. The lock is an ``flock`` on ``<output>.lock``, so a holder that died (even
-    by SIGKILL) holds nothing: its lock file is taken over. The file is removed on release."""
+    by SIGKILL) holds nothing: its lock file is taken over. The file is removed on release. The refusal
+    names ``what`` (else ``flag path``; ``what`` for a ``path`` that is only a lock's name, not a file)."""
     target = lock_path(path)
 
     def refuse(fd: int) -> None:
-        what = f"{flag} {path}" if flag else str(path)
-        raise LockHeld(f"{what} is being written by {_holder(fd)} (lock {target}); wait for that run or stop it") from None
+        what_held = what or (f"{flag} {path}" if flag else str(path))
+        raise LockHeld(f"{what_held} is being written by {_holder(fd)} (lock {target}); wait for that run or stop it") from None
 
     yield from _held(_acquire(target, refuse), target)
 

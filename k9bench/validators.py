@@ -156,3 +156,22 @@ def float_in_range(low: float, high: float):
 
     parse.__name__ = f"float_in_{low}_{high}"
     return parse
+
+
+MAX_WAIT_S = 86_400.0
+"""The longest time any flag in seconds takes (a day: a longer timeout or backoff is a typo, not a plan)."""
+
+
+def at_most(kind, high: float):
+    """``kind`` (a value type above) with an upper bound too: beyond it a value is a typo of a few digits, not a
+    plan (``--concurrency 100000000`` would start that many threads). The lower bound's message stays ``kind``'s."""
+
+    def parse(text: str):
+        value = kind(text)
+        if value > high:
+            raise argparse.ArgumentTypeError(f"expected at most {high:,}, got {text!r}")
+        return value
+
+    parse.__name__ = f"{kind.__name__}_at_most_{high:g}"
+    return parse
+

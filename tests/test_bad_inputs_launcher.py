@@ -14,6 +14,7 @@ import pytest
 
 from k9bench.pipeline import main
 from tests.pipeline_fakes import LAUNCHER_VARS, REPO
+from tests.test_hub_offline import answering_server  # noqa: F401 (a fixture: a loopback Hub that answers)
 
 READ_ONLY = "/sys/k9bench_out"
 """A folder no one can create, root included (sysfs)."""
@@ -117,10 +118,15 @@ def test_read_only_existing_out_dir_with_earlier_results_is_left_unchanged(env, 
     assert sorted(p.name for p in out.iterdir()) == [earlier.name] and earlier.read_text() == "{}"
 
 
-def test_batch_size_auto_and_audio_pass_the_preflight(env, tmp_path, capsys):
-    # online for this check (nothing is fetched by a dry run): offline, the preflight refuses the uncached Hub defaults
+def test_batch_size_auto_and_audio_pass_the_preflight(env, tmp_path, capsys, monkeypatch, answering_server):
+    # online for this check (nothing is fetched by a dry run): offline, the preflight refuses the uncached Hub defaults;
+    # the Hub is a loopback server that answers (the preflight probes it since issue 40 item 3)
+    from k9bench.models import hub
+
+    monkeypatch.setattr(hub, "_probe_results", {})
     offline = {var: "0" for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")}
-    env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), BATCH_SIZE="auto", AUDIO="1", **offline)
+    env(OUT_DIR=str(tmp_path / "out"), VIDEO_DIR=str(tmp_path / "v"), BATCH_SIZE="auto", AUDIO="1", HF_ENDPOINT=answering_server,
+        **offline)
     assert main(["--dry_run"]) == 0
     out = capsys.readouterr().out
     assert "BATCH_SIZE       auto" in out

@@ -83,3 +83,27 @@ def test_readme_speed_figures_are_the_measured_ones() -> None:
     figures = re.findall(r"\b(\d+(?:\.\d+)?) questions/s", readme)
     for figure in figures:
         assert f"{figure} questions/s" in measured, f"README quotes {figure} questions/s, not measured"
+
+
+def test_every_measurement_s_date_has_its_package_versions() -> None:
+    """Issue 40 item 11: each row names the package versions it was measured with, through the dated spans of
+    the 'Package versions' table (a row measured under new pins needs a new span)."""
+    import datetime
+
+    tables = _tables(MEASUREMENTS.read_text(encoding="utf-8"))
+    spans = [(datetime.date.fromisoformat(r[0]), datetime.date.fromisoformat(r[1]), r[2]) for h, rows in tables
+             if h[:3] == ["from", "to", "versions"] for r in rows]
+    assert spans and all(versions for _, _, versions in spans)
+    dated = 0
+    for header, rows in (t for t in tables if "date" in t[0]):
+        for row in rows:
+            day = datetime.date.fromisoformat(row[header.index("date")].removeprefix("week of "))
+            dated += 1
+            assert any(start <= day <= end for start, end, _ in spans), f"no package versions for the date of {row}"
+    assert dated >= 20
+
+
+def test_the_retired_batch_agreement_table_says_so() -> None:
+    text = MEASUREMENTS.read_text(encoding="utf-8")
+    section = text.split("## Batched answers against batch 1", 1)[1]
+    assert section.lstrip().startswith("**Retired, see `bench_vllm`**")

@@ -107,7 +107,10 @@ def test_two_launchers_started_together_the_second_refuses_at_once(tmp_path, tin
             os.killpg(first.pid, signal.SIGKILL)
             first.wait()
     assert second.returncode == 2, second.stdout
-    assert f"another launcher is running this run: OUT_DIR run {tmp_path / 'out'}/.run_{TAG} is being written by pid {first.pid}" in second.stdout
+    # issue 40 item 7: the line names the run and the lock file (it named ".run_<tag>", a path that never exists)
+    assert (f"another launcher is running this run: the run {TAG} in OUT_DIR={tmp_path / 'out'} is being written by pid {first.pid}"
+            in second.stdout)
+    assert f"(lock {lock})" in second.stdout
     assert "step " not in second.stdout
     assert elapsed < 10, f"the refusal took {elapsed:.1f} s (interpreter start included)"
     assert first.returncode == 143, log[-3000:]

@@ -309,3 +309,50 @@ def test_an_in_process_run_leaves_the_environment_as_it_was(fake, launcher_env, 
     monkeypatch.delenv("K9BENCH_INTERFACE", raising=False)
     assert launch(fake, capsys)[0] == 0
     assert "K9BENCH_INTERFACE" not in os.environ
+
+
+# --------------------------------------------------------------------------- issue 40 item 7: small ones
+
+
+def test_the_lock_refusal_names_the_run_and_a_lock_file_that_exists(fake, launcher_env, capsys, tmp_path):
+    """It named ``OUT_DIR run .../.run_<tag>``, a path that never exists."""
+    import re
+
+    from k9bench.stage import output_lock
+
+    with output_lock(lock_file(tmp_path)):
+        code, out, ran = launch(fake, capsys)
+        (line,) = error_lines(out)
+        named = re.search(r"\(lock (\S+)\)", line)
+        assert named and Path(named.group(1)).is_file()
+    assert code == 2 and ran == []
+    assert f"another launcher is running this run: the run {TAG} in OUT_DIR={tmp_path / 'out'} is being written by pid" in line
+    assert f".run_{TAG} is" not in line
+
+
+def test_a_resumed_step_says_it_resumes(fake, launcher_env, capsys, tmp_path):
+    """A stage with a checkpoint from a stopped run: "resumes from <checkpoint>", not "raw... is missing"."""
+    from k9bench.layout import checkpoint_path
+
+    out = tmp_path / "out"
+    out.mkdir()
+    partial = checkpoint_path(out / f"raw_{TAG}.json")
+    partial.write_text('{"idx": 0}\n')
+    code, text, ran = launch(fake, capsys)
+    assert code == 0 and ran == ALL, text
+    assert f"step inference: runs: resumes from {partial}" in text
+    assert f"raw_{TAG}.json is missing" not in text
+
+
+def test_help_into_a_closed_pipe_exits_0_without_a_traceback(repo_root, tmp_path):
+    """`bash run_eval.sh --help | head -3` printed a BrokenPipeError traceback and exited 1: here the pipe's
+    reader is gone before the first write, as head's is after its third line."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(["bash", str(repo_root / "run_eval.sh"), "--help"], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=120, cwd=tmp_path, env={**os.environ, "K9BENCH_DIR": str(repo_root)})
+    finally:
+        os.close(write)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "BrokenPipe" not in done.stderr

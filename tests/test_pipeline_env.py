@@ -9,6 +9,7 @@ import pytest
 from k9bench.pipeline.env import VARIABLES, LaunchError, read_settings
 from k9bench.pipeline.plan import build_steps
 from k9bench.pipeline.stages import ShardMode
+from tests.pipeline_fakes import fake, launcher_env  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -93,3 +94,37 @@ def test_steps_of_each_mode(tmp_path):
                                               "judge", "report"]
     assert names(ShardMode(num_shards=2, shard_id=1)) == ["download", "inference-shard1"]
     assert names(ShardMode(num_shards=2, finalize=True)) == ["merge", "calculate", "evaluate", "judge", "report"]
+
+
+@pytest.mark.parametrize("name, value, resembles", [
+    ("MAX_FRAME", "64", "MAX_FRAMES"),
+    ("MODEL", "Qwen/Qwen3-VL-8B-Instruct", "MODEL_NAME"),
+    ("OUTDIR", "elsewhere", "OUT_DIR"),
+    ("EMBEDING_MODEL", "x/y", "EMBEDDING_MODEL"),
+    ("K9_FINALISE", "1", "K9_FINALIZE"),
+])
+def test_a_variable_that_looks_like_the_launcher_s_is_warned_about_before_anything_runs(fake, launcher_env, capsys, monkeypatch,
+                                                                                        name, value, resembles):
+    """Issue 40 item 6: MAX_FRAME=64 and MODEL=... ran with the defaults without a word; now a warning names the
+    variable they resemble, before the configuration (and the plan of --dry_run) is printed."""
+    from k9bench.pipeline import main
+
+    launcher_env()
+    monkeypatch.setenv(name, value)
+    assert main(["--dry_run"]) == 0
+    out = capsys.readouterr().out
+    warning = f"WARNING: {name} is not a launcher variable and is ignored; did you mean {resembles}?"
+    assert warning in out
+    assert out.index(warning) < min(i for i in (out.find("config"), out.find("plan"), out.find("step ")) if i >= 0)
+
+
+def test_an_unknown_variable_under_the_launcher_s_prefix_is_warned_about_and_the_usual_ones_are_not():
+    from k9bench.pipeline.env import lookalikes
+
+    assert lookalikes({"K9BENCH_FOO": "1"}) == [
+        "K9BENCH_FOO is not a variable the launcher or the package reads and is ignored (run_eval.sh --help lists them)"]
+    ordinary = {"PATH": "/bin", "HOME": "/root", "PWD": "/", "SHELL": "/bin/bash", "TERM": "xterm", "LANG": "C", "USER": "me",
+                "PYTHONPATH": ".", "VIRTUAL_ENV": "/v", "SLURM_JOB_ID": "7", "CUDA_HOME": "/usr/local/cuda", "TMPDIR": "/tmp",
+                "HF_HUB_OFFLINE": "1", "HOSTNAME": "node1", "MAX_FRAMES": "8", "MODEL_NAME": "m", "OPENAI_BASE_URL": "http://x",
+                "K9BENCH_VLLM_PYTHON": "/p", "K9BENCH_NO_PROGRESS": "1", "HF_TOKEN": "t", "DISPLAY": ":0", "EDITOR": "vi"}
+    assert lookalikes(ordinary) == []

@@ -273,3 +273,84 @@ def test_an_empty_video_dir_is_named_as_video_dir_under_the_launcher(tiny_model_
     assert infer(argv) == 2
     err = [ln for ln in capfd.readouterr().err.splitlines() if "holds none" in ln]
     assert len(err) == 1 and f"--video_dir {empty} holds none" in err[0] and "--auto_download" in err[0]
+
+
+@pytest.fixture
+def hub_unreachable(monkeypatch, tmp_path):
+    """No offline switch, an empty cache, and a Hub (HF_ENDPOINT) at a closed loopback port: the probe decides."""
+    import socket
+
+    from k9bench.models import hub
+
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE",
+                "HF_DATASETS_CACHE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "empty_hf_home"))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    closed = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
+    monkeypatch.setenv("HF_ENDPOINT", closed)
+    monkeypatch.setattr(hub, "_probe_results", {})
+    return closed
+
+
+@pytest.mark.parametrize("dry_run", [False, True], ids=["run", "dry_run"])
+@pytest.mark.parametrize("variable, value, said", [
+    ("EMBEDDING_MODEL", "Qwen/Qwen3-Embeding-8B", "the embedding model is not in the Hugging Face cache"),
+    ("MODEL_NAME", "Qwen/Qwen3-VL-4B-Instruct", "the model is not in the Hugging Face cache"),
+    ("DATASET_NAME", "someone/k9bench-copy", "not in the Hugging Face cache"),
+])
+def test_an_unreachable_hub_is_seen_before_the_first_stage(fake, launcher_env, capsys, tmp_path, hub_unreachable, variable, value,
+                                                          said, dry_run):
+    """Issue 40 item 3: with no network (and no offline switch) an uncached Hub id ran stages and failed later (the
+    embedding model's typo after the whole inference); the preflight now probes the Hub and refuses, naming the variable."""
+    launcher_env(**{variable: value})
+    started = time.monotonic()
+    code, out, ran = launch(fake, capsys, *(["--dry_run"] if dry_run else []))
+    assert code == 2 and ran == [], out
+    assert time.monotonic() - started < 15
+    (line,) = errors(out)
+    assert f"{variable}={value}: {said}" in line and "cannot be reached" in line and hub_unreachable in line
+    assert nothing_made(tmp_path)
+
+
+def test_a_local_looking_dataset_name_is_said_to_be_taken_for_a_hub_id(fake, launcher_env, capfd, tmp_path, hub_unreachable):
+    """``DATASET_NAME=k9bench_data/test`` with no such folder: said to be taken for a Hub dataset id (it was
+    taken silently, then called a gated dataset), then refused as the Hub cannot be reached."""
+    launcher_env(DATASET_NAME="k9bench_data/test")
+    code = main([])
+    out, err = capfd.readouterr()
+    assert code == 2
+    assert "DATASET_NAME=k9bench_data/test: no such file or folder here; taken for a Hugging Face Hub dataset id" in out + err
+    (line,) = errors(out)
+    assert "DATASET_NAME=k9bench_data/test: not in the Hugging Face cache" in line and "no such file or folder here" in line
+    assert "cannot be reached" in line
+    assert nothing_made(tmp_path)
+
+
+def test_the_judge_s_default_endpoint_unreachable_is_refused_naming_judge_base_url(fake, launcher_env, capsys, tmp_path, monkeypatch,
+                                                                                  hub_unreachable):
+    """OPENAI_API_KEY set, JUDGE_BASE_URL not: the judge would call the OpenAI API (OPENAI_BASE_URL here, a closed
+    loopback port); with no network it failed at its own step naming --base_url. Now the preflight refuses."""
+    monkeypatch.setenv("OPENAI_BASE_URL", hub_unreachable + "/v1")
+    launcher_env(OPENAI_API_KEY="sk-test-key-123456")
+    code, out, ran = launch(fake, capsys, "--dry_run")
+    assert code == 2 and ran == [], out
+    (line,) = errors(out)
+    assert f"JUDGE_BASE_URL is not set, so the judge would call {hub_unreachable}/v1, which cannot be reached" in line
+    assert "--base_url" not in line
+
+
+def test_the_judge_s_own_messages_name_the_launcher_variable_under_the_launcher(monkeypatch, hub_unreachable):
+    from k9bench.judge.stage import EndpointUnreachable, probe
+    from k9bench.models.hub import INTERFACE_ENV
+
+    monkeypatch.setenv(INTERFACE_ENV, "launcher")
+    with pytest.raises(EndpointUnreachable) as exc:
+        probe(None, hub_unreachable + "/v1", "sk-test-key-123456")
+    assert str(exc.value).startswith(f"JUDGE_BASE_URL={hub_unreachable}/v1: the judge endpoint does not answer")
+    monkeypatch.delenv(INTERFACE_ENV)
+    with pytest.raises(EndpointUnreachable) as exc:
+        probe(None, hub_unreachable + "/v1", "sk-test-key-123456")
+    assert str(exc.value).startswith(f"--base_url {hub_unreachable}/v1: the judge endpoint does not answer")

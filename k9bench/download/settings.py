@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 from k9bench.data.dataset import DatasetSettings
 from k9bench.settings import setting
-from k9bench.validators import all_or_positive_int, non_negative_float, non_negative_int, positive_float, positive_int
+from k9bench.validators import MAX_WAIT_S, all_or_positive_int, at_most, non_negative_float, non_negative_int, positive_float, positive_int
 
 DEFAULT_VIDEO_DIR = "./k9bench_videos"
 """Where the videos go (the reference's ``--output_dir`` default)."""
@@ -35,14 +35,14 @@ class DownloadConfig:
     """How to download. The fields with a flag are ``download_videos.py``'s options (the flags are
     generated from them); the others are for library callers and tests."""
 
-    workers: int = setting(4, "videos downloaded in parallel", type=positive_int)
-    retries: int = setting(3, "retries per request/fragment inside yt-dlp (with backoff)", type=non_negative_int)
-    timeout: float = setting(30.0, "seconds without data before a connection counts as stalled", type=positive_float)
+    workers: int = setting(4, "videos downloaded in parallel", type=at_most(positive_int, 256))
+    retries: int = setting(3, "retries per request/fragment inside yt-dlp (with backoff)", type=at_most(non_negative_int, 100))
+    timeout: float = setting(30.0, "seconds without data before a connection counts as stalled", type=at_most(positive_float, MAX_WAIT_S))
     cookies: str | None = setting(None, "Netscape cookies.txt for YouTube (never modified)")
     cookies_from_browser: str | None = setting(
         None, "read YouTube cookies from a browser (e.g. firefox, chrome)", metavar="BROWSER[+KEYRING][:PROFILE][::CONTAINER]"
     )
-    sleep_interval: float = setting(0.0, "seconds each worker waits before each download", type=non_negative_float)
+    sleep_interval: float = setting(0.0, "seconds each worker waits before each download", type=at_most(non_negative_float, 3600.0))
     manifest: str | None = setting(None, "manifest JSON path (default: <output_dir>/download_manifest.json)")
     reverify: bool = setting(
         False,

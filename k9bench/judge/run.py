@@ -26,7 +26,7 @@ from k9bench.headers.files import read_header, stamped
 from k9bench.judge.parse import AXES, JudgeParseError, stored_score
 from k9bench.judge.cache import ReplyStore, default_store_folder, endpoint_id
 from k9bench.judge.score import Outcome, judge_task, outcome_from_reply, summarize, task_key
-from k9bench.judge.settings import MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, RunPaths, judge_fingerprint
+from k9bench.judge.settings import MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, RunPaths, base_url_setting, judge_fingerprint
 from k9bench.judge.tasks import TaskSet
 from k9bench.redact import redact
 from k9bench.settings import fingerprint_differences
@@ -431,7 +431,7 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
                 if tally.refused_streak >= stop_after:
                     unreachable = redact(
                         f"the judge endpoint {getattr(client, 'base_url', '?')} could not be reached for {tally.refused_streak} "
-                        "entries in a row (each after its retries): check --base_url and that the server is up")
+                        f"entries in a row (each after its retries): check {base_url_setting()} and that the server is up")
                     log.error("%s; stopping. %d result(s) of this run are checkpointed in %s; rerun the same command to finish",
                               unreachable, tally.scored + tally.skipped, paths.checkpoint)
                     break

@@ -23,7 +23,7 @@ from k9bench.data.dataset import DEFAULT_SPLIT
 from k9bench.redact import redact
 from k9bench.settings import result_fingerprint, setting, to_dict
 from k9bench.stage import EXIT_USAGE, StageError
-from k9bench.validators import float_in_range, non_negative_int, positive_float, positive_int
+from k9bench.validators import MAX_WAIT_S, at_most, float_in_range, non_negative_int, positive_float, positive_int
 
 DEFAULT_JUDGE_MODEL = "gpt-4o"
 """The judge model when ``--judge_model`` is not given (the paper's judge); defined here only."""
@@ -70,7 +70,7 @@ class JudgeSettings:
         type=temperature_value, result=True,
     )
     max_tokens: int | None = setting(
-        None, "limit on the judge's reply length (default: the API's)", type=positive_int
+        None, "limit on the judge's reply length (default: the API's)", type=at_most(positive_int, 1_000_000)
     )  # not a result setting: raising it to retry replies cut short must not refuse the earlier entries
     strict_scores: bool = setting(
         False, "skip an entry whose score is out of 1-10 or a bool (default: kept as given and flagged, as the reference does)",
@@ -111,15 +111,18 @@ class RequestSettings:
     """How judge requests are sent (no effect on the scores)."""
 
     base_url: str | None = setting(None, "OpenAI-compatible endpoint (vLLM, SGLang, Azure, a proxy); default: the OpenAI API")
-    concurrency: int = setting(8, "requests in flight at once (default: %(default)s)", type=positive_int)
+    concurrency: int = setting(8, "requests in flight at once (default: %(default)s)", type=at_most(positive_int, 1024))
     max_retries: int = setting(
-        5, "retries per request on 429, 5xx, timeouts and connection errors (default: %(default)s)", type=non_negative_int
+        5, "retries per request on 429, 5xx, timeouts and connection errors (default: %(default)s)",
+        type=at_most(non_negative_int, 100),
     )
-    timeout: float = setting(120.0, "seconds per request attempt (default: %(default)s)", type=positive_float)
+    timeout: float = setting(120.0, "seconds per request attempt (default: %(default)s)", type=at_most(positive_float, MAX_WAIT_S))
     retry_backoff: float = setting(
-        1.0, "seconds before the first retry, doubled each time, with jitter (default: %(default)s)", type=positive_float
+        1.0, "seconds before the first retry, doubled each time, with jitter (default: %(default)s)",
+        type=at_most(positive_float, MAX_WAIT_S),
     )
-    retry_backoff_max: float = setting(60.0, "ceiling of the retry backoff in seconds (default: %(default)s)", type=positive_float)
+    retry_backoff_max: float = setting(60.0, "ceiling of the retry backoff in seconds (default: %(default)s)",
+                                       type=at_most(positive_float, MAX_WAIT_S))
     no_cache: bool = setting(
         False, "do not read or write the store of paid replies (<output folder>/.judge_cache/): every request not in an "
         "earlier output of the same name is sent", action="store_true",
@@ -218,6 +221,13 @@ class RunPaths:
     @property
     def summary(self) -> Path:
         return sidecar_path(self.output, "summary.json")
+
+
+def base_url_setting() -> str:
+    """``--base_url``, or ``JUDGE_BASE_URL`` under the launcher (:func:`k9bench.models.hub.setting_name`)."""
+    from k9bench.models.hub import setting_name
+
+    return setting_name("--base_url", "JUDGE_BASE_URL")
 
 
 def resolve_paths(run: JudgeRunSettings) -> RunPaths:
@@ -338,6 +348,6 @@ def config_from_namespace(args: argparse.Namespace, argv: list[str] | None = Non
 __all__ = [
     "BUILTIN_PROMPT", "DEFAULT_JUDGE_MODEL", "MISSING_MODEL_ANSWER", "PLACEHOLDERS", "JudgeConfig", "JudgeInputError",
     "JudgeRunSettings", "JudgeSettings", "RequestSettings", "RunPaths", "build_parser", "check_prompt_template", "config_from_argv",
-    "config_from_namespace", "judge_fingerprint", "load_template", "render_prompt", "resolve_paths",
+    "base_url_setting", "config_from_namespace", "judge_fingerprint", "load_template", "render_prompt", "resolve_paths",
     "sidecar_path", "temperature_value",
 ]

@@ -19,7 +19,8 @@ from typing import Any
 
 from k9bench.judge.run import read_meta, run_judge
 from k9bench.judge.score import MAX_REPLY_CHARS, format_summary
-from k9bench.judge.settings import BUILTIN_PROMPT, MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, RunPaths, judge_fingerprint, resolve_paths
+from k9bench.judge.settings import (BUILTIN_PROMPT, MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, RunPaths, base_url_setting,
+                                    judge_fingerprint, resolve_paths)
 from k9bench.settings import fingerprint_differences, to_dict
 from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, file_digest
 
@@ -49,6 +50,7 @@ def probe(client: Any, base_url: str | None, api_key: str) -> None:
     question: any HTTP answer (even 401 or 404) means the server is there; none within
     :data:`PROBE_TIMEOUT` seconds raises :class:`EndpointUnreachable` (exit 2, one line), so a wrong
     endpoint fails in seconds instead of retrying every question."""
+    from k9bench.models.hub import assignment
     from k9bench.serving import openai_api
     from k9bench.redact import redact_text
 
@@ -56,7 +58,7 @@ def probe(client: Any, base_url: str | None, api_key: str) -> None:
     try:
         status = openai_api.probe_endpoint(_without_userinfo(url), api_key=api_key, timeout=PROBE_TIMEOUT)
     except openai_api.EndpointUnreachable as exc:
-        raise EndpointUnreachable(redact_text(f"--base_url {url}: the judge endpoint does not answer ({exc})")) from None
+        raise EndpointUnreachable(redact_text(f"{assignment(base_url_setting(), url)}: the judge endpoint does not answer ({exc})")) from None
     log.debug("endpoint %s answered the probe (HTTP %s)", redact_text(url), status)
 
 
@@ -179,7 +181,7 @@ class JudgeStage(Stage):
         cfg = self.config
         register_url_secrets(cfg.requests.base_url)
         try:  # the key first: nothing is read or sent before we know we can call the judge
-            api_key = resolve_api_key(cfg.requests.base_url)
+            api_key = resolve_api_key(cfg.requests.base_url, flag=base_url_setting())
         except MissingApiKey as exc:
             raise JudgeInputError(str(exc)) from None
         register_secret(api_key)

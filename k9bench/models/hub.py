@@ -192,13 +192,20 @@ def hub_unreachable_reason(*offline_vars: str, timeout: float | None = None) -> 
     if var:
         return f"{var}={os.environ[var]} is set"
     endpoint = (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
-    with _probe_lock:
-        if endpoint not in _probe_results:
-            _probe_results[endpoint] = _probe(endpoint, PROBE_TIMEOUT_S if timeout is None else timeout)
-            if _probe_results[endpoint] is not None:
-                log.debug("the Hub at %s is unreachable: %s", endpoint, _probe_results[endpoint])
-        reason = _probe_results[endpoint]
+    reason = url_unreachable_reason(endpoint, timeout=timeout)
     return None if reason is None else f"no connection to {endpoint}: {reason}"
+
+
+def url_unreachable_reason(url: str, *, timeout: float | None = None) -> str | None:
+    """None when anything answers one HEAD request to ``url`` (an HTTP error status counts as an answer; proxy
+    variables honoured); else why not. Probed at most once per URL and process."""
+    url = url.rstrip("/")
+    with _probe_lock:
+        if url not in _probe_results:
+            _probe_results[url] = _probe(url, PROBE_TIMEOUT_S if timeout is None else timeout)
+            if _probe_results[url] is not None:
+                log.debug("%s is unreachable: %s", url, _probe_results[url])
+        return _probe_results[url]
 
 
 # ---------------------------------------------------------------------------

@@ -19,7 +19,10 @@ from k9bench.data.published import DEFAULT_THINKING_LIMIT, THINKING_LIMITS
 from k9bench.inference.registry import DEFAULT_BACKEND, REGISTRY
 from k9bench.layout import RESULTS_DIR
 from k9bench.models.families import DEMO_AUDIO_FAMILY, DEMO_FAMILY
-from k9bench.validators import device_name, http_url, positive_int, unit_interval
+from k9bench.validators import at_most, device_name, http_url, positive_int, unit_interval
+
+MAX_GPUS = 256
+"""The most GPUs ``GPUS``, ``GPUS_PER_NODE`` and ``TENSOR_PARALLEL`` take (more is a typo, not a node)."""
 
 
 class LaunchError(ValueError):
@@ -51,7 +54,10 @@ def _max_frames(text: str) -> int:
 
 
 def _max_samples(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value != -1 and value < 1:
         raise argparse.ArgumentTypeError(f"expected -1 (all questions) or a positive integer, got {text!r}")
     return value
@@ -107,7 +113,7 @@ class Variable:
 VARIABLES: tuple[Variable, ...] = (
     Variable("MODEL_NAME", help="model id or local folder"),
     Variable("MAX_FRAMES", _max_frames, help="frame budget per video (0: text only)"),
-    Variable("MAX_SAMPLES", _max_samples, default="10", help="questions to run; -1 = all 4,744"),
+    Variable("MAX_SAMPLES", _max_samples, default="10", check_first=True, help="questions to run; -1 = all 4,744"),
     Variable("VIDEO_DIR", help="folder of {scene}.mp4 videos"),
     Variable("DATASET_NAME", help="Hub id, local parquet/json/jsonl/save_to_disk folder, or demo"),
     Variable("SPLIT", help="dataset split"),
@@ -140,9 +146,9 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("SERVE_URL", check=http_url, default="", help="an OpenAI-compatible server started elsewhere, for the inference stage"),
     Variable("BACKEND", check=_choice(*LAUNCHER_BACKENDS), default=DEFAULT_BACKEND,
              help="vllm: inference with vLLM in-process (--backend vllm; run the launcher from the vLLM environment, docs/vllm.md)"),
-    Variable("TENSOR_PARALLEL", check=positive_int, default="", help="SERVE=vllm or BACKEND=vllm: GPUs per model copy (default: GPUS, else 1)"),
-    Variable("GPUS", check=positive_int, default="", help="GPUs the job needs (checked against the job's allocation)"),
-    Variable("GPUS_PER_NODE", check=positive_int, default="", help="inference worker processes, one per GPU (--data_parallel N)"),
+    Variable("TENSOR_PARALLEL", check=at_most(positive_int, MAX_GPUS), default="", help="SERVE=vllm or BACKEND=vllm: GPUs per model copy (default: GPUS, else 1)"),
+    Variable("GPUS", check=at_most(positive_int, MAX_GPUS), default="", help="GPUs the job needs (checked against the job's allocation)"),
+    Variable("GPUS_PER_NODE", check=at_most(positive_int, MAX_GPUS), default="", help="inference worker processes, one per GPU (--data_parallel N)"),
 )
 """Every value variable of the launcher, in the order the configuration prints them."""
 
@@ -253,6 +259,40 @@ OTHER_VARIABLES = (
     ("K9BENCH_DIR", "the repository (default: the submission folder under SLURM, else run_eval.sh's folder)"),
 )
 """Variables without a value check of their own here (documented in --help all the same)."""
+
+
+OTHER_KNOWN = ("HF_TOKEN", "HF_HOME", "HF_ENDPOINT", "CUDA_VISIBLE_DEVICES", "OPENAI_BASE_URL", "K9BENCH_SCRIPT", "K9BENCH_INTERFACE",
+               "K9BENCH_NO_PROGRESS", "K9BENCH_PROGRESS_INTERVAL", "K9BENCH_API_KEY", "K9BENCH_CHROMIUM", "K9BENCH_CHROMEDRIVER",
+               "K9BENCH_WORKER", "K9_SLURM_DIR", "K9_SLURM_CTLD_PORT", "K9_SLURM_SLURMD_PORT")
+"""Variables read elsewhere (the Hub, the GPU, the stages' own), never taken for a misspelling of the launcher's."""
+
+LAUNCHER_PREFIXES = ("K9BENCH_", "K9_")
+"""A variable with one of these prefixes is meant for the launcher or the package: an unknown one is said."""
+
+
+def lookalikes(env: Mapping[str, str]) -> list[str]:
+    """One warning per variable of ``env`` the launcher does not read but that looks meant for it (issue 40
+    item 6: ``MAX_FRAME=64`` and ``MODEL=...`` ran with the defaults, without a word): close to a known name
+    (:func:`difflib.get_close_matches`), the leading words of one (``MODEL`` of ``MODEL_NAME``), or under a
+    prefix of ours (:data:`LAUNCHER_PREFIXES`). Each names the variable it resembles."""
+    import difflib
+
+    known = {v.name for v in VARIABLES} | set(ARGS_VARIABLES) | {name for name, _ in OTHER_VARIABLES} | set(OTHER_KNOWN)
+    known.add("DEMO")
+    out = []
+    for name in sorted(env):
+        if name in known or not name.isupper():
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.8)
+        words = [k for k in sorted(known) if k.startswith(name + "_")]
+        resembles = close[0] if close else (words[0] if len(words) == 1 else None)
+        if resembles is None and words:
+            resembles = " or ".join(words)
+        if resembles is not None:
+            out.append(f"{name} is not a launcher variable and is ignored; did you mean {resembles}? (run_eval.sh --help lists them)")
+        elif name.startswith(LAUNCHER_PREFIXES):
+            out.append(f"{name} is not a variable the launcher or the package reads and is ignored (run_eval.sh --help lists them)")
+    return out
 
 
 def defaults_table() -> str:

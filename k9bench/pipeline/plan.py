@@ -46,7 +46,21 @@ def check_steps(steps: list[Step], s: LaunchSettings) -> None:
         try:
             check_step(step, name)
         except ArgsError as exc:
-            raise LaunchError(str(exc)) from None
+            raise LaunchError(_in_launcher_words(str(exc), step, s)) from None
+
+
+def _in_launcher_words(message: str, step: Step, s: LaunchSettings) -> str:
+    """A stage's refusal of a flag the launcher fed from one of its variables, naming that variable and its value
+    (``EMBED_BATCH_SIZE=100000: must be at most 65536``), not the flag the user never typed (issue 40 item 3)."""
+    import re
+
+    entry = registry.entry(step.name)
+    typed = {arg.split("=", 1)[0] for arg in s.extra.get(entry.args_variable) or ()}
+    for variable, flag in entry.variables.items():
+        found = re.search(rf"{re.escape(flag)}(?![\w-])[:\s]*", message)
+        if found and flag not in typed and s.values.get(variable):
+            return f"{variable}={s.values[variable]}: {message[found.end():]}"
+    return message
 
 
 def check_settings(s: LaunchSettings, steps: list[Step], env: dict) -> None:

@@ -5,10 +5,13 @@ The checks, each refused in one line naming the launcher variable, exit 2, befor
 (so nothing is written and no folder is created):
 
 - the dataset resolves (``DATASET_NAME``: ``demo``, an existing file or folder, or a Hub id ``owner/name``);
-- under ``HF_HUB_OFFLINE`` (or ``HF_DATASETS_OFFLINE`` / ``TRANSFORMERS_OFFLINE``) the model, the embedding
-  model and the dataset are in the cache;
+- the model, the embedding model and the dataset given as Hub ids are in the cache, or the Hub can be reached
+  (not under ``HF_HUB_OFFLINE``, ``HF_DATASETS_OFFLINE`` or ``TRANSFORMERS_OFFLINE``, and one short probe of
+  ``HF_ENDPOINT`` answers: :func:`k9bench.models.hub.hub_unreachable_reason`); a name that is no file or folder
+  here is said to be taken for a Hub id;
 - under ``SERVE=vllm`` the vLLM environment (``K9BENCH_VLLM_PYTHON``, else this python) imports vllm;
-- the judge endpoint answers (``JUDGE_BASE_URL``);
+- the judge endpoint answers (``JUDGE_BASE_URL``; unset, the OpenAI API the judge would call:
+  ``OPENAI_BASE_URL``, else :data:`k9bench.judge.cache.OPENAI_BASE_URL`);
 - every stage's outputs can be written (nothing is created: a probe file in the nearest existing folder:
   :func:`k9bench.pipeline.plan.check_outputs`);
 - each stage's own :meth:`k9bench.stage.Stage.preflight`.
@@ -19,6 +22,7 @@ Each registry entry names the checks of its stage (:attr:`k9bench.pipeline.regis
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import subprocess
@@ -26,6 +30,8 @@ import sys
 from pathlib import Path
 
 from k9bench.inference.registry import REGISTRY
+
+log = logging.getLogger("k9bench.pipeline")
 
 ENGINE_IMPORT_TIMEOUT_S = 120.0
 """How long ``python -c "import <engine>"`` may take (a cold import of vLLM takes tens of seconds)."""
@@ -35,8 +41,9 @@ class PreflightError(Exception):
     """One refusal, in the launcher's words (exit 2)."""
 
 
-def check_dataset(name: str) -> None:
-    """DATASET_NAME resolves: the demo set, an existing file or folder, or a Hub id (cached when offline)."""
+def check_dataset(name: str, *, given: bool = True) -> None:
+    """DATASET_NAME resolves: the demo set, an existing file or folder, or a Hub id (cached, or the Hub reachable).
+    A name the user ``given`` that is no file or folder here is said to be taken for a Hub id."""
     from k9bench.models import hub
 
     if name == "demo":
@@ -47,23 +54,31 @@ def check_dataset(name: str) -> None:
     if hub.looks_like_local_path(name) or name.count("/") != 1 or path.suffix.lower() in (".json", ".jsonl", ".parquet"):
         raise PreflightError(f"DATASET_NAME={name}: no such file or folder, and not a Hub dataset id of the form owner/name "
                              "(give a local parquet/json/jsonl file or save_to_disk folder, a Hub id, or demo)")
-    offline = hub.offline_requested("HF_DATASETS_OFFLINE")
-    if offline and not hub.is_cached(name, repo_type="dataset"):
-        raise PreflightError(f"DATASET_NAME={name}: not in the Hugging Face cache ({hub.hub_cache_dir()}) and {offline} is set; "
-                             f"download it while online (`hf download {name} --repo-type dataset --local-dir k9bench_data`) "
-                             "and set DATASET_NAME=k9bench_data, or use DATASET_NAME=demo")
+    if hub.is_cached(name, repo_type="dataset"):
+        return
+    if given:
+        log.warning("DATASET_NAME=%s: no such file or folder here; taken for a Hugging Face Hub dataset id (for a local copy, "
+                    "give its path as it is from this folder)", name)
+    unreachable = hub.hub_unreachable_reason("HF_DATASETS_OFFLINE")
+    if unreachable:
+        raise PreflightError(f"DATASET_NAME={name}: not in the Hugging Face cache ({hub.hub_cache_dir()}) as a Hub dataset id, no such "
+                             f"file or folder here, and the Hub cannot be reached ({unreachable}); download it while online "
+                             f"(`hf download {name} --repo-type dataset --local-dir k9bench_data`) and set DATASET_NAME=k9bench_data, "
+                             "or use DATASET_NAME=demo")
 
 
 def check_model_cached(variable: str, name: str, what: str) -> None:
-    """Offline, a Hub id must be in the cache (a local folder is checked by the settings already)."""
+    """A Hub id must be in the cache or the Hub reachable (offline mode, or a probe that fails: refused; a local
+    folder is checked by the settings already)."""
     from k9bench.models import hub
 
-    if not name or Path(os.path.expanduser(name)).exists() or not hub.is_hub_id(name):
+    if not name or Path(os.path.expanduser(name)).exists() or not hub.is_hub_id(name) or hub.is_cached(name, repo_type="model"):
         return
-    offline = hub.offline_requested("TRANSFORMERS_OFFLINE")
-    if offline and not hub.is_cached(name, repo_type="model"):
-        raise PreflightError(f"{variable}={name}: the {what} is not in the Hugging Face cache ({hub.hub_cache_dir()}) and "
-                             f"{offline} is set; download it while online (`hf download {name}`) or set {variable} to a local folder")
+    unreachable = hub.hub_unreachable_reason("TRANSFORMERS_OFFLINE")
+    if unreachable:
+        raise PreflightError(f"{variable}={name}: the {what} is not in the Hugging Face cache ({hub.hub_cache_dir()}) and the Hub "
+                             f"cannot be reached ({unreachable}); download it while online (`hf download {name}`) or set {variable} "
+                             "to a local folder")
 
 
 def vllm_python(env: dict) -> str:
@@ -126,7 +141,7 @@ def check_endpoint(url: str) -> None:
 
 def dataset(s, env: dict) -> None:
     """DATASET_NAME resolves (:func:`check_dataset`)."""
-    check_dataset(s.values["DATASET_NAME"])
+    check_dataset(s.values["DATASET_NAME"], given=bool(env.get("DATASET_NAME")))
 
 
 def model(s, env: dict) -> None:
@@ -148,9 +163,19 @@ def embedding_model(s, env: dict) -> None:
 
 
 def judge_endpoint(s, env: dict) -> None:
-    """Something answers at JUDGE_BASE_URL (when set)."""
+    """Something answers at JUDGE_BASE_URL; unset, the OpenAI API the judge would call answers (one short probe,
+    proxies honoured)."""
     if s.values["JUDGE_BASE_URL"]:
         check_endpoint(s.values["JUDGE_BASE_URL"])
+        return
+    from k9bench.judge.cache import OPENAI_BASE_URL
+    from k9bench.models.hub import url_unreachable_reason
+
+    url = env.get("OPENAI_BASE_URL") or OPENAI_BASE_URL  # what the openai client calls when given no base URL
+    why = url_unreachable_reason(url)
+    if why:
+        raise PreflightError(f"JUDGE_BASE_URL is not set, so the judge would call {url}, which cannot be reached ({why}); set "
+                             "JUDGE_BASE_URL to a judge server that answers, or unset OPENAI_API_KEY to run without the judge")
 
 
 def check_stages(stages: dict) -> None:

@@ -61,14 +61,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.help:
         from k9bench.pipeline.env import defaults_table
 
-        print(USAGE)
-        print(defaults_table())
+        try:
+            print(USAGE)
+            print(defaults_table(), flush=True)
+        except BrokenPipeError:  # `run_eval.sh --help | head -3`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush must not fail again
         return 0
     dry_run = args.dry_run
     if stray:
         return die(2, f"run_eval.sh takes no arguments but --dry_run (got '{' '.join(stray)}'); settings are environment "
                       "variables, e.g. MAX_SAMPLES=-1 bash run_eval.sh (see --help)")
     env = dict(os.environ)
+    from k9bench.pipeline.env import lookalikes
+
+    for warning in lookalikes(env):  # before anything runs: a misspelled variable would otherwise run the defaults
+        say(f"WARNING: {warning}")
     repo = repo_dir(env)
     if not (repo / "eval_video_llm.py").is_file():
         return die(2, f"cannot find the k9bench scripts in '{repo}'; submit from the repository root or set K9BENCH_DIR")
@@ -144,7 +151,7 @@ class Launch:
         except StepFailed as exc:
             return die(exc.exit_code, str(exc))
         try:
-            with output_lock(self.lock_target(), flag="OUT_DIR run"):
+            with output_lock(self.lock_target(), what=f"the run {self.layout.tag} in OUT_DIR={self.s['OUT_DIR']}"):
                 return self.locked()
         except LockHeld as exc:
             return die(2, f"another launcher is running this run: {exc}")
@@ -235,8 +242,13 @@ class Launch:
     def reason(self, step: Step, stage) -> str | None:
         from k9bench.pipeline.stages import incomplete_marker
 
+        from k9bench.layout import checkpoint_path
+
         upstream = next((d for d in step.depends if d in self.ran), None)
         own = stage.done()
+        partial = next((checkpoint_path(o) for o in step.outputs if not Path(o).exists() and checkpoint_path(o).is_file()), None)
+        if own is not None and partial is not None:  # not "raw... is missing": the stage goes on from its checkpoint
+            own = f"resumes from {partial} (the finished part of an earlier run; its final file is written at the end)"
         if own is None and incomplete_marker(step).is_file():
             own = f"its last run ended with exit {incomplete_marker(step).read_text().strip()}: some entries to retry"
         return own or (f"an earlier stage ran ({upstream})" if upstream else None)
@@ -256,10 +268,11 @@ class Launch:
                 say(f"step {step.name}: done already, skipping ({', '.join(map(str, step.outputs))}: same settings and inputs)")
                 return None
             say(f"step {step.name}: runs: {why}")
-            from k9bench.pipeline.scripts import build_parser
+            from k9bench.pipeline.scripts import script_module
             from k9bench.redact import redact_argv
 
-            shown = redact_argv(step.argv, build_parser(step.script))  # masked by the flag each argument resolves to
+            builder = getattr(script_module(step.script), "build_parser", None)  # a stage without a parser: masked by name
+            shown = redact_argv(step.argv, builder() if builder else None)  # masked by the flag each argument resolves to
             say(f"step {step.name}: {step.script} {shlex.join(shown)}")
             code = self.execute(step, stage)
         gc.collect()
