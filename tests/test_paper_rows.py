@@ -106,6 +106,15 @@ def test_a_run_made_as_the_row_was_names_that_row(tmp_path, monkeypatch, name):
     assert (row.split(":")[0], row.split(": ")[1].split(" (")[0]) in shown  # the leaderboard shows the row beside the run
 
 
+def test_a_moving_alias_is_marked_not_refused(tmp_path, monkeypatch):
+    reference_hash(monkeypatch)
+    block = paper_block(frame_size="512x512", max_pixels=2 * 512 * 512)
+    alias = load_run(paper_run(tmp_path / "a.json", "gpt-4o", 4744, block)).settings
+    assert alias.standing == "comparable" and alias.paper_rows == ["Table 1: GPT-4o (32 frames, 512x512)"]
+    assert alias.caveats == ["gpt-4o is a moving alias: the paper's rows used the dated snapshot gpt-4o-2024-08-06"]
+    assert load_run(paper_run(tmp_path / "d.json", "gpt-4o-2024-08-06", 4744, block)).settings.caveats == []
+
+
 def test_video_only_gemini_matches_tables_1_and_2_and_av_never_table_1(tmp_path, monkeypatch):
     reference_hash(monkeypatch)
     video = load_run(paper_run(tmp_path / "v.json", "gemini-2.5-pro", 4744, paper_block(max_frames=1800))).settings
