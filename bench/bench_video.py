@@ -37,7 +37,8 @@ FPS_CYCLE = ["30", "25", "24", "30000/1001", "60", "50"]
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    p = ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--videos", type=int, default=6, help="number of videos (default: %(default)s)")
     p.add_argument("--questions", type=int, default=5, help="questions per video (default: %(default)s)")
     p.add_argument("--duration", type=float, default=180.0, help="video length in seconds (default: %(default)s)")

@@ -51,7 +51,8 @@ ENV = {"VLLM_HOST_IP": "127.0.0.1", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench_vllm.py", description=__doc__.split("\n\n")[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    p = ArgumentParser(prog="bench_vllm.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--copies", type=int, default=4, help="copies of the demo's 3 videos (12 questions each copy; default 4)")
     p.add_argument("--max_frames", type=int, default=None, help="default: 8 on CPU, 32 on cuda")

@@ -31,6 +31,7 @@ and :attr:`CheckpointLog.rejected` counts what was moved (stages report it in ``
 from __future__ import annotations
 
 import contextlib
+import glob
 import dataclasses
 import errno
 import json
@@ -244,6 +245,20 @@ def atomic_file(path: str | os.PathLike, mode: str = "w") -> Iterator[IO]:
         if tmp is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+
+
+def remove_stale_temps(path: str | os.PathLike) -> list[Path]:
+    """Remove the temporary files a killed :func:`atomic_file` left beside ``path`` (``.<name>.*.tmp``: a
+    SIGKILL skips its cleanup) and return them. Only for a caller that holds the lock on ``path``: a write
+    in flight by another process would lose its temporary file. Files that cannot be removed are left."""
+    path = Path(path)
+    removed = []
+    with contextlib.suppress(OSError):
+        for tmp in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+                removed.append(tmp)
+    return removed
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:

@@ -40,7 +40,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.headers.files import find_records, header_of, stamped
-from k9bench.headers.kinds import HEADER_KEY, STAGE_KINDS, Header
+from k9bench.headers.kinds import HEADER_CLASSES, HEADER_KEY, STAGE_KINDS, Header
 from k9bench.redact import redact, redact_argv
 
 log = logging.getLogger(__name__)
@@ -220,7 +220,7 @@ class RecordsArtifact:
         block = meta.get("stage") if isinstance(meta.get("stage"), dict) else {}
         stage = block.get("name") if isinstance(block.get("name"), str) else declared.get("stage")
         kind = STAGE_KINDS.get(stage) if isinstance(stage, str) else None
-        if kind not in ("raw", "sim", "eval"):
+        if kind is None or not HEADER_CLASSES[kind].RECORDS:  # the stage writes no file of records
             if not declared:
                 return meta
             kind = self.stage

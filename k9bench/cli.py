@@ -1,5 +1,5 @@
 """Front-end helpers for the scripts' ``main()`` only (library modules never import this): the flags
-every script shares and a parser that masks secrets. Value types live in :mod:`k9bench.validators`;
+every script shares (logging) and the one parser every front end builds (no abbreviated flags, secrets masked). Value types live in :mod:`k9bench.validators`;
 logging setup in :mod:`k9bench.logs`."""
 
 from __future__ import annotations
@@ -9,19 +9,11 @@ import os
 import sys
 from typing import Any, Mapping, Sequence
 
+
 def add_logging_args(parser: argparse.ArgumentParser) -> None:
     """``-v/--verbose`` and ``-q/--quiet``."""
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more log output (-vv for library logs too)")
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
-
-
-def add_dataset_args(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    """``--dataset_name``, ``--split`` and ``--drop_invalid_rows``, the same in every script: generated
-    from :class:`k9bench.data.dataset.DatasetSettings`, where their defaults and help live."""
-    from k9bench.data.dataset import DatasetSettings  # light module, no heavy imports
-    from k9bench.settings import add_arguments
-
-    add_arguments(parser, DatasetSettings)
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -31,7 +23,14 @@ class ArgumentParser(argparse.ArgumentParser):
     its parser from this.
 
     It also answers which flags it accepts (:meth:`flag`, :meth:`accepts`), its argument groups' flags
-    included, without argparse's private ``_actions``: each ``add_argument`` is noted as it is made."""
+    included, without argparse's private ``_actions``: each ``add_argument`` is noted as it is made.
+
+    No long option is taken by a prefix (``allow_abbrev=False``, issue 40 item 5): ``--max_new_token 24``
+    is an unknown flag, with the flag it resembles named, never a setting nobody typed."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def _note(self, action: argparse.Action) -> argparse.Action:
         if "_flags" not in self.__dict__:
@@ -122,8 +121,29 @@ class ArgumentParser(argparse.ArgumentParser):
         register_argv_secrets(sys.argv[1:] if args is None else list(args))
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
-            self.error("unrecognized arguments: " + " ".join(redact_argv(extras)))
+            self.error("unrecognized arguments: " + " ".join(redact_argv(extras, self)) + self._suggest(extras))
         return parsed
+
+    def _suggest(self, extras: Sequence[str]) -> str:
+        """`` (did you mean --max_new_tokens?)`` for the first unknown long option close to one of ours."""
+        import difflib
+
+        for arg in extras:
+            if arg.startswith("--"):
+                close = difflib.get_close_matches(arg.split("=", 1)[0], list(self.__dict__.get("_flags", {})), n=1, cutoff=0.75)
+                if close:
+                    return f" (did you mean {close[0]}?)"
+        return ""
+
+    def is_secret_flag(self, option: str) -> bool | None:
+        """Whether the flag ``option`` resolves to (``--api_key``, ``--api_key=X``) holds a secret, by its
+        action's names; None when this parser has no such flag (the caller then judges by the text)."""
+        from k9bench.redact import is_secret_name
+
+        action = self.__dict__.get("_flags", {}).get(option.split("=", 1)[0])
+        if action is None:
+            return None
+        return any(is_secret_name(name) for name in (*action.option_strings, action.dest))
 
     def error(self, message: str):  # noqa: D102 (argparse's): a bad value's message masks secrets too
         from k9bench.redact import redact_text

@@ -1,37 +1,35 @@
-"""Artifact names: every file a run writes is named here, and nowhere else.
+"""Artifact names: every file a run writes is named by its stage's entry in :data:`k9bench.stage_table.STAGES`
+(:attr:`~k9bench.stage_table.StageEntry.files`), and this module works the paths out from them.
 
 The launcher (``python -m k9bench.pipeline``) and the scripts' defaults take their file names
 from here; ``python -m k9bench.layout --model M --max_frames F --max_samples N`` prints a run's.
 Names are only names: readers (the report, the merge) take a run's settings from the files'
 contents, not from them.
 
-Layout of one run ``<tag> = <model short name>_mf<frames>_n<samples>`` in ``OUT_DIR`` (an
+One run's files are tagged ``<tag> = <model short name>_mf<frames>_n<samples>`` in ``OUT_DIR`` (an
 audio+video run, ``--audio`` / ``AUDIO=1``, is tagged ``<model short name>_mf<frames>_n<samples>_av``,
-so it never shares a file with the video-only run of the same model and budget)::
-
-    raw_<tag>.json               eval_video_llm.py        (+ raw_<tag>.json.partial.jsonl checkpoint while running)
-    raw_<tag>.shard<i>of<n>.json one task of a sharded run
-    sim_<tag>.json               evaluate_results.py --mode calculate
-    eval_<tag>.json              evaluate_results.py --mode evaluate
-    judge_<tag>.json             subjective_evals.py      (+ judge_<tag>_skipped.json, .meta.json)
-    report_<tag>/                evaluate_results.py --mode report
+so it never shares a file with the video-only run of the same model and budget): ``raw_<tag>.json``
+(``raw_<tag>.shard<i>of<n>.json`` for one task of a sharded run, ``.partial.jsonl`` beside a file being
+written), ``sim_<tag>.json``, ``eval_<tag>.json``, ``judge_<tag>.json`` (``_skipped.json``, ``.meta.json``)
+and the folder ``report_<tag>/``.
 """
 
 from __future__ import annotations
 
-import argparse
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from k9bench.stage_table import TableView, artifact_stages, run_files
 from k9bench.validators import positive_int
 
 RESULTS_DIR = "eval_results"
 """The folder of a run's artifacts by default: the launcher's ``OUT_DIR`` and a hand run's ``eval_video_llm.py``
 without ``--output_file``."""
 
-STAGES = ("raw", "sim", "eval", "judge")
-"""Artifact stages, in pipeline order (the file-name prefixes)."""
+STAGES = TableView(artifact_stages)
+"""Artifact stages, in pipeline order (the file-name prefixes ``raw``, ``sim``, ``eval``, ``judge``) -> the stage that
+writes each: every ``<prefix>_{tag}.json`` of the stage table."""
 
 
 def short_model_name(model: str) -> str:
@@ -97,7 +95,9 @@ def checkpoint_path(final: str | Path) -> Path:
     return p.with_name(p.name + ".partial.jsonl")
 
 
-_NAME_RE = re.compile(r"^(?P<stage>raw|sim|eval|judge)_(?P<model>.+?)_mf(?P<frames>-?\d+)_n(?P<samples>-?\d+)(?P<av>_av)?(?P<rest>[._].*)?$")
+def _name_re() -> re.Pattern:
+    stages = "|".join(map(re.escape, STAGES))
+    return re.compile(rf"^(?P<stage>{stages})_(?P<model>.+?)_mf(?P<frames>-?\d+)_n(?P<samples>-?\d+)(?P<av>_av)?(?P<rest>[._].*)?$")
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class ArtifactName:
     """What a launcher-style file name says. Only a label: readers take settings from contents."""
 
     stage: str
-    """``raw``, ``sim``, ``eval`` or ``judge``."""
+    """A prefix of :data:`STAGES` (``raw``, ``sim``, ``eval``, ``judge``)."""
     model: str
     """The model's short name."""
     max_frames: int
@@ -120,7 +120,7 @@ def parse_artifact_name(path: str | Path) -> ArtifactName | None:
     """The parts of ``<stage>_<model>_mf<F>_n<N>[...].json``, or None for any other name."""
     name = Path(path).name
     stem = name[:-5] if name.endswith(".json") else name
-    match = _NAME_RE.match(stem)
+    match = _name_re().match(stem)
     if not match:
         return None
     return ArtifactName(stage=match["stage"], model=match["model"], max_frames=int(match["frames"]), max_samples=int(match["samples"]),
@@ -150,22 +150,15 @@ class RunLayout:
         return Path(self.out_dir) / artifact_name(stage, self.model, self.max_frames, self.max_samples, self.audio)
 
     def paths(self, num_shards: int = 1) -> dict[str, Path]:
-        """Every file of the run, by role (the shard files with ``{i}`` for the shard number)."""
-        raw, judge = self.path("raw"), self.path("judge")
-        return {
-            "raw": raw,
-            "shards": raw.with_name(f"raw_{self.tag}.shard{{i}}of{num_shards}.json"),
-            "sim": self.path("sim"),
-            "eval": self.path("eval"),
-            "judge": judge,
-            "judge_skipped": skipped_path(judge),
-            "report": Path(self.out_dir) / f"report_{self.tag}",
-        }
+        """Every file (or folder) of the run in :attr:`out_dir`, by role (the stage table's
+        :attr:`~k9bench.stage_table.StageEntry.files`; the shard files with ``{i}`` for the shard number)."""
+        return {role: Path(self.out_dir) / name for role, name in run_files(self.tag, num_shards).items()}
 
 
 def main(argv: list[str] | None = None) -> int:
     """Print a run's artifact paths, one ``role: path`` per line."""
-    parser = argparse.ArgumentParser(prog="python -m k9bench.layout", description="Print the artifact paths of one launcher run.")
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(prog="python -m k9bench.layout", description="Print the artifact paths of one launcher run.")
     parser.add_argument("--out_dir", default=RESULTS_DIR, help="the run's OUT_DIR (default: %(default)s)")
     parser.add_argument("--model", required=True, help="MODEL_NAME (its short name names the files)")
     parser.add_argument("--max_frames", type=int, required=True, help="MAX_FRAMES")

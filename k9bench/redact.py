@@ -26,7 +26,9 @@ SECRET_ENV_VARS = ("OPENAI_API_KEY", "HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "K9BE
 
 _MIN_SECRET_LEN = 6
 _registered: set[str] = set()
-_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+_URL_USERINFO = re.compile(r"(?<![a-zA-Z0-9+.-])(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^/@\s]+)@")
+"""A scheme starts where a run of scheme characters starts (the look-behind): tried at every letter of a long
+run, the scheme's ``*`` made redaction quadratic in the run's length (issue 40 item 8); linear now."""
 _BEARER = re.compile(r"(?i)(bearer\s+)[A-Za-z0-9._~+/=-]{6,}")
 _BASIC = re.compile(r"(?i)(basic\s+)([A-Za-z0-9+/]{8,}={0,2})(?![A-Za-z0-9+/=])")
 
@@ -108,9 +110,13 @@ def redact(value: Any) -> Any:
     return value
 
 
-def redact_argv(argv: list[str]) -> list[str]:
-    """Command-line arguments with the values of secret-looking flags masked, and secrets inside
-    other values (URLs with userinfo, JSON bodies, known values) masked too."""
+def redact_argv(argv: list[str], parser: Any = None) -> list[str]:
+    """Command-line arguments with the values of secret flags masked, and secrets inside other values
+    (URLs with userinfo, JSON bodies, known values) masked too.
+
+    With ``parser`` (a :class:`k9bench.cli.ArgumentParser`), a flag it knows is judged by the flag it
+    resolves to (:meth:`~k9bench.cli.ArgumentParser.is_secret_flag`); a flag it does not know, or any flag
+    without a parser, by its name's words (:func:`is_secret_name`: ``--max_new_tokens`` is never masked)."""
     out, hide_next = [], False
     for arg in argv:
         if hide_next:
@@ -118,7 +124,8 @@ def redact_argv(argv: list[str]) -> list[str]:
             hide_next = False
             continue
         flag = arg.split("=", 1)[0]
-        if arg.startswith("--") and is_secret_name(flag):
+        resolved = parser.is_secret_flag(flag) if parser is not None and arg.startswith("--") else None
+        if arg.startswith("--") and (resolved if resolved is not None else is_secret_name(flag)):
             if "=" in arg:
                 out.append(flag + "=" + MASK)
             else:

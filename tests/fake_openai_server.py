@@ -5,7 +5,8 @@ It listens on 127.0.0.1 (a random free port), records every request, and answers
 request that returns the reply text, a :class:`Reply` (text plus usage, latency,
 finish reason), or a :class:`Fault` (an HTTP error with optional ``Retry-After``,
 a stall that outlasts the client's timeout, a malformed body, a dropped
-connection). ``GET /v1/models`` lists the served model. Drive it with the real
+connection). A request with ``"stream": true`` gets the same reply as server-sent events, in pieces
+(``Fault(cut_stream=True)``/``Fault(stream_error=...)`` break a stream off). ``GET /v1/models`` lists the served model. Drive it with the real
 ``openai`` client::
 
     from tests.fake_openai_server import FakeOpenAIServer, Fault, sequence
@@ -165,6 +166,11 @@ class Fault:
     """With ``huge`` (not chunked): the Content-Length header to claim (default: the true size)."""
     trickle: float = 0.0
     """Send a valid completion one byte every this many seconds."""
+    cut_stream: bool = False
+    """To a streamed request: send the first piece of ``then`` (default "A") and end the stream there, with no
+    finish reason and no ``[DONE]``."""
+    stream_error: str | None = None
+    """To a streamed request: send the first piece, then an error event with this message."""
 
 
 Outcome = Union[str, Reply, Fault]
@@ -401,9 +407,16 @@ class _Handler(BaseHTTPRequestHandler):
         if isinstance(outcome, Reply):
             if self.fake._wait(outcome.delay):
                 return
+            if (req.body or {}).get("stream"):
+                self._send_stream(req, self.fake._completion(req, outcome))
+                return
             self._send_json(200, self.fake._completion(req, outcome))
             return
         fault = outcome
+        if (fault.cut_stream or fault.stream_error) and (req.body or {}).get("stream"):
+            then = fault.then if isinstance(fault.then, Reply) else Reply(text=fault.then if fault.then is not None else "A")
+            self._send_stream(req, self.fake._completion(req, then), cut=True, error=fault.stream_error)
+            return
         if fault.stall and self.fake._wait(fault.stall):
             return
         if fault.huge:
@@ -435,6 +448,46 @@ class _Handler(BaseHTTPRequestHandler):
             kind = "rate_limit_exceeded" if fault.status == 429 else ("server_error" if fault.status >= 500 else "invalid_request_error")
             body = json.dumps({"error": {"message": f"fake {fault.status}", "type": kind, "code": kind}})
         self._send(fault.status, body.encode("utf-8"), headers=headers)
+
+    def _send_stream(self, req: RecordedRequest, completion: dict, *, cut: bool = False, error: str | None = None) -> None:
+        """``completion`` as the server-sent events of a streamed reply (what the ``openai`` client parses): a first chunk
+        with the role, the text in pieces of a few words, a chunk with the finish reason, then (``stream_options:
+        {include_usage: true}``) one with no choices and the usage, then ``data: [DONE]``; chunked, no Content-Length."""
+        choice = completion["choices"][0]
+        text = choice["message"]["content"] or ""
+        words = text.split(" ")
+        pieces = [" ".join(words[i:i + 3]) + (" " if i + 3 < len(words) else "") for i in range(0, len(words), 3)] if text else []
+        base = {k: completion[k] for k in ("id", "created", "model", "system_fingerprint") if k in completion}
+        base["object"] = "chat.completion.chunk"
+
+        def chunk(delta: dict, finish: str | None = None) -> dict:
+            return {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+        events = [chunk({"role": "assistant", "content": ""})] + [chunk({"content": p}) for p in pieces]
+        if cut or error:
+            events = events[:2]
+        else:
+            events.append(chunk({}, choice["finish_reason"]))
+            if ((req.body or {}).get("stream_options") or {}).get("include_usage") and "usage" in completion:
+                events.append({**base, "choices": [], "usage": completion["usage"]})
+        lines = [f"data: {json.dumps(e)}\n\n" for e in events]
+        if error:
+            lines.append(f"data: {json.dumps({'error': {'message': error, 'type': 'server_error'}})}\n\n")
+        if not (cut or error):
+            lines.append("data: [DONE]\n\n")
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for line in lines:
+                data = line.encode("utf-8")
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self.close_connection = True
 
     def _send_huge(self, fault: Fault) -> None:
         piece = b"x" * 65536

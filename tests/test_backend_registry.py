@@ -18,7 +18,8 @@ from k9bench.inference.backend import Backend, backend_class
 from k9bench.inference.planning import UsageError, check_model_path, preflight
 from k9bench.inference.resume_check import frame_fingerprint
 from k9bench.inference import settings as inference_settings
-from k9bench.inference.settings import FrameSettings, ModelSettings, OpenAISettings, RunConfig, config_from_namespace, resolve, sections
+from k9bench.inference.openai_compat.settings import OpenAISettings
+from k9bench.inference.settings import FrameSettings, ModelSettings, RunConfig, config_from_namespace, resolve, sections
 from k9bench.settings import setting
 from k9bench.validators import positive_int
 

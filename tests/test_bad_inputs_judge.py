@@ -321,3 +321,44 @@ def test_no_key_names_the_missing_key(tmp_path, monkeypatch, capsys, base_url):
     assert code == 2 and len(lines) == 1 and "OPENAI_API_KEY is not set" in lines[0], lines
     assert "got ''" not in lines[0]
     assert snapshot(tmp_path) == before
+
+
+@pytest.mark.parametrize("ground_truth", ["b", "B", " b", "z", "", None, 2, "bc"])
+def test_the_judge_refuses_a_ground_truth_exactly_when_scoring_does(ground_truth, tmp_path):
+    """Issue 40 item 2: the judge's check before paying is scoring's own (one reading, normalisation
+    included): a lower-case "b" that scoring upper-cases is judged, not refused with exit 2."""
+    from k9bench.judge.tasks import build_tasks
+    from k9bench.judge.settings import JudgeInputError
+    from k9bench.scoring.rule import check_record, load_for_scoring
+    from k9bench.scoring.settings import ScoringError
+
+    records = make_records(4)
+    records[1]["ground_truth"] = ground_truth
+    path = write_eval(tmp_path / "eval.json", records)
+    try:
+        artifact, rows = load_for_scoring(path)
+        for record, row in zip(artifact.records, rows):
+            check_record(record, row, "x")
+        scoring_refuses = False
+    except ScoringError:
+        scoring_refuses = True
+    try:
+        taskset = build_tasks(path)
+        judge_refuses = False
+    except JudgeInputError:
+        judge_refuses = True
+    assert judge_refuses == scoring_refuses
+    if not judge_refuses:
+        assert [t.ground_truth for t in taskset.tasks] == ["A", "B", "C", "D"]
+
+
+def test_a_lower_case_ground_truth_is_judged_end_to_end(tmp_path, server):
+    """Issue 40 item 2, as the new user met it: subjective_evals.py on a file with ground truth "b" exits 0
+    and judges every record (it refused the file with exit 2 before)."""
+    records = make_records(4)
+    records[1]["ground_truth"] = "b"
+    write_eval(tmp_path / "eval.json", records)
+    argv = ["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "judge.json"),
+            "--base_url", server.base_url, *FAST, "-q"]
+    assert call(argv) == 0
+    assert len(server.chat_requests()) == 4

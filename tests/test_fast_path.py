@@ -120,7 +120,7 @@ def test_failed_video_then_resume(tiny, demo_video_dir, tmp_path):
 def test_out_of_memory_halves_the_batch_and_keeps_the_answers(tiny, demo_video_dir, tmp_path, monkeypatch):
     import torch
 
-    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.hf.backend import HFBackend
 
     original = HFBackend.run_prepared
     calls = []
@@ -144,7 +144,7 @@ def test_auto_batch_size_on_a_gpu_follows_free_memory(tiny, monkeypatch):
     """``--batch_size auto`` on a GPU: the memory rule over the loaded model's config (the free memory faked)."""
     import torch
 
-    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.hf.backend import HFBackend
     from k9bench.inference.settings import RunConfig, resolve
 
     backend = HFBackend(resolve(RunConfig(model=dataclasses.replace(RunConfig().model, model_name_or_path=str(tiny)))))
@@ -187,7 +187,7 @@ def test_sigterm_between_cross_video_batches_then_resume(tiny, demo_video_dir, t
     import signal
 
     from k9bench.layout import checkpoint_path
-    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.hf.backend import HFBackend
     from k9bench.inference.runner import EXIT_INTERRUPTED
 
     original = HFBackend.run_prepared

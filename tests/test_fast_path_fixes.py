@@ -187,8 +187,8 @@ def test_the_base_class_defaults_say_not_supported():
 
 
 def test_registered_backends_subclass_the_base_class_and_name_the_choices(monkeypatch):
-    from k9bench.inference.hf import HFBackend
-    from k9bench.inference.openai_backend import OpenAIBackend
+    from k9bench.inference.hf.backend import HFBackend
+    from k9bench.inference.openai_compat.backend import OpenAIBackend
     from k9bench.inference.registry import BACKEND_NAMES
 
     assert issubclass(HFBackend, Backend) and issubclass(OpenAIBackend, Backend)

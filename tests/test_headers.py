@@ -151,6 +151,15 @@ def test_inference_and_the_manifest_write_their_header():
     assert isinstance(header_of(manifest), ManifestHeader)
 
 
+def test_the_artifacts_page_lists_every_kind_of_the_stage_table_with_its_version():
+    """docs/artifacts.md's table of kinds has one row per kind the stage table knows, with its schema version."""
+    import re
+
+    page = (Path(__file__).resolve().parent.parent / "docs" / "artifacts.md").read_text(encoding="utf-8")
+    rows = dict(re.findall(r"^\| `(\w+)` \| .* \| (\d+) \|$", page.split("\n## Headers\n", 1)[1].split("\n## ", 1)[0], flags=re.M))
+    assert rows == {kind: str(version) for kind, version in SCHEMA_VERSIONS.items()}
+
+
 # --------------------------------------------------------------------------- a newer version refused in one line
 
 
@@ -252,6 +261,56 @@ def test_a_malformed_header_block_is_one_line(tmp_path, block, fault):
     with pytest.raises(ArtifactError) as err:
         load_records_artifact(path)
     assert str(path) in str(err.value) and fault in str(err.value) and not isinstance(err.value, NewerSchema)
+
+
+# --------------------------------------------------------------------------- a file of another kind refused in one line (issue 40)
+
+
+@pytest.mark.parametrize("kind, stage", [("judge", "judge"), ("report", "report"), ("manifest", "download")])
+def test_calculate_refuses_a_record_file_whose_header_names_another_kind(tmp_path, capsys, monkeypatch, kind, stage):
+    """Issue 40: a raw-shaped file whose header says judge, report or manifest was scored as a raw file."""
+    import k9bench.scoring.embedding
+    from tests.fake_embedder import FakeLoader
+
+    monkeypatch.setattr(k9bench.scoring.embedding, "load_embedding_model", FakeLoader())
+    raw = write_raw(tmp_path / "raw_tiny_mf4_n6.json", **{HEADER_KEY: {"kind": kind, "schema_version": 1, "stage": stage}})
+    sim = tmp_path / "sim_tiny_mf4_n6.json"
+    assert evaluate_results.main(["--mode", "calculate", "--input_file", str(raw), "--output_file", str(sim)]) == 1
+    err = capsys.readouterr().err
+    lines = error_lines(err)
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert f"{raw}: its header says kind '{kind}', written by stage {stage}; this reads raw, sim or eval files" in lines[0]
+    assert not sim.exists()
+
+
+def test_every_reader_refuses_another_kind_through_the_one_function(tmp_path):
+    """The records reader (scoring, merge, the report, the judge's input, subsets), the judge's sidecar and the
+    download manifest all go through header_of: a file naming another kind, by its header or its writing stage's
+    block, is one line naming the file and both kinds."""
+    from k9bench.judge.run import read_meta
+    from k9bench.judge.settings import JudgeInputError
+
+    shard = write_raw(tmp_path / "raw.shard0of2.json", [0], stage={"name": "report", "fingerprint": {}, "inputs": {}})
+    with pytest.raises(ArtifactError, match=r"raw.shard0of2.json: its header says kind 'report', written by stage report; this reads raw, sim or eval files"):
+        load_records_artifact(shard)
+    sidecar = tmp_path / "judge.json.meta.json"
+    sidecar.write_text(json.dumps({"judge": {}, "input": {}, HEADER_KEY: {"kind": "raw", "schema_version": 1, "stage": "inference"}}))
+    with pytest.raises(JudgeInputError, match=r"its header says kind 'raw', written by stage inference; this reads judge files"):
+        read_meta(SimpleNamespace(meta=sidecar))
+    manifest = {"manifest_version": 1, "videos": [], HEADER_KEY: {"kind": "eval", "schema_version": 1, "stage": "evaluate"}}
+    with pytest.raises(ArtifactError, match=r"m.json: its header says kind 'eval', written by stage evaluate; this reads manifest files"):
+        read_header(manifest, kind="manifest", path="m.json")
+    assert type(read_header(write_raw(tmp_path / "sim.json", [0], **{HEADER_KEY: {"kind": "sim", "schema_version": 1}}))) is SimHeader
+
+
+@pytest.mark.parametrize("block, fault", [({}, "the 'header' block names no kind (it is empty)"),
+                                          ({"schema_version": 1, "stage": "inference"}, "the 'header' block names no kind (only schema_version, stage)")])
+def test_a_header_block_without_a_kind_says_so(tmp_path, block, fault):
+    """Issue 40: an empty header {} said "'header' is dict, not an object"."""
+    path = write_raw(tmp_path / "raw.json", **{HEADER_KEY: block})
+    with pytest.raises(ArtifactError) as err:
+        load_records_artifact(path)
+    assert str(err.value).startswith(f"{path}: {fault}") and "\n" not in str(err.value) and "is dict" not in str(err.value)
 
 
 # --------------------------------------------------------------------------- the reference's files, and older ones of ours

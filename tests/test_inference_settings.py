@@ -175,3 +175,19 @@ def test_inference_block_is_the_settings_as_run(use_backend, demo_video_dir, tmp
     for section, cls in sections().items():
         assert set(docs[section]) == {f.name for f in dataclasses.fields(cls)}
         assert all(docs[section].values()), section
+
+
+def test_weights_settings_are_one_shared_section_every_weights_loading_backend_reads():
+    """dtype, bf16 and trust_remote_code are the shared model section (issue 36): the transformers and vLLM backends read
+    ``config.model``, the hf section holds only transformers' own flags, and the report reads the dtype asked from there."""
+    from k9bench.inference.hf.settings import HFSettings
+    from k9bench.inference.settings import WEIGHTS_FIELDS, ModelSettings
+    from k9bench.report.load import inference_dtype_and_batch
+
+    config = config_of("--torch_dtype", "float16", "--trust_remote_code", "--bf16", "False")
+    assert (config.model.torch_dtype, config.model.trust_remote_code, config.model.bf16) == ("float16", True, False)
+    hf_fields = {f.name for f in dataclasses.fields(HFSettings)}
+    assert set(WEIGHTS_FIELDS) <= {f.name for f in dataclasses.fields(ModelSettings)} and not set(WEIGHTS_FIELDS) & hf_fields
+    block = {"model": dataclasses.asdict(config.model), "backend_settings": dataclasses.asdict(config.hf)}
+    assert inference_dtype_and_batch(block, {}) == ("float16", None)
+    assert inference_dtype_and_batch({"backend_settings": {"torch_dtype": "bfloat16"}}, {}) == ("bfloat16", None)  # an older file

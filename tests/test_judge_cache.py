@@ -153,3 +153,62 @@ def test_new_answers_judged_before_a_stop_still_set_the_old_file_aside(tmp_path,
     aside = list(tmp_path.glob("judge.json.replaced-*"))
     assert len(aside) == 1 and aside[0].read_bytes() == before
     assert json.loads((tmp_path / "judge.json").read_text())[1]["model_output"] == "answer-1 the dog barks"
+
+
+def test_a_store_that_cannot_be_searched_is_one_warning_and_every_request_is_sent(tmp_path, server, capsys, monkeypatch):
+    """Issue 40 item 9: another user's .judge_cache (mode 000; simulated, as root reads any mode) ended the
+    judge with a PermissionError traceback from judge/cache.py; now one warning, and the requests are sent."""
+    import pathlib
+
+    write_eval(tmp_path / "eval.json", make_records(4))
+    store = tmp_path / CACHE_DIR
+    store.mkdir()
+    real_is_file = pathlib.Path.is_file
+
+    def denied(self):
+        if self.parent == store:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_is_file(self)
+
+    monkeypatch.setattr(pathlib.Path, "is_file", denied)
+    capsys.readouterr()
+    assert subjective_evals.main(["--evaluations", str(tmp_path / "eval.json"), "--output", str(tmp_path / "a.json"),
+                                  "--base_url", server.base_url, *FAST]) == 0
+    assert len(server.chat_requests()) == 4
+    err = capsys.readouterr().err
+    assert err.count(f"judge reply store: {store} cannot be searched") == 1 and "Traceback" not in err
+
+
+def test_a_paid_reply_is_stored_before_the_record_that_uses_it(tmp_path, server, monkeypatch):
+    """Issue 40 item 9: a kill between the two must not pay again: when a scored record reaches the checkpoint,
+    its reply is already in the store."""
+    import k9bench.judge.run as judge_run
+
+    write_eval(tmp_path / "eval.json", make_records(3))
+    seen: list[bool] = []
+    real_take = judge_run._take
+
+    def take(outcome, task, record, *args):
+        if outcome.entry is not None and not outcome.from_store:
+            seen.append(any((tmp_path / CACHE_DIR).glob(f"{outcome.entry.extra['request_sha256']}.json")))
+        return real_take(outcome, task, record, *args)
+
+    monkeypatch.setattr(judge_run, "_take", take)
+    assert judge(tmp_path, server, "a.json") == 0
+    assert seen == [True, True, True]
+
+
+def test_temporary_files_of_a_killed_write_are_removed_at_the_next_start(tmp_path, server):
+    """Issue 40 item 9: a SIGKILL during the judge's last writes left ``.a.json.summary.json.*.tmp`` behind, still
+    there after the rerun."""
+    from k9bench.judge.settings import RunPaths
+
+    write_eval(tmp_path / "eval.json", make_records(2))
+    paths = RunPaths(output=tmp_path / "a.json", skipped=tmp_path / "a.skipped.json")
+    left = [p.parent / f".{p.name}.x1y2z3.tmp" for p in (paths.summary, paths.meta, paths.output)]
+    for p in left:
+        p.write_text("half")
+    other = tmp_path / ".unrelated.json.abc.tmp"  # not one of this run's outputs: left alone
+    other.write_text("x")
+    assert judge(tmp_path, server, "a.json", "--skipped", str(paths.skipped)) == 0
+    assert [p.exists() for p in left] == [False, False, False] and other.exists()

@@ -25,7 +25,7 @@ TIMESTAMP = re.compile(r"<([0-9.]+) seconds>")
 def backend(tmp_path_factory):
     import torch
 
-    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.hf.backend import HFBackend
     from k9bench.tiny_model import build_tiny_qwen3vl
 
     before = torch.get_num_threads()

@@ -17,9 +17,9 @@ import pytest
 
 import eval_video_llm
 from k9bench.inference.backend import BackendError
-from k9bench.inference.openai_backend import ApiCallError, BatchPartlyFailed, OpenAIBackend
-from k9bench.inference.settings import VIDEO_FPS_MAX_FRAMES, parse_frame_size
-from k9bench.inference.video_transport import encode_frames_jpeg
+from k9bench.inference.openai_compat.backend import ApiCallError, BatchPartlyFailed, OpenAIBackend
+from k9bench.inference.openai_compat.settings import VIDEO_FPS_MAX_FRAMES, parse_frame_size
+from k9bench.inference.openai_compat.video_transport import encode_frames_jpeg
 from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK, EXIT_USAGE
 from k9bench.prompts import load_prompt
 from tests.fake_openai_server import IMAGE_PART_TOKENS, FakeOpenAIServer, Fault, Reply, count_tokens, fake_openai  # noqa: F401
@@ -131,7 +131,7 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_flags_of_the_other_backend_are_warned_and_recorded():
-    from k9bench.inference.hf import HFBackend
+    from k9bench.inference.hf.backend import HFBackend
 
     backend = OpenAIBackend(parse("--api_model", "gpt-4o", "--attn_implementation", "flash_attention_2", "--torch_dtype", "float16").config)
     assert any("--torch_dtype, --attn_implementation have no effect" in w for w in backend.warnings)
@@ -195,7 +195,7 @@ def test_encode_frames_jpeg_keeps_order_and_size():
 
 
 def test_frames_transport_end_to_end(fake_openai, ramp_dir, ramp_dataset, tmp_path, monkeypatch):
-    import k9bench.inference.video_transport as backend_module
+    import k9bench.inference.openai_compat.video_transport as backend_module
 
     monkeypatch.setenv("OPENAI_API_KEY", SECRET)
     encoded = []
@@ -426,7 +426,7 @@ def test_encoded_frames_are_cached_per_video_and_dropped_with_it():
 
     from k9bench.video.sampling import Frames
 
-    from k9bench.inference.video_transport import MediaBuilder
+    from k9bench.inference.openai_compat.video_transport import MediaBuilder
 
     media = MediaBuilder(transport="frames", frame_size=(16, 16), jpeg_quality=90, image_detail=None, video_url_base=None,
                          fps=1.0, max_frames=32, audio=False, audio_format="wav", keep=4)

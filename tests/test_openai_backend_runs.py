@@ -20,7 +20,7 @@ from tests.fake_openai_server import FakeOpenAIServer, Fault, fake_openai  # noq
 
 SECRET = "sk-test-K9SECRET-fedcba9876543210"
 OPENAI_RECORD_EXTRAS = {"usage", "api_model", "api_served_model", "api_system_fingerprint", "api_attempts", "api_elapsed_s",
-                        "video_transport", "frames_sent"}
+                        "video_transport", "frames_sent", "request_bytes"}
 """Record keys the openai backend adds to the HF backend's (all under the record's extra fields)."""
 
 

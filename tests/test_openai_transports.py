@@ -14,8 +14,8 @@ import pytest
 
 import eval_video_llm
 from k9bench.inference.runner import EXIT_BACKEND, EXIT_OK
-from k9bench.inference.server_info import SERVER_KEYS, checkpoint_video_processor
-from k9bench.inference.video_transport import video_timing
+from k9bench.inference.openai_compat.server_info import SERVER_KEYS, checkpoint_video_processor
+from k9bench.inference.openai_compat.video_transport import video_timing
 from tests.fake_openai_server import FAKE_VERSION, FakeOpenAIServer, Fault, fake_openai  # noqa: F401
 
 ANSWER = json.dumps({"reasoning": "r", "answer": "a"})

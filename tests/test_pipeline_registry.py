@@ -10,11 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from k9bench import stage_table
 from k9bench.pipeline import registry
-from k9bench.pipeline.registry import StageEntry
-from k9bench.pipeline.stages import Step
-from k9bench.stage import Stage
-from tests.pipeline_fakes import fake, launcher_env  # noqa: F401 (fixtures)
+from k9bench.stage_table import StageEntry
+from tests.pipeline_fakes import fake, launcher_env, listener  # noqa: F401 (fixtures)
 
 REPO = Path(__file__).resolve().parent.parent
 PIPELINE = REPO / "k9bench" / "pipeline"
@@ -33,6 +32,30 @@ def test_every_entry_names_a_package_module_and_makes_steps_or_prepares():
         assert 0 in entry.exits, entry
 
 
+def test_the_stage_table_is_the_one_list_of_stages_and_artifacts():
+    """Issue 36: each kind has one owning entry (its schema version and typed header class); the layout's stages
+    and paths, the headers' versions, kinds and classes are worked out from the entries; every name resolves."""
+    from k9bench.headers.kinds import HEADER_CLASSES, SCHEMA_VERSIONS, STAGE_KINDS
+    from k9bench.layout import STAGES, RunLayout, shard_path, skipped_path
+
+    kinds = {e.kind for e in stage_table.STAGES if e.kind}
+    for kind in kinds:
+        owners = [e for e in stage_table.STAGES if e.kind == kind and e.schema_version]
+        assert len(owners) == 1 and owners[0].header is not None, kind
+        assert owners[0].header.resolve().KIND == kind and SCHEMA_VERSIONS[kind] == owners[0].schema_version
+    assert [e for e in stage_table.STAGES if e.header is not None and not e.schema_version] == []
+    assert dict(STAGE_KINDS) == {"download": "manifest", "inference": "raw", "merge": "raw", "calculate": "sim", "evaluate": "eval",
+                                 "judge": "judge", "report": "report"}
+    assert set(HEADER_CLASSES) == set(SCHEMA_VERSIONS) == kinds
+    assert dict(STAGES) == {"raw": "inference", "sim": "calculate", "eval": "evaluate", "judge": "judge", "labels_llm": "llm-label"}
+    paths = RunLayout("o", "org/m", 4, 10).paths(3)
+    assert list(paths) == ["raw", "shards", "sim", "eval", "judge", "judge_skipped", "llm_labels", "report"]
+    assert paths["judge_skipped"] == skipped_path(paths["judge"]) and str(paths["shards"]).format(i=2) == str(shard_path(paths["raw"], 3, 2))
+    for e in stage_table.STAGES:
+        for ref in (e.build, e.steps, e.prepare, e.probe, e.refresh, e.config_line, *e.checks):
+            assert ref is None or callable(ref.resolve()), (e.name, ref)
+
+
 def test_every_step_of_a_plan_is_a_registry_entry_and_built_from_it(tmp_path):
     from k9bench.layout import RunLayout
     from k9bench.pipeline.env import read_settings
@@ -43,7 +66,7 @@ def test_every_step_of_a_plan_is_a_registry_entry_and_built_from_it(tmp_path):
     model.mkdir()
     (model / "config.json").write_text("{}")
     env = {"MODEL_NAME": str(model), "DATASET_NAME": "demo", "EMBEDDING_MODEL": str(model), "OUT_DIR": str(tmp_path / "o"),
-           "VIDEO_DIR": str(tmp_path / "v"), "JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "DEVICE": "cpu"}
+           "VIDEO_DIR": str(tmp_path / "v"), "JUDGE_BASE_URL": "http://127.0.0.1:9/v1", "DEVICE": "cpu", "LABEL": "1"}
     s = read_settings(env, REPO)
     layout = RunLayout(out_dir=s["OUT_DIR"], model=s["MODEL_NAME"], max_frames=4, max_samples=-1, audio=False)
     names = set()
@@ -85,7 +108,8 @@ def _names_a_stage(text: str, names: set[str]) -> str | None:
 
 def test_stage_names_appear_only_in_the_registry():
     """Issue 28: the registry is the one place the launcher knows its stages; the other modules of
-    k9bench/pipeline/ read its entries (no ``if name == "judge"`` switch, no name in a message)."""
+    k9bench/pipeline/ read its entries (no ``if name == "judge"`` switch, no name in a message). The entries are
+    the stage table's (issue 36: one list of stages and artifacts)."""
     names = set(registry.BY_NAME)
     assert _names_a_stage("inference-shard", names) and _names_a_stage("step judge: x", names)  # the rule sees them
     assert not _names_a_stage("the judge file", names) and not _names_a_stage("report.md", names)  # prose and files are no names
@@ -97,8 +121,10 @@ def test_stage_names_appear_only_in_the_registry():
             if _names_a_stage(node.value, names):
                 found.append(f"{path.name}:{node.lineno}: {node.value!r}")
     assert found == []
-    registry_constants = {n.value for n in _string_constants(ast.parse((PIPELINE / "registry.py").read_text(encoding="utf-8")))}
-    assert names <= registry_constants  # the names are there, in the entries
+    table = REPO / "k9bench" / "stage_table.py"
+    table_constants = {n.value for n in _string_constants(ast.parse(table.read_text(encoding="utf-8")))}
+    assert names <= table_constants  # the names are there, in the entries of the one list
+    assert registry.STAGES is stage_table.STAGES
 
 
 def test_no_module_reads_argparse_internals():
@@ -127,75 +153,85 @@ def test_a_parser_answers_which_flags_it_accepts_groups_included():
     assert scoring.accepts("--subset") and scoring.accepts("--report_dir")
 
 
-# --------------------------------------------------------------------------- adding a stage is one entry
+# --------------------------------------------------------------------------- adding a stage is one module and one entry
 
 
-class ToyStage(Stage):
-    """A stage the package does not have: it copies the eval file's size into its own output."""
+def _add_entry(monkeypatch, entry: StageEntry, after: str) -> None:
+    """What adding ``entry`` to k9bench/stage_table.py's list does, here: the list with it after ``after``. (The
+    launcher's registry.STAGES is that list; the ``fake`` fixture has put stand-ins there, so the entry goes in both.)"""
+    def inserted(entries):
+        at = [e.name for e in entries].index(after) + 1
+        return (*entries[:at], entry, *entries[at:])
 
-    def __init__(self, step, events: list[str]):
-        self.step, self.events, self.name = step, events, step.name
-
-    def outputs(self) -> list[Path]:
-        return list(self.step.outputs)
-
-    def inputs(self) -> list[Path]:
-        return list(self.step.inputs)
-
-    def fingerprint(self) -> dict:
-        return {"argv": list(self.step.argv)}
-
-    def run(self) -> int:
-        self.events.append("toy runs")
-        self.outputs()[0].write_text(json.dumps({"size": self.inputs()[0].stat().st_size, "stage": self.stage_block()}))
-        return 0
+    monkeypatch.setattr(stage_table, "STAGES", inserted(stage_table.STAGES))
+    monkeypatch.setattr(registry, "STAGES", inserted(registry.STAGES))
+    monkeypatch.setattr(registry, "BY_NAME", {e.name: e for e in registry.STAGES})
 
 
-def _toy_entry(events: list[str], fake) -> StageEntry:
-    def steps(e: StageEntry, c) -> list[Step]:
-        evals, out = c.layout.path("eval"), Path(c.settings["OUT_DIR"]) / f"toy_{c.layout.tag}.json"
-        return [Step(name=e.name, script=e.script, values={"--input_file": evals, "--output_file": out}, inputs=[evals],
-                     outputs=[out], depends=e.reruns_after)]
-
-    def check(settings, environ) -> None:
-        events.append(f"toy preflight after {len(fake.calls)} stage(s)")
-
-    return StageEntry("toy", "toy_tool", "tests.test_pipeline_registry", lambda step: ToyStage(step, events), steps, checks=(check,),
-                      follows=("evaluate",), reruns_after=("evaluate",), exits={0: "done"})
-
-
-def test_adding_a_stage_is_one_registry_entry(fake, launcher_env, capsys, tmp_path, monkeypatch):
-    """A toy entry put into the registry (nothing else changes): the plan runs it in its place, --dry_run
-    lists it, its preflight runs before the first stage, and an unchanged rerun skips it."""
+def test_adding_a_stage_that_writes_a_typed_artifact_is_one_module_and_one_entry(fake, launcher_env, listener, capsys, tmp_path,
+                                                                                   monkeypatch):
+    """Issue 36: the "Add a stage" recipe, followed for a stage after the judge (tests/toy_labels.py: its module, and
+    one entry; no other file changes). The plan runs it in its place, --dry_run lists it, its preflight runs before
+    the first stage, it writes its own kind of file that the layout names and the one header reader reads (a newer
+    version refused), an unchanged rerun skips it, and a changed setting or input reruns it."""
+    from k9bench.headers.files import NewerSchema, read_header
+    from k9bench.headers.kinds import HEADER_CLASSES, SCHEMA_VERSIONS, STAGE_KINDS
+    from k9bench.layout import RunLayout, artifact_name, parse_artifact_name
     from k9bench.pipeline import main
+    from tests import toy_labels
 
-    events: list[str] = []
-    at = [e.name for e in registry.STAGES].index("evaluate") + 1
-    entries = (*registry.STAGES[:at], _toy_entry(events, fake), *registry.STAGES[at:])
-    monkeypatch.setattr(registry, "STAGES", entries)
-    monkeypatch.setattr(registry, "BY_NAME", {e.name: e for e in entries})
+    _add_entry(monkeypatch, toy_labels.ENTRY, after="judge")
+    monkeypatch.setattr(toy_labels, "EVENTS", [])
+    events = toy_labels.EVENTS
+    launcher_env(JUDGE_BASE_URL=listener)
+    fake.hooks["download_videos"] = lambda argv: events.append("download runs")
+    out = tmp_path / "out"
+    labels, evals = out / "labels_tiny-m_mf4_n-1.json", out / "eval_tiny-m_mf4_n-1.json"
+
+    # what derives from the list sees it
+    assert RunLayout(str(out), "x/tiny-m", 4, -1).paths()["labels"] == labels
+    assert artifact_name("labels", "x/tiny-m", 4, -1) == labels.name and parse_artifact_name(labels).stage == "labels"
+    assert (SCHEMA_VERSIONS["labels"], STAGE_KINDS["labels"], HEADER_CLASSES["labels"]) == (1, "labels", toy_labels.LabelsHeader)
 
     assert main(["--dry_run"]) == 0
-    out = capsys.readouterr().out
-    toy = tmp_path / "out" / "toy_tiny-m_mf4_n-1.json"
-    plan = [ln.split()[2] for ln in out.splitlines() if len(ln.split()) > 3 and ln.split()[3] in ("run", "skip")]
-    assert plan == ["download", "inference", "calculate", "evaluate", "toy", "report"], out
-    assert any(ln.split()[2:4] == ["toy", "run"] and ln.endswith(f"-> {toy}") for ln in out.splitlines()), out
-    assert events == ["toy preflight after 0 stage(s)"] and fake.calls == []
+    text = capsys.readouterr().out
+    plan = [ln.split()[2] for ln in text.splitlines() if len(ln.split()) > 3 and ln.split()[3] in ("run", "skip")]
+    assert plan == ["download", "inference", "calculate", "evaluate", "judge", "labels", "report"], text
+    assert any(ln.split()[2:4] == ["labels", "run"] and ln.endswith(f"-> {labels}") for ln in text.splitlines()), text
+    assert events == ["labels preflight"] and fake.calls == []
 
     events.clear()
     assert main([]) == 0
-    out = capsys.readouterr().out
-    ran = re.findall(r"step (\S+): runs: ", out)
-    assert ran == ["download", "inference", "calculate", "evaluate", "toy", "report"], out
-    assert events == ["toy preflight after 0 stage(s)", "toy runs"]
-    assert f"step toy: toy_tool --input_file {tmp_path / 'out' / 'eval_tiny-m_mf4_n-1.json'} --output_file {toy}" in out
-    assert json.loads(toy.read_text())["size"] == (tmp_path / "out" / "eval_tiny-m_mf4_n-1.json").stat().st_size
+    text = capsys.readouterr().out
+    assert re.findall(r"step (\S+): runs: ", text) == ["download", "inference", "calculate", "evaluate", "judge", "labels", "report"]
+    assert events == ["labels preflight", "download runs", "labels runs"]  # its preflight before the first stage
+    assert f"step labels: label_failures --evaluations {evals} --output_file {labels}" in text
+    header = read_header(labels)  # the one reader: its own typed header
+    assert type(header) is toy_labels.LabelsHeader and header.block() == {"kind": "labels", "schema_version": 1, "stage": "labels"}
+    assert header.declared and header.labelled == 1 and header.labels == {evals.name: "big" if evals.stat().st_size > 100 else "small"}
+    assert header.stage_block["fingerprint"] == {"rule": "by size"}
 
     events.clear()
     assert main([]) == 0
-    out = capsys.readouterr().out
-    assert "step toy: done already, skipping" in out and events == ["toy preflight after 5 stage(s)"]  # the 5 stand-ins of the first run
+    text = capsys.readouterr().out
+    assert "step labels: done already, skipping" in text and events == ["labels preflight"]  # resumed: nothing to do
+
+    monkeypatch.setattr(toy_labels, "RULE", "by name")
+    events.clear()
+    assert main([]) == 0
+    text = capsys.readouterr().out
+    assert "step labels: runs: settings differ: rule: 'by size' in the existing file, 'by name' now" in text, text
+    assert re.findall(r"step (\S+): runs: ", text) == ["labels"] and read_header(labels).rule == "by name"
+
+    evals.write_text(evals.read_text() + " ")  # its input changed (the evaluate stand-in's file): it reruns
+    assert main([]) == 0
+    assert f"step labels: runs: input {evals} changed" in capsys.readouterr().out
+
+    data = json.loads(labels.read_text())
+    data["header"]["schema_version"] = 2
+    labels.write_text(json.dumps(data))
+    with pytest.raises(NewerSchema, match=r"labels header schema_version 2 is newer than this k9bench reads \(up to version 1\)"):
+        read_header(labels)
 
 
 def test_a_launcher_variable_s_flag_is_recorded_once_in_the_registry():

@@ -208,3 +208,51 @@ def test_merge_job_of_an_array_is_given_the_gpus(fake, launcher_env, slurm_bin, 
 
 def test_full_chain_names(fake, launcher_env, capsys):
     assert launch(fake, capsys)[2] == ALL
+
+
+@pytest.mark.parametrize("when", ["in the last lines", "as the steps end"])
+@pytest.mark.parametrize("signum", [signal.SIGUSR1, signal.SIGTERM])
+def test_a_signal_after_the_last_step_is_said_and_the_exit_code_is_the_run_s(fake, launcher_env, capsys, monkeypatch, signum, when):
+    """Issue 40 item 4: SIGUSR1 0.5 s after the last stage killed the launcher (rc -10, a finished SLURM job FAILED).
+    Now: one line, rc 0, and (called in process) the caller's handlers back afterwards."""
+    before = signal.getsignal(signum)
+    if when == "in the last lines":
+        real_say = pipeline_run.say
+
+        def say(message):
+            real_say(message)
+            if message.startswith("all steps done"):
+                os.kill(os.getpid(), signum)
+
+        monkeypatch.setattr(pipeline_run, "say", say)
+    else:  # the last step has returned, the stop policy is still in force
+        real_steps = pipeline_run.Launch.run_steps
+
+        def run_steps(self):
+            code = real_steps(self)
+            os.kill(os.getpid(), signum)
+            return code
+
+        monkeypatch.setattr(pipeline_run.Launch, "run_steps", run_steps)
+    got, out, ran = launch(fake, capsys)
+    assert got == 0 and ran == ALL, out
+    assert f"received {signal.Signals(signum).name} after the last step had finished: nothing left to stop; the exit code is the run's" in out
+    assert "all steps done" in out and "interrupted" not in out
+    assert signal.getsignal(signum) == before
+
+
+def test_the_launcher_process_keeps_its_exit_code_through_a_signal_in_its_teardown(repo_root):
+    """The launcher as a process keeps the handler to its end: a SIGUSR1 during the interpreter's teardown (an
+    atexit hook here; the demo spent 1.6 to 4.4 s there) is said, and the exit code stays the run's."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, os, signal, time\n"
+            "from k9bench.pipeline.run import _AfterTheLastStep\n"
+            "with _AfterTheLastStep(keep=True):\n    pass\n"
+            "atexit.register(lambda: (os.kill(os.getpid(), signal.SIGUSR1), time.sleep(0.3)))\n"
+            "raise SystemExit(0)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=repo_root,
+                          env={**os.environ, "PYTHONPATH": str(repo_root)})
+    assert done.returncode == 0, done.stderr
+    assert "received SIGUSR1 after the last step had finished" in done.stdout

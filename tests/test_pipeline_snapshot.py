@@ -67,7 +67,7 @@ def test_every_file_name_is_as_before(tmp_path, monkeypatch):
     assert RunLayout("eval_results", s["MODEL_NAME"], 32, 10, audio=True).path("raw").name == f"raw_{tag}_av.json"
     header = {ln.split()[1] for ln in (REPO / "run_eval.sh").read_text().splitlines() if ln.startswith("#SBATCH")}
     assert header == HEADER_BEFORE
-    text = "\n".join(p.read_text() for p in (REPO / "k9bench" / "pipeline").glob("*.py"))
+    text = "\n".join(p.read_text() for p in [*(REPO / "k9bench" / "pipeline").glob("*.py"), REPO / "k9bench" / "stage_table.py"])
     for marker in (".finalize_", ".run_eval.download.lock", "-merge"):
         assert marker in text, marker  # the array's markers and locks keep their names
     from k9bench.pipeline import registry  # the demo's locks are .run_eval.<entry name>.lock: demo-model, demo-videos

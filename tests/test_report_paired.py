@@ -14,7 +14,10 @@ from k9bench.artifact_io import write_json_atomic
 from k9bench.report import build_report, config_from_argv, run_report, write_report
 from k9bench.report.model import BATCH_CAVEAT, ReportError, model_display_name
 from k9bench.report.paired import resolve_baseline
-from k9bench.stats import MIN_INTERVAL_VIDEOS, mcnemar_exact, paired_bootstrap_difference
+from statistics import NormalDist
+
+from k9bench.stats import (MIN_INTERVAL_VIDEOS, clustered_mcnemar, mcnemar_exact, paired_difference_interval,
+                            t_quantile)
 from tests.test_report_comparable import inference_block
 
 
@@ -75,7 +78,7 @@ def test_mcnemar_exact_is_exact_for_large_counts_and_refuses_bad_ones():
             mcnemar_exact(bad, 3)
 
 
-def test_paired_bootstrap_is_deterministic_and_covers_the_difference():
+def test_paired_interval_is_deterministic_and_covers_the_difference():
     # 40 videos of 5 questions, verdicts drawn once (the run right 70% of the time, the baseline 50%)
     import numpy as np
 
@@ -83,30 +86,91 @@ def test_paired_bootstrap_is_deterministic_and_covers_the_difference():
     run, base = list(draw[0] < 0.7), list(draw[1] < 0.5)
     units = [i // 5 for i in range(200)]
     diff = (sum(run) - sum(base)) / 200
-    first = paired_bootstrap_difference(run, base, units, seed=7)
-    again = paired_bootstrap_difference(run, base, units, seed=7)
-    other = paired_bootstrap_difference(run, base, units, seed=8)
-    assert (first.low, first.high) == (again.low, again.high)
-    assert (first.low, first.high) != (other.low, other.high)
-    assert first.low <= diff <= first.high
-    assert first.low < first.high
+    first = paired_difference_interval(run, base, units)
+    assert first == paired_difference_interval(run, base, units) and first.defined == 40
+    assert first.low < diff < first.high
+    assert (first.low + first.high) / 2 == pytest.approx(diff)
+    wider = paired_difference_interval(run, base, units, level=0.99)
+    assert wider.low < first.low and wider.high > first.high
 
 
-def test_paired_bootstrap_keeps_a_video_together():
-    # every video: the run right on both questions, the baseline on one -> every replicate's difference is 1/2
+def test_paired_interval_keeps_a_video_together():
+    # every video: the run right on both questions, the baseline on one -> every video's difference is 1/2
     run = [True] * 40
     base = [i % 2 == 0 for i in range(40)]
-    interval = paired_bootstrap_difference(run, base, [i // 2 for i in range(40)], resamples=200)
-    assert (interval.low, interval.high) == (0.5, 0.5)
+    interval = paired_difference_interval(run, base, [i // 2 for i in range(40)])
+    assert interval.low == pytest.approx(0.5) and interval.high == pytest.approx(0.5)
+    assert paired_difference_interval(run[:2], base[:2], [0, 0]).low is None  # one video: no interval
 
 
-def test_paired_bootstrap_is_wider_when_videos_are_correlated():
+def test_paired_interval_is_wider_when_videos_are_correlated():
     # the same 40 paired verdicts: clustered by video of 4 (all or nothing) versus one video per question
     run = [(i // 4) % 2 == 0 for i in range(40)]
     base = [False] * 40
-    clustered = paired_bootstrap_difference(run, base, [i // 4 for i in range(40)])
-    independent = paired_bootstrap_difference(run, base, list(range(40)))
+    clustered = paired_difference_interval(run, base, [i // 4 for i in range(40)])
+    independent = paired_difference_interval(run, base, list(range(40)))
     assert clustered.high - clustered.low > independent.high - independent.low
+
+
+@pytest.mark.parametrize("df, exact", [(9, 2.262157), (19, 2.093024), (29, 2.045230), (100, 1.983972)])
+def test_t_quantile_matches_the_table(df, exact):
+    assert t_quantile(0.975, df) == pytest.approx(exact, abs=1e-4)
+
+
+def test_clustered_mcnemar_known_values():
+    # two videos: (b_k - c_k) = (2, -1) -> X2 = 1 / 5, p = P(chi2_1 > 0.2)
+    run = [True, True, False, True]
+    base = [False, False, True, True]
+    p = clustered_mcnemar(run, base, [0, 0, 1, 1])
+    assert p == pytest.approx(2 * (1 - NormalDist().cdf(1 / math.sqrt(5))))
+    assert clustered_mcnemar([True, False], [True, False], [0, 1]) == 1.0  # no discordant pair
+    # one question per video: the statistic is McNemar's (B - C)^2 / (B + C) without continuity correction
+    run, base = [True] * 9 + [False], [False] * 9 + [True]
+    assert clustered_mcnemar(run, base, list(range(10))) == pytest.approx(2 * (1 - NormalDist().cdf(8 / math.sqrt(10))))
+
+
+def _simulated(rng, videos: int, shift: float):
+    """A probit model with random video effects (shared by both models, and per model) and question
+    effects, 3 to 7 questions per video: the run's latent mean is ``shift`` above the baseline's."""
+    import numpy as np
+
+    sizes = rng.integers(3, 8, videos)
+    unit = np.repeat(np.arange(videos), sizes)
+    n = len(unit)
+    shared = rng.normal(0, 1.0, videos)[unit] + rng.normal(0, 0.5, n)
+    run = shift + shared + rng.normal(0, 0.7, videos)[unit] + rng.normal(size=n) > 0
+    base = shared + rng.normal(0, 0.7, videos)[unit] + rng.normal(size=n) > 0
+    return list(run), list(base), list(unit)
+
+
+def test_simulation_size_of_the_lead_test_and_coverage_of_the_interval():
+    """Seeded, 1,000 datasets per row (about 2 s): under no difference, the clustered McNemar test rejects at
+    alpha 0.05 in 3-7% of datasets, where the exact McNemar test rejects far more often (it assumes
+    independent questions); with a difference, the interval covers the true one in at least 93% of datasets,
+    from the fewest videos it is shown for."""
+    import numpy as np
+
+    rng = np.random.default_rng(2026)
+    scale = math.sqrt(1.0 + 0.25 + 0.49 + 1.0)
+    true = NormalDist().cdf(0.3 / scale) - NormalDist().cdf(0.0)
+    for videos in (MIN_INTERVAL_VIDEOS, 20, 50):
+        datasets = 1000
+        lead = exact = covered = 0
+        for _ in range(datasets):
+            run, base, unit = _simulated(rng, videos, 0.0)
+            lead += clustered_mcnemar(run, base, unit) <= 0.05
+            b = sum(x and not y for x, y in zip(run, base))
+            c = sum(y and not x for x, y in zip(run, base))
+            exact += mcnemar_exact(b, c) <= 0.05
+            run, base, unit = _simulated(rng, videos, 0.3)
+            interval = paired_difference_interval(run, base, unit)
+            covered += interval.low <= true <= interval.high
+        if videos >= 20:  # from 10 videos the test is conservative (about 3%): a smaller size, never a larger one
+            assert 0.03 <= lead / datasets <= 0.07, (videos, lead / datasets)
+        else:
+            assert lead / datasets <= 0.07, (videos, lead / datasets)
+        assert exact / datasets > 0.08, (videos, exact / datasets)
+        assert covered / datasets >= 0.93, (videos, covered / datasets)
 
 
 # ---------------------------------------------------------------------------
@@ -133,11 +197,15 @@ def test_baseline_gives_the_paired_comparison_in_json_and_markdown(tmp_path):
     assert (pc["mcnemar_b"], pc["mcnemar_c"]) == (b, c)
     assert pc["mcnemar_p"] == pytest.approx(mcnemar_exact(b, c))
     assert pc["ci_low"] <= pc["diff"] <= pc["ci_high"] and pc["reason"] is None
-    assert "paired bootstrap over videos" in pc["ci_method"]
+    assert "cluster-robust t interval over videos" in pc["ci_method"] and "Durkalski" in pc["test_method"]
+    assert pc["clustered_p"] == pytest.approx(clustered_mcnemar(ours, theirs, [i // 5 for i in range(60)]))
+    assert pc["comparable"] is True and pc["scoring"]["run"] == pc["scoring"]["baseline"] == {
+        "threshold": 0.5, "embedding_model": "Qwen/Qwen3-Embedding-8B"}
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "## Paired comparison (--baseline)" in md
-    assert f"| {pc['diff']:+.1f} | [{pc['ci_low']:+.1f}, {pc['ci_high']:+.1f}] | {b} | {c} |" in md
-    # the same inputs: the same figures (seeded)
+    assert f"| {pc['diff']:+.1f} | [{pc['ci_low']:+.1f}, {pc['ci_high']:+.1f}] | {pc['clustered_p']:.4g} | {b} | {c} | " in md
+    assert "Exact McNemar p (assumes independent questions)" in md and "Durkalski" in md
+    # the same inputs: the same figures
     assert run_report(settings) == 0
     again = json.loads((tmp_path / "rep" / "report.json").read_text())["paired_comparison"]
     assert (again["ci_low"], again["ci_high"]) == (pc["ci_low"], pc["ci_high"])
@@ -172,6 +240,52 @@ def test_baseline_of_another_dataset_is_refused_naming_the_idx(tmp_path):
     base = write_run(tmp_path / "eval_B.json", [True] * 50, model="Other-Model", question="another question ")
     with pytest.raises(ReportError, match=r"idx 0 is another question"):
         build_report([str(run)], baseline=str(base))
+
+
+def _rewrite(path: Path, change) -> Path:
+    data = json.loads(path.read_text())
+    change(data)
+    return write_json_atomic(path, data)
+
+
+def test_baseline_questions_with_other_ground_truths_or_options_are_left_out(tmp_path):
+    run = write_run(tmp_path / "eval_A.json", [True] * 60)
+    base = write_run(tmp_path / "eval_B.json", [False] * 60, model="Other-Model")
+
+    def shift(data):
+        for rec in data["individual_results"]:
+            if rec["idx"] < 5:
+                rec["ground_truth"] = "B"               # another ground truth
+            elif rec["idx"] == 5:
+                rec["options"][2] = "C. another text"   # another option
+    _rewrite(base, shift)
+    report = build_report([str(run)], baseline=str(base))
+    pc = report.paired
+    assert (pc.n_common_questions, pc.n_common_videos, pc.n_mismatched) == (54, 11, 6) and pc.mismatched_idx == tuple(range(6))
+    assert (pc.mcnemar_b, pc.mcnemar_c) == (54, 0)
+    write_report(report, tmp_path / "rep")
+    assert "Left out: 6 common questions whose ground truth or options differ" in (tmp_path / "rep" / "report.md").read_text()
+    # every ground truth shifted: nothing is compared, and the reason says why
+    _rewrite(base, lambda data: [rec.update(ground_truth="E") for rec in data["individual_results"]])
+    pc = build_report([str(run)], baseline=str(base)).paired
+    assert pc.n_common_questions == 0 and pc.diff is None and "ground truth and options agree" in pc.reason
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda data: data.update(threshold=0.0), "threshold 0.5 here, 0.0 in the baseline"),
+    (lambda data: data["metadata"].update(similarity_model="other/embedder"), "embedding model Qwen/Qwen3-Embedding-8B here"),
+])
+def test_baseline_scored_another_way_is_not_compared(tmp_path, capsys, change, said):
+    run = write_run(tmp_path / "eval_A.json", [i % 2 == 0 for i in range(60)])
+    base = _rewrite(write_run(tmp_path / "eval_B.json", [i % 2 == 0 for i in range(60)], model="Other-Model"), change)
+    settings = config_from_argv(["--input_file", str(run), "--baseline", str(base), "--report_dir", str(tmp_path / "rep")])
+    assert run_report(settings) == 0
+    pc = json.loads((tmp_path / "rep" / "report.json").read_text())["paired_comparison"]
+    assert pc["comparable"] is False and said in pc["reason"] and "scored another way" in pc["reason"]
+    assert pc["diff"] is None and pc["mcnemar_b"] is None and pc["clustered_p"] is None
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert said in md and "| This run |" not in md
+    assert "scored another way" in capsys.readouterr().out
 
 
 def test_baseline_folder_must_hold_one_eval_file(tmp_path, caplog):

@@ -18,7 +18,7 @@ import torch
 
 import eval_video_llm
 from k9bench.inference.runner import EXIT_OK
-from k9bench.inference.video_transport import MediaBuilder, encode_frames_mp4, mp4_codec, video_timing
+from k9bench.inference.openai_compat.video_transport import MediaBuilder, encode_frames_mp4, mp4_codec, video_timing
 from tests.fake_openai_server import FakeOpenAIServer
 from tests.test_vllm import vllm_python  # noqa: F401
 

@@ -20,6 +20,7 @@ import re
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -170,7 +171,7 @@ def test_prompt_timestamps_are_the_sampled_frames_times(vllm_server, demo_video_
 
     from k9bench.video.sampling import sample
     from k9bench.inference.backend import GenerationRequest
-    from k9bench.inference.video_transport import MediaBuilder
+    from k9bench.inference.openai_compat.video_transport import MediaBuilder
 
     processor = AutoProcessor.from_pretrained(tiny64)
     tokenizer = processor.tokenizer
@@ -209,17 +210,54 @@ def served_requests(url: str) -> float:
     return sum(float(v) for v in re.findall(r"^vllm:request_success_total(?:\{[^}]*\})? ([0-9.e+]+)$", text, re.M))
 
 
-def _vllm_processes() -> set[int]:
-    done = subprocess.run(["ps", "-eo", "pid=,args="], capture_output=True, text=True, check=True)
-    return {int(line.split(None, 1)[0]) for line in done.stdout.splitlines() if "vllm.entrypoints" in line}
+RUN_MARK = "K9BENCH_TEST_RUN"
+"""An environment variable the test gives the launcher: its children (the vLLM server too) inherit it."""
+
+
+def _vllm_processes(mark: str) -> set[int]:
+    """The vLLM servers whose environment holds ``RUN_MARK=mark``: started under this test's launcher, never another
+    vLLM on the machine (its environment is unreadable or holds no such mark)."""
+    done = subprocess.run(["ps", "-ww", "-eo", "pid=,args="], capture_output=True, text=True, check=True)
+    found = set()
+    for line in done.stdout.splitlines():
+        if "vllm.entrypoints" not in line:
+            continue
+        pid = int(line.split(None, 1)[0])
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        except OSError:  # gone, or another user's
+            continue
+        if f"{RUN_MARK}={mark}".encode() in environ:
+            found.add(pid)
+    return found
+
+
+def test_only_the_processes_a_run_started_are_counted(tmp_path):
+    """The count above sees a process given the mark, and not the same command started without it."""
+    script = tmp_path / "fake_vllm.entrypoints.py"
+    script.write_text("import time\ntime.sleep(60)\n")
+    mark = uuid.uuid4().hex
+    ours = subprocess.Popen([sys.executable, str(script)], env={**os.environ, RUN_MARK: mark})
+    other = subprocess.Popen([sys.executable, str(script)], env={k: v for k, v in os.environ.items() if k != RUN_MARK})
+    try:
+        deadline = time.monotonic() + 10
+        while ours.pid not in _vllm_processes(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert _vllm_processes(mark) == {ours.pid}
+    finally:
+        for proc in (ours, other):
+            proc.kill()
+            proc.wait()
+    assert _vllm_processes(mark) == set()
 
 
 def test_launcher_serve_vllm_runs_the_demo_chain_and_leaves_no_server(vllm_python, tiny64, tmp_path, repo_root):
     """``SERVE=vllm DEMO=1 bash run_eval.sh``: the launcher starts a real vLLM server on the job's machine,
     runs inference through it (--backend openai, the video transport), scores, reports, and stops it."""
-    before = _vllm_processes()
+    mark = uuid.uuid4().hex
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update(SERVE_ENV)
+    env[RUN_MARK] = mark
     env.update({
         "SERVE": "vllm", "DEMO": "1", "MODEL_NAME": str(tiny64), "PYTHON": sys.executable, "OUT_DIR": str(tmp_path / "out"),
         "VIDEO_DIR": str(tmp_path / "videos"), "K9BENCH_VLLM_PYTHON": vllm_python, "K9BENCH_NO_PROGRESS": "1",
@@ -236,9 +274,9 @@ def test_launcher_serve_vllm_runs_the_demo_chain_and_leaves_no_server(vllm_pytho
     assert raw["inference"]["backend"]["server"]["engine"] == "vllm"
     assert list((tmp_path / "out").glob("eval_*.json")) and list((tmp_path / "out").glob("report_*/report.md"))
     deadline = time.monotonic() + 30
-    while _vllm_processes() - before and time.monotonic() < deadline:
+    while _vllm_processes(mark) and time.monotonic() < deadline:
         time.sleep(1)
-    assert not _vllm_processes() - before, "the launcher left a vLLM server running"
+    assert not _vllm_processes(mark), "the launcher left a vLLM server running"
 
 
 def test_zz_killing_the_server_mid_run_keeps_the_finished_questions(vllm_server, demo_video_dir, tmp_path):

@@ -1,5 +1,5 @@
-"""``--backend vllm`` without vLLM: its flags, the chunk rule, the sampling and dtype mapping, the launcher's
-``BACKEND=vllm``, and the report's engine cell (the real engine: tests/test_vllm_inprocess.py)."""
+"""``--backend vllm`` without vLLM: its flags, the sampling and dtype mapping, the launcher's
+``BACKEND=vllm``, and the report's engine cell (the chunk rule and the prompts: tests/test_vllm_prompts.py; the real engine: tests/test_vllm_inprocess.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from k9bench.inference.backend import backend_class
 from k9bench.inference.stage import build_parser
-from k9bench.inference.vllm_backend import CHUNK_PER_SEQ, MIN_CHUNK, VLLMBackend, _dtype, chunk_size
+from k9bench.inference.vllm.backend import VLLMBackend, _dtype
 from k9bench.pipeline.env import LaunchError, read_settings
 from k9bench.pipeline.stages import ShardMode
 
@@ -36,12 +36,6 @@ def test_bad_engine_flags_are_usage_errors(bad, capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["--backend", "vllm", *bad])
     assert exc.value.code == 2 and bad[0] in capsys.readouterr().err
-
-
-def test_chunk_is_four_times_the_running_sequences_within_bounds():
-    assert chunk_size(256, 4744) == CHUNK_PER_SEQ * 256 == 1024
-    assert chunk_size(4, 4744) == MIN_CHUNK
-    assert chunk_size(256, 12) == 12 and chunk_size(256, 0) == 1
 
 
 def test_dtype_and_sampling_are_mapped_from_our_flags():
@@ -150,3 +144,20 @@ def test_the_launcher_asks_the_registry_row_for_the_engine_and_the_gpu_split(tmp
     # BACKEND=hf said outright still goes with a server (SERVE/SERVE_URL replace the default backend)
     argv = _inference_argv(_settings(tmp_path, BACKEND="hf", SERVE_URL="http://127.0.0.1:8000/v1"), tmp_path)
     assert argv[argv.index("--backend") + 1] == "openai"
+
+
+def test_audio_is_refused_before_anything_loads(tmp_path, capsys):
+    """``--backend vllm --audio``: one line naming the flag, exit 2, no traceback, before the engine (or vLLM's import,
+    which this environment lacks: reaching it would be exit 3) and before any video is read."""
+    import eval_video_llm
+    from k9bench.inference import registry
+
+    assert registry.REGISTRY["vllm"].audio is False and registry.REGISTRY["hf"].audio is True
+    out = tmp_path / "raw.json"
+    code = eval_video_llm.main(["--backend", "vllm", "--audio", "--model_name_or_path", str(tmp_path / "no_model"), "--dataset_name", "demo",
+                                "--video_dir", str(tmp_path / "videos"), "--output_file", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2 and "Traceback" not in err
+    (line,) = [x for x in err.splitlines() if "--audio" in x]
+    assert "--backend vllm sends the model no soundtrack" in line and "hf" in line
+    assert not out.exists() and not (tmp_path / "videos").exists()

@@ -13,17 +13,17 @@ THRESHOLD = 0.5
 DEMO_NOTE = "DEMO: a tiny model with random weights: these scores are MEANINGLESS (chance is 20%)."
 
 
-def _frames_block(video_dir: Path) -> dict:
-    return {"fps": 2.0, "max_frames": MAX_FRAMES, "max_pixels": 100352, "min_pixels": None, "image_patch_size": 14, "decoder": "pyav"}
+def _frames_block(video_dir: Path, max_frames: int = MAX_FRAMES) -> dict:
+    return {"fps": 2.0, "max_frames": max_frames, "max_pixels": 100352, "min_pixels": None, "image_patch_size": 14, "decoder": "pyav"}
 
 
-def frame_indices(video_dir: Path) -> dict:
+def frame_indices(video_dir: Path, max_frames: int = MAX_FRAMES) -> dict:
     """scene -> (indices, duration) for the demo videos under these sampling settings."""
     from k9bench.video.cache import FrameCache
     from k9bench.view.thumbs import _sampling
 
     out = {}
-    with FrameCache(_sampling(_frames_block(video_dir))) as cache:
+    with FrameCache(_sampling(_frames_block(video_dir, max_frames))) as cache:
         for video in sorted(video_dir.glob("*.mp4")):
             frames = cache.get(video)
             out[video.stem] = (list(frames.indices), frames.duration)
@@ -31,12 +31,13 @@ def frame_indices(video_dir: Path) -> dict:
     return out
 
 
-def demo_eval(path: Path, video_dir: Path, *, model: str = "tiny-m", shift: int = 0, failed: tuple = (), indices: dict | None = None) -> Path:
+def demo_eval(path: Path, video_dir: Path, *, model: str = "tiny-m", shift: int = 0, failed: tuple = (), indices: dict | None = None,
+              max_frames: int = MAX_FRAMES) -> Path:
     """An eval file of the demo's 12 questions: the model answers option ``(gt + shift + idx) % 5``'s text."""
     from k9bench.data.demo import demo_rows
     from tests.fake_embedder import FakeEmbedder
 
-    indices = indices or frame_indices(video_dir)
+    indices = indices or frame_indices(video_dir, max_frames)
     embed = FakeEmbedder()
     records = []
     for row in demo_rows():
@@ -50,7 +51,7 @@ def demo_eval(path: Path, video_dir: Path, *, model: str = "tiny-m", shift: int 
         rec = {"idx": row["idx"], "question_category": row["question_category"], "video": f"{scene}.mp4", "scene_name": scene,
                "video_url": row["video_url"], "ground_truth": row["correct_answer"], "response": answer, "answer": answer,
                "question": row["question"], "options": [f"{k}. {row['options'][k]}" for k in letters], "prompt": "p",
-               "model_name": model, "max_frames": MAX_FRAMES, "timestamp": "t", "frame_indices": indices[scene][0],
+               "model_name": model, "max_frames": max_frames, "timestamp": "t", "frame_indices": indices[scene][0],
                "num_frames": len(indices[scene][0]), "video_duration": indices[scene][1], "cosine_similarities": sims,
                "is_correct": best == row["correct_answer"] and sims[best] >= THRESHOLD,
                "evaluation_explanation": f"closest option {best} ({sims[best]:.3f}), threshold {THRESHOLD}", "eval_mode": "fine"}
@@ -58,7 +59,7 @@ def demo_eval(path: Path, video_dir: Path, *, model: str = "tiny-m", shift: int 
             rec.update(error="VideoError: decode failed", error_class="decode_error", is_correct=False, answer="", response="",
                        cosine_similarities=None)
         records.append(rec)
-    inference = {"text_only": False, "frames": _frames_block(video_dir), "dataset": {"source": "demo", "video_dir": str(video_dir)},
+    inference = {"text_only": False, "frames": _frames_block(video_dir, max_frames), "dataset": {"source": "demo", "video_dir": str(video_dir)},
                  "prompt": {"placement": "system"}}
     from k9bench import CATEGORIES
 

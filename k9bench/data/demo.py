@@ -24,7 +24,6 @@ Usage::
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 from importlib import resources
@@ -92,7 +91,8 @@ def make_demo_videos(video_dir: str | Path, *, overwrite: bool = False, soundtra
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Generate the demo videos.")
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(description="Generate the demo videos.")
     parser.add_argument("--video_dir", default="k9bench_videos", help="folder for {scene}.mp4 files")
     parser.add_argument("--overwrite", action="store_true", help="regenerate existing files")
     parser.add_argument("--soundtrack", action="store_true",

@@ -275,8 +275,10 @@ def build_subset_file(runs: list[str | Path]) -> dict:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from k9bench.cli import ArgumentParser, add_dataset_args
+    from k9bench.cli import ArgumentParser
+    from k9bench.data.dataset import DatasetSettings
     from k9bench.data.published import PAPER_SETUP
+    from k9bench.settings import add_arguments
 
     parser = ArgumentParser(prog="python -m k9bench.data.subset", description=__doc__.split("\n\n")[0],
                             formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -286,7 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
                       "is shorter than --max_seconds (the paper's short-video subset)")
     parser.add_argument("--max_seconds", type=float, default=PAPER_SETUP.short_video_seconds,
                         help="with --short_videos: the duration cut in seconds (default: %(default)g, the paper's)")
-    add_dataset_args(parser.add_argument_group("with --short_videos: the questions"))
+    add_arguments(parser.add_argument_group("with --short_videos: the questions"), DatasetSettings)
     parser.add_argument("--output", required=True, metavar="SUBSET_JSON", help="the subset file to write")
     return parser
 

@@ -13,12 +13,14 @@ What the file declares about itself sits in one top-level block, written by
 
     "header": {"kind": "raw", "schema_version": 1, "stage": "inference"}
 
-``stage`` is the stage that wrote the file (``STAGE_KINDS``), written, never guessed. A file whose
-``schema_version`` is above what this code reads (``SCHEMA_VERSIONS``) is refused in one line naming
-the file and both versions (``NewerSchema``, an :class:`~k9bench.artifact_io.ArtifactError`: exit 2 in
-every script). Files without the block are read as before: one of ours (it has a ``stage`` or
-``provenance`` block) as version 1, the reference's (a bare list, or the SPEC section 2 layouts) as
-version 1 with ``stage`` None and the kind judged from its keys.
+``stage`` is the stage that wrote the file (``STAGE_KINDS``), written, never guessed. The kinds, their
+versions and classes are the stage table's (:data:`k9bench.stage_table.STAGES`: a stage's entry names the
+kind it writes and, for the kind's owner, its version and class). A file whose ``schema_version`` is above
+what this code reads (``SCHEMA_VERSIONS``) is refused in one line naming the file and both versions
+(``NewerSchema``, an :class:`~k9bench.artifact_io.ArtifactError`: exit 2 in every script); a file that names
+another kind than its reader reads is refused in one line too. Files without the block are read as before:
+one of ours (it has a ``stage`` or ``provenance`` block) as version 1, the reference's (a bare list, or the
+SPEC section 2 layouts) as version 1 with ``stage`` None and the kind judged from its keys.
 :func:`k9bench.headers.files.read_header` is the one reader.
 
 - :mod:`~k9bench.headers.kinds`: the versions, the stage -> kind table, one class per kind;

@@ -72,19 +72,35 @@ def _version(value: Any, where: str) -> int:
     return value
 
 
+def _check_kind(said: str | None, stage: str | None, rows: list | None, kind: str | None, where: str) -> None:
+    """Refuse, in one line, a file that names a kind (its header's, or its writing stage's) other than what the
+    reader reads: ``kind`` when it says, a kind of records (:attr:`Header.RECORDS`) for a file of records."""
+    if said is None:
+        return
+    wanted = [kind] if kind else [k for k, c in HEADER_CLASSES.items() if c.RECORDS] if rows is not None else []
+    if wanted and said not in wanted:
+        by = f", written by stage {stage}" if stage else ""
+        kinds = ", ".join(wanted[:-1]) + " or " + wanted[-1] if len(wanted) > 1 else wanted[0]
+        raise ArtifactError(f"{where}: its header says kind {said!r}{by}; this reads {kinds} files")
+
+
 def header_of(meta: Mapping, *, rows: list | None = None, path: str | os.PathLike | None = None,
               kind: str | None = None) -> Header:
     """The typed header of a file's top-level keys ``meta`` (``rows``: its records, for a record file).
 
     The kind is the declared one, else the writing stage's (:data:`STAGE_KINDS`), else judged from the
-    keys; ``kind`` is what the caller expects when nothing says. A file of a stage no kind is known for
-    (its ``stage`` block names another) reads as a plain :class:`Header`. Raises :class:`ArtifactError` (one line
-    naming the file) for a malformed header block or a version newer than :data:`SCHEMA_VERSIONS`."""
+    keys; ``kind`` is what the caller reads, and the kind when nothing says. A file of a stage no kind is known
+    for (its ``stage`` block names another) reads as a plain :class:`Header`. Raises :class:`ArtifactError` (one
+    line naming the file) for a malformed header block, a file that names another kind than ``kind`` (or, for a
+    file of records, ``rows`` given, a kind that holds none), or a version newer than :data:`SCHEMA_VERSIONS`."""
     where = str(path) if path is not None else "<artifact>"
     raw_block = meta.get(HEADER_KEY)
-    block = raw_block if isinstance(raw_block, dict) else {}
-    if raw_block is not None and not block:
+    if raw_block is not None and not isinstance(raw_block, dict):
         raise ArtifactError(f"{where}: 'header' is {type(raw_block).__name__}, not an object (kind, schema_version, stage)")
+    block = raw_block or {}
+    if raw_block is not None and "kind" not in block:
+        raise ArtifactError(f"{where}: the 'header' block names no kind ({'it is empty' if not block else 'only ' + ', '.join(map(str, block))}); "
+                            "a header block holds kind, schema_version and stage")
     stage_block = meta["stage"] if isinstance(meta.get("stage"), dict) else {}
     named = stage_block.get("name")
     if block and isinstance(named, str) and isinstance(block.get("stage"), str) and block["stage"] != named:
@@ -97,7 +113,9 @@ def header_of(meta: Mapping, *, rows: list | None = None, path: str | os.PathLik
     declared_kind = block.get("kind")
     if block and declared_kind not in HEADER_CLASSES:
         raise ArtifactError(f"{where}: header kind {declared_kind!r} is none of {', '.join(HEADER_CLASSES)}")
-    found = declared_kind or STAGE_KINDS.get(stage or "") or _guess_kind(meta, rows) or kind
+    said = declared_kind or STAGE_KINDS.get(stage or "")
+    _check_kind(said, stage, rows, kind, where)
+    found = said or _guess_kind(meta, rows) or kind
     if found is None and stage_block:  # a stage of ours this table does not know (a new one): its block still reads
         return Header.from_meta(meta, stage=stage, path=None if path is None else str(path))
     if found is None:

@@ -8,17 +8,17 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Mapping
 
 from k9bench.headers.blocks import BackendInfo, DatasetSettings, FrameSettings, JudgeInput, JudgeSettings, PromptSettings
+from k9bench.stage_table import TableView, header_classes, schema_versions, stage_kinds
 
 HEADER_KEY = "header"
 """The top-level key of the header block (``kind``, ``schema_version``, ``stage``)."""
 
-SCHEMA_VERSIONS: dict[str, int] = {"raw": 1, "sim": 1, "eval": 1, "judge": 1, "report": 1, "manifest": 1}
-"""The newest header version this code reads, per kind (and the one it writes). A key added that old
-readers may ignore keeps the version (it lands in their ``extra``); a change of meaning raises it."""
+SCHEMA_VERSIONS = TableView(schema_versions)
+"""Kind -> the newest header version this code reads (and the one it writes): each kind's owner's
+:attr:`~k9bench.stage_table.StageEntry.schema_version` in the stage table."""
 
-STAGE_KINDS: dict[str, str] = {"inference": "raw", "merge": "raw", "calculate": "sim", "evaluate": "eval",
-                               "judge": "judge", "report": "report", "download": "manifest"}
-"""The kind of file each writing stage makes."""
+STAGE_KINDS = TableView(stage_kinds)
+"""Stage name -> the kind of file it writes (the stage table's :attr:`~k9bench.stage_table.StageEntry.kind`)."""
 
 
 def _dict(value: Any) -> dict:
@@ -30,6 +30,8 @@ class Header:
     """What every header has. Subclasses add the top-level keys of their kind as fields."""
 
     KIND: ClassVar[str] = ""
+    RECORDS: ClassVar[bool] = False
+    """Its file holds records (``individual_results``): a reader of records reads it."""
     FILE_KEYS: ClassVar[dict] = {"stage_block": "stage"}
     """Field name -> top-level key, where they differ."""
 
@@ -99,6 +101,7 @@ class RawHeader(Header):
     """A raw file's top level (``eval_video_llm.py``, ``k9bench.merge``; docs/artifacts.md "raw JSON")."""
 
     KIND: ClassVar[str] = "raw"
+    RECORDS: ClassVar[bool] = True
 
     total_count: int | None = None
     """Number of records (the reference's key)."""
@@ -193,6 +196,7 @@ class EvalHeader(Header):
     """An eval file's top level: the reference's keys, then ours (docs/artifacts.md "eval JSON")."""
 
     KIND: ClassVar[str] = "eval"
+    RECORDS: ClassVar[bool] = True
 
     evaluation_timestamp: str | None = None
     """When it was scored (ISO 8601)."""
@@ -322,8 +326,9 @@ class ManifestHeader(Header):
     """An earlier manifest's entries for videos this run did not decide."""
 
 
-HEADER_CLASSES: dict[str, type[Header]] = {c.KIND: c for c in (RawHeader, SimHeader, EvalHeader, JudgeHeader, ReportHeader, ManifestHeader)}
-"""Kind -> header class."""
+HEADER_CLASSES = TableView(header_classes)
+"""Kind -> header class (the stage table's :attr:`~k9bench.stage_table.StageEntry.header`: a new stage's class may
+live in its own module)."""
 
 
 __all__ = ["EvalHeader", "HEADER_CLASSES", "HEADER_KEY", "Header", "JudgeHeader", "ManifestHeader", "RawHeader",

@@ -6,12 +6,12 @@
 - :mod:`k9bench.inference.backend`       the ``Backend`` base class (every optional capability has a default)
                                          and ``create_backend``; a backend is built as ``Cls(config)``
 - :mod:`k9bench.inference.registry`      the backends ``--backend`` names, importable without torch
-- :mod:`k9bench.inference.hf`            the Hugging Face transformers backend (device, dtype, attention:
+- :mod:`k9bench.inference.hf.backend`            the Hugging Face transformers backend (device, dtype, attention:
                                          :mod:`k9bench.models.accelerator`)
-- :mod:`k9bench.inference.openai_backend` the OpenAI-compatible HTTP backend; its parts:
-  :mod:`k9bench.inference.openai_request` (what a request is built from, the errors a call ends in),
-  :mod:`k9bench.inference.video_transport` (``--video_transport``: frames, one mp4, the video file) and
-  :mod:`k9bench.inference.server_info` (what the server says about itself, ``inference.backend.server``)
+- :mod:`k9bench.inference.openai_compat.backend` the OpenAI-compatible HTTP backend; its parts:
+  :mod:`k9bench.inference.openai_compat.request` (what a request is built from, the errors a call ends in),
+  :mod:`k9bench.inference.openai_compat.video_transport` (``--video_transport``: frames, one mp4, the video file) and
+  :mod:`k9bench.inference.openai_compat.server_info` (what the server says about itself, ``inference.backend.server``)
 - :mod:`k9bench.inference.stage`         the stage (``eval_video_llm.py``'s ``build_parser``, ``config_from_argv``,
                                          ``InferenceStage`` on :mod:`k9bench.stage`'s contract): checks before the
                                          model loads, resume, the final write with its stage block

@@ -12,6 +12,7 @@ top-level keys (SPEC section 2 plus ours).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -28,9 +29,37 @@ if TYPE_CHECKING:
     from k9bench.data.dataset import Question
     from k9bench.video.sampling import Frames
 
+REQUEST_TOO_LARGE = "request_too_large"
+"""``error_class`` of a question whose request is over ``--max_request_mb``, or that the provider refused as too large."""
+
+OUTPUT_LIMIT = "output_limit"
+"""``error_class`` of a reply with no text, cut at the output limit (a thinking model's thinking used it up)."""
+
 ERROR_CLASSES = ("missing_video", "decode_error", "no_audio_stream", "audio_decode_error", "oom", "generation_error",
-                 "question_too_long")
+                 "question_too_long", REQUEST_TOO_LARGE, OUTPUT_LIMIT)
 """``error_class`` of a failed record."""
+
+_SIZE_REFUSAL = re.compile(r"request payload size exceeds the limit|request entity too large|payload too large", re.IGNORECASE)
+
+
+def is_size_refusal(text: str) -> bool:
+    """True when a provider's error text refuses a request as too large (Gemini's "Request payload size exceeds the
+    limit: 20971520 bytes.", an HTTP 413's "Request Entity Too Large")."""
+    return bool(_SIZE_REFUSAL.search(text or ""))
+
+
+class ClassedFailure(RuntimeError):
+    """A backend's failure that is its own ``error_class`` (:data:`REQUEST_TOO_LARGE`, :data:`OUTPUT_LIMIT`...), not
+    a plain ``generation_error``; the message is the record's ``error``."""
+
+    def __init__(self, message: str, error_class: str) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+
+
+def error_class_of(exc: BaseException) -> str:
+    """The ``error_class`` of a failed generation: the exception's own ``error_class``, else ``generation_error``."""
+    return getattr(exc, "error_class", None) or "generation_error"
 
 _MAX_ERROR_CHARS = 2000
 
@@ -273,5 +302,5 @@ def final_meta(config: RunConfig, argv: list[str] | None, *, records: list, mode
     })
 
 
-__all__ = ["ERROR_CLASSES", "RunContext", "RunStats", "error_text", "failure_counts", "final_meta",
+__all__ = ["ERROR_CLASSES", "OUTPUT_LIMIT", "REQUEST_TOO_LARGE", "ClassedFailure", "error_class_of", "is_size_refusal", "RunContext", "RunStats", "error_text", "failure_counts", "final_meta",
            "frame_fields", "inference_block", "make_record", "reference_prompts", "video_records"]

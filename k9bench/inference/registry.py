@@ -59,27 +59,38 @@ class BackendEntry:
     """True: under ``--audio`` the soundtrack travels as its own part beside the frames, in its section's
     ``audio_format`` (part of the records' fingerprint); its section's ``video_transport`` ``video_url`` cannot
     carry it."""
+    audio: bool = True
+    """True: under ``--audio`` it sends the model a video's soundtrack; False: ``--audio`` is refused before anything
+    loads (the preflight checks)."""
     api_key_without_base_url: bool = False
     """True: with no ``base_url`` in its section it calls the OpenAI API itself, which needs the key before anything runs."""
     engine_module: str = ""
     """A module of its own engine that the python running inference must import (``"vllm"``), checked by the
     launcher before any stage runs; empty: nothing beyond the project's own requirements."""
+    check: str = ""
+    """``"module:function"``: ``function(config)`` returns the one line refusing the run's settings (its API key missing,
+    flags its API cannot take) or None; called before any work. Empty: nothing of its own to check."""
     tensor_parallel: bool = False
     """True: one model copy spans several GPUs (its section's ``tensor_parallel``; the launcher's ``TENSOR_PARALLEL``,
     default ``GPUS``), never one copy per GPU (``--data_parallel``)."""
 
 
 REGISTRY: dict[str, BackendEntry] = {
-    "hf": BackendEntry("k9bench.inference.hf:HFBackend", "hf", local_weights=True, summary="transformers, local weights",
-                       transformers_load=True, settings="k9bench.inference.settings:HFSettings", flag_group=MODEL_FLAGS_GROUP),
-    "openai": BackendEntry("k9bench.inference.openai_backend:OpenAIBackend", "openai", local_weights=False,
+    "hf": BackendEntry("k9bench.inference.hf.backend:HFBackend", "hf", local_weights=True, summary="transformers, local weights",
+                       transformers_load=True, settings="k9bench.inference.hf.settings:HFSettings", flag_group=MODEL_FLAGS_GROUP),
+    "openai": BackendEntry("k9bench.inference.openai_compat.backend:OpenAIBackend", "openai", local_weights=False,
                            summary="an OpenAI-compatible server", exact_frame_size=True, audio_part=True, api_key_without_base_url=True,
-                           settings="k9bench.inference.settings:OpenAISettings", flag_group="OpenAI-compatible backend (--backend openai)",
-                           add_flags="k9bench.inference.settings:add_openai_arguments"),
-    "vllm": BackendEntry("k9bench.inference.vllm_backend:VLLMBackend", "vllm", local_weights=True,
+                           settings="k9bench.inference.openai_compat.settings:OpenAISettings", flag_group="OpenAI-compatible backend (--backend openai)",
+                           add_flags="k9bench.inference.openai_compat.settings:add_openai_arguments",
+                           check="k9bench.inference.openai_compat.request:modality_problem"),
+    "vllm": BackendEntry("k9bench.inference.vllm.backend:VLLMBackend", "vllm", local_weights=True,
                          summary="vLLM in-process, from the vLLM environment: docs/vllm.md",
-                         settings="k9bench.inference.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)",
-                         engine_module="vllm", tensor_parallel=True),
+                         settings="k9bench.inference.vllm.settings:VLLMSettings", flag_group="vLLM in-process (--backend vllm)",
+                         engine_module="vllm", tensor_parallel=True, audio=False),
+    "gemini": BackendEntry("k9bench.inference.gemini.backend:GeminiBackend", "gemini", local_weights=False,
+                           summary="Gemini's own API (google-genai), each video uploaded once: docs/inference.md",
+                           settings="k9bench.inference.gemini.settings:GeminiSettings", flag_group="Gemini API (--backend gemini)",
+                           check="k9bench.inference.gemini.settings:missing_key"),
 }
 """``--backend`` name -> :class:`BackendEntry`."""
 

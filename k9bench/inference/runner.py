@@ -25,7 +25,8 @@ decoding thread (the record's ``video_file``); with ``--audio`` its soundtrack i
 
 A failure is a record with ``error`` and ``error_class`` (``missing_video``, ``decode_error``,
 ``no_audio_stream`` and ``audio_decode_error`` under ``--audio``, ``oom``, ``generation_error``,
-``question_too_long``) and never stops the run. A batch that fails is rerun question by question; a
+``question_too_long``, and a backend's own classes, :func:`k9bench.inference.records.error_class_of`: ``request_too_large``,
+``output_limit``) and never stops the run. A batch that fails is rerun question by question; a
 question that runs out of accelerator memory is retried once with half the frames. Progress goes to the
 log (:class:`k9bench.progress.ProgressLog`): a bar on a terminal, otherwise a line at least every minute
 and at each 10%.
@@ -47,7 +48,7 @@ from k9bench.inference.backend import Backend, BackendError, BackendUnavailable,
 from k9bench.inference.pipeline import BatchesInFlight
 from k9bench.inference.planned import run_planned
 from k9bench.inference.planning import EXIT_BACKEND, PLACEMENTS, UsageError, VideoGroup, build_messages, chunks, question_too_long
-from k9bench.inference.records import RunContext, RunStats, make_record
+from k9bench.inference.records import RunContext, RunStats, error_class_of, make_record
 from k9bench.inference.records import error_text as _error_text
 from k9bench.inference.settings import RunConfig
 from k9bench.stage import EXIT_FAILED as EXIT_ERROR
@@ -175,7 +176,7 @@ class Runner:
         except Exception as exc:
             if not self.backend.is_out_of_memory(exc):
                 log.warning("idx %s: generation failed: %s", question.idx, _error_text(exc))
-                return make_record(question, self.ctx, prompt=self._prompt_for(question, frames is not None), frames=frames, error=exc, error_class="generation_error", audio=audio)
+                return make_record(question, self.ctx, prompt=self._prompt_for(question, frames is not None), frames=frames, error=exc, error_class=error_class_of(exc), audio=audio)
             first_error = _error_text(exc)
         # out of memory: free what we can and retry once at half the frames
         self.backend.recover_from_out_of_memory()
@@ -198,7 +199,7 @@ class Runner:
             raise
         except Exception as exc:
             error_text = _error_text(exc)
-            error_class = "oom" if self.backend.is_out_of_memory(exc) else "generation_error"
+            error_class = "oom" if self.backend.is_out_of_memory(exc) else error_class_of(exc)
         if error_class == "oom":
             self.backend.recover_from_out_of_memory()  # out of the except block, as above
         log.warning("idx %s: failed again with %d frames: %s", question.idx, fewer.num_frames, error_text)

@@ -17,43 +17,35 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
-from k9bench.models.accelerator import ATTN_IMPLEMENTATIONS, DTYPE_CHOICES
-from k9bench.video.audio import API_AUDIO_FORMATS
+from k9bench.models.accelerator import DTYPE_CHOICES
 from k9bench.data.dataset import DEFAULT_DATASET, DEFAULT_SPLIT
 from k9bench.data.published import DEFAULT_THINKING_LIMIT, THINKING_LIMITS
 from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
+from k9bench.inference.gemini.settings import GeminiSettings
+from k9bench.inference.hf.settings import HFSettings
+from k9bench.inference.openai_compat.settings import OpenAISettings, frame_size_tuple
+from k9bench.inference.vllm.settings import VLLMSettings
 from k9bench.settings import default_of, setting
-from k9bench.validators import device_name, http_url, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
+from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video.sampling import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
 """The reference's model."""
 
-DTYPES = DTYPE_CHOICES
-"""Accepted ``--torch_dtype`` values (:data:`k9bench.models.accelerator.DTYPE_CHOICES`)."""
-
 DEFAULT_MAX_NEW_TOKENS = 2048
 DEFAULT_MAX_NEW_TOKENS_THINKING = THINKING_LIMITS[DEFAULT_THINKING_LIMIT]
 """``--thinking_mode``'s default limit: the reference scripts' 3,072 (``--thinking_limit paper``: the paper's 2,048)."""
 
-TRANSPORTS = ("auto", "frames", "video", "video_url")
-"""``--video_transport`` choices (:mod:`k9bench.inference.video_transport`); ``auto`` is ``video`` for a vLLM or
-SGLang server, ``frames`` otherwise."""
+DTYPES = DTYPE_CHOICES
+"""Accepted ``--torch_dtype`` values (:data:`k9bench.models.accelerator.DTYPE_CHOICES`)."""
 
-IMAGE_DETAILS = ("auto", "low", "high")
-"""``--image_detail`` choices (OpenAI's ``detail`` of an image part)."""
-
-MAX_TOKENS_PARAMS = ("max_tokens", "max_completion_tokens")
-"""How the token budget is named in an OpenAI request (newer OpenAI models want the second)."""
-
-VIDEO_FPS_MAX_FRAMES = 1800
-"""The frame cap ``--video_fps`` sets: 30 minutes at 1 FPS, i.e. the whole of any K9-Bench video."""
+WEIGHTS_FIELDS = ("bf16", "torch_dtype", "trust_remote_code")
+"""The fields of :class:`ModelSettings` that only a backend loading the weights here reads
+(:attr:`k9bench.inference.registry.BackendEntry.local_weights`)."""
 
 MAX_NEW_TOKENS_CAP = 131072
 """Hard upper bound of ``--max_new_tokens`` (the model's own context, read from its config, is checked too)."""
@@ -61,17 +53,11 @@ MAX_NEW_TOKENS_CAP = 131072
 MAX_FRAME_PIXELS = 4096 * 4096
 """Most pixels per frame for ``--max_pixels``/``--min_pixels`` (16.8 M: far above any model's frame size)."""
 
-MAX_FRAME_SIDE = 4096
-"""Longest side of ``--frame_size`` in pixels."""
-
 MAX_SEED = 2**32 - 1
 """Seeds are 0..2**32-1 (numpy's and CUDA's range)."""
 
 MAX_DATA_PARALLEL = 64
 """Most worker processes of ``--data_parallel``."""
-
-_jpeg_quality = int_in_range(1, 100)
-"""``--jpeg_quality``: an integer in 1..100."""
 
 
 def batch_size_value(text: str) -> int | str:
@@ -84,144 +70,23 @@ def batch_size_value(text: str) -> int | str:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def device_map_value(text: str) -> str:
-    """``--device_map``: a strategy name, or a JSON object of module -> device (kept as canonical JSON text)."""
-    from k9bench.models.accelerator import AcceleratorError, parse_device_map
-
-    try:
-        value = parse_device_map(text)
-    except AcceleratorError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-
-
-def max_memory_value(text: str) -> str:
-    """``--max_memory``: JSON or ``DEV=SIZE,...`` (kept as canonical JSON text)."""
-    from k9bench.models.accelerator import AcceleratorError, parse_max_memory
-
-    try:
-        value = parse_max_memory(text)
-    except AcceleratorError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return json.dumps({str(k): v for k, v in value.items()}, sort_keys=True)
-
-
-def parse_frame_size(text: str) -> str:
-    """``"512x512"`` (also ``512X512``, ``512×512``, ``512*512``) -> ``"512x512"``; width first."""
-    match = re.fullmatch(r"\s*(\d+)\s*[xX×*]\s*(\d+)\s*", str(text))
-    if not match or int(match.group(1)) < 1 or int(match.group(2)) < 1:
-        raise argparse.ArgumentTypeError(f"--frame_size {text!r}: expected WIDTHxHEIGHT in pixels, e.g. 512x512")
-    if max(int(match.group(1)), int(match.group(2))) > MAX_FRAME_SIDE:
-        raise argparse.ArgumentTypeError(f"--frame_size {text!r}: each side at most {MAX_FRAME_SIDE} pixels")
-    return f"{int(match.group(1))}x{int(match.group(2))}"
-
-
-def frame_size_tuple(text: str | None) -> tuple[int, int] | None:
-    """``"512x384"`` -> ``(512, 384)`` (width, height); None stays None."""
-    if not text:
-        return None
-    width, height = parse_frame_size(text).split("x")
-    return int(width), int(height)
-
-
-def parse_json_object(text: str) -> dict:
-    """``--extra_body`` value: a JSON object."""
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"--extra_body is not valid JSON ({exc})") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError("--extra_body must be a JSON object, e.g. '{\"top_k\": 20}'")
-    return value
-
-
 # --------------------------------------------------------------------------- the sections
 
 
 @dataclass(frozen=True)
 class ModelSettings:
-    """Which model answers, through which backend (shared by every backend)."""
+    """Which model answers, through which backend (shared by every backend), and how every backend that loads the
+    weights here loads them (:data:`WEIGHTS_FIELDS`)."""
 
     backend: str = setting(registry.DEFAULT_BACKEND, f"model backend: {registry.choices_help()} (default: %(default)s)",
                            choices=registry.BACKEND_NAMES, result=True)
     model_name_or_path: str = setting(DEFAULT_MODEL, "Hub model id or local folder (default: %(default)s)", result=True)
-
-
-@dataclass(frozen=True)
-class HFSettings:
-    """The transformers backend's own flags (the server decides these with ``--backend openai``)."""
-
     bf16: bool | None = setting(None, "load bf16 weights (default: bf16 on GPU, float32 on CPU); '--bf16 False' forces float32",
                                 nargs="?", const=True, type=str2bool)
     torch_dtype: str | None = setting(None, "weight dtype, any floating torch dtype name as the reference takes it (bfloat16, "
                                       "float16 or half, float32 or float, float64 or double, float8_*...); overrides --bf16 "
                                       "(what was asked and the dtype used are recorded)", choices=DTYPES, metavar="DTYPE")
     trust_remote_code: bool = setting(False, "allow model code from the model repository", action="store_true")
-    attn_implementation: str | None = setting(
-        None, "attention kernel (default: flash_attention_2 on GPU when flash-attn is installed, otherwise sdpa with a warning)",
-        choices=ATTN_IMPLEMENTATIONS)
-    device: str = setting("auto", "cuda, cuda:1, cpu, mps, or auto (default: %(default)s)", type=device_name)
-    device_map: str | None = setting(None, "place the model across devices: auto, balanced, balanced_low_0 or sequential "
-                                     "(accelerate's strategies; auto is the reference's device_map=\"auto\"), or a JSON object of "
-                                     "module -> device (0, \"cuda:1\", \"cpu\", \"disk\"); default: the whole model on --device",
-                                     type=device_map_value, metavar="auto|balanced|JSON")
-    max_memory: str | None = setting(None, "with --device_map: memory per device, '{\"0\": \"40GiB\", \"cpu\": \"200GB\"}' or "
-                                     "0=40GiB,cpu=2GiB", type=max_memory_value, metavar="DEV=SIZE,...")
-
-
-@dataclass(frozen=True)
-class VLLMSettings:
-    """The ``--backend vllm`` flags (vLLM in-process; dtype from ``--torch_dtype``, see docs/vllm.md)."""
-
-    tensor_parallel: int = setting(1, "--backend vllm: GPUs per model copy (vLLM's tensor_parallel_size; default: %(default)s)", type=positive_int)
-    gpu_memory_utilization: float = setting(0.9, "--backend vllm: share of each GPU's memory vLLM may take, weights and KV cache "
-                                            "(default: %(default)s)", type=unit_interval)
-    max_model_len: int | None = setting(None, "--backend vllm: context length in tokens (default: the checkpoint's)", type=positive_int)
-    enforce_eager: bool = setting(False, "--backend vllm: no CUDA graphs (slower decode, faster start; default: CUDA graphs on)",
-                                  action="store_true")
-
-
-@dataclass(frozen=True)
-class OpenAISettings:
-    """The ``--backend openai`` flags (``--api_model`` and ``--video_fps`` are added by hand: they set
-    shared flags too, see :func:`add_openai_arguments`)."""
-
-    api_model: str | None = setting(None, "model name sent to the server (gpt-4o, the served name of a vLLM model...); "
-                                    "also names the run (model_name, default output file), like --model_name_or_path "
-                                    "(default: --model_name_or_path)", cli=False)
-    base_url: str | None = setting(None, "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
-                                   "(default: the OpenAI API). The key comes from OPENAI_API_KEY only", type=http_url)
-    concurrency: int = setting(8, "requests in flight at most (questions of one video are sent next to each other)", type=positive_int)
-    max_retries: int = setting(5, "retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)",
-                               type=non_negative_int)
-    timeout: float = setting(180.0, "seconds per HTTP attempt", type=positive_float)
-    retry_backoff: float = setting(1.0, "seconds before the first retry, doubled each time with jitter; a longer Retry-After wins",
-                                   type=positive_float)
-    video_transport: str = setting("auto", "auto: video for a vLLM or SGLang server, frames otherwise; "
-                                   "frames: the sampled frames as base64 JPEG image parts (any vision API, GPT-4o); "
-                                   "video: the sampled frames as one mp4 at their true times (vLLM, SGLang); "
-                                   "video_url: the video file, sampled by the server (default: %(default)s)",
-                                   choices=TRANSPORTS, result=True)
-    video_crf: int | None = setting(None, "with --video_transport video: encode the mp4 lossy, libx264 yuv420p at this CRF "
-                                    "(0-51; smaller requests, but the server sees other pixels than in-process vLLM); "
-                                    "default: lossless (libx264rgb -qp 0)", type=int_in_range(0, 51), result=True)
-    frame_size: str | None = setting(None, "resize every frame to exactly this size before sending (512x512: the paper's GPT-4o protocol)",
-                                     type=parse_frame_size, metavar="WxH", result=True)
-    video_fps: float | None = setting(None, f"whole-video sampling at this many frames per second: sets --fps and raises --max_frames "
-                                      f"to {VIDEO_FPS_MAX_FRAMES} (pass --max_frames after it to cap differently)", cli=False)
-    jpeg_quality: int = setting(90, "JPEG quality of the frames", type=_jpeg_quality, result=True)
-    image_detail: str | None = setting(None, "OpenAI's image detail for each frame (default: not sent)", choices=IMAGE_DETAILS, result=True)
-    video_url_base: str | None = setting(None, "with --video_transport video_url: URL of a folder holding {scene}.mp4 "
-                                         "(file:///abs/dir for vllm serve --allowed-local-media-path, or http://...); "
-                                         "default: the file itself as a base64 data URL")
-    max_tokens_param: str = setting("max_tokens", "request field for --max_new_tokens (newer OpenAI models want max_completion_tokens)",
-                                    choices=MAX_TOKENS_PARAMS)
-    extra_body: dict | None = setting(None, "JSON object merged into every request body, e.g. "
-                                      "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}' for vLLM",
-                                      type=parse_json_object, result=True)
-    audio_format: str = setting("wav", "with --audio: encoding of the soundtrack's input_audio part (default: %(default)s)",
-                                choices=API_AUDIO_FORMATS, result=True)
-    no_seed_param: bool = setting(False, "do not send --seed as the request's seed (for APIs that reject it)", action="store_true")
 
 
 @dataclass(frozen=True)
@@ -300,7 +165,7 @@ class FrameSettings:
 @dataclass(frozen=True)
 class DataSettings:
     """Which questions, videos and shard (``--dataset_name``/``--split``/``--drop_invalid_rows`` are
-    the flags every script shares, added by :func:`k9bench.cli.add_dataset_args`)."""
+    the flags every script shares, from :class:`k9bench.data.dataset.DatasetSettings`)."""
 
     dataset_name: str = setting(DEFAULT_DATASET, "Hub dataset id, a local file or folder, or 'demo'", cli=False)
     split: str = setting(DEFAULT_SPLIT, "dataset split", cli=False)
@@ -365,6 +230,8 @@ class RunConfig:
     """The OpenAI-compatible backend's flags."""
     vllm: VLLMSettings = dataclasses.field(default_factory=VLLMSettings)
     """The in-process vLLM backend's flags."""
+    gemini: GeminiSettings = dataclasses.field(default_factory=GeminiSettings)
+    """The Gemini backend's flags (:mod:`k9bench.inference.gemini.settings`)."""
     prompt: PromptSettings = dataclasses.field(default_factory=PromptSettings)
     """System prompt and its placement."""
     generation: GenerationSettings = dataclasses.field(default_factory=GenerationSettings)
@@ -424,35 +291,6 @@ def resolve(config: RunConfig) -> RunConfig:
     return dataclasses.replace(config, generation=gen, frames=frames, adjustments={**config.adjustments, **adjustments})
 
 
-class ApiModelAction(argparse.Action):
-    """``--api_model NAME`` also sets ``--model_name_or_path`` (the run's model_name and file name)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        namespace.model_name_or_path = values
-
-
-class VideoFpsAction(argparse.Action):
-    """``--video_fps F`` sets ``--fps F`` and the frame cap to :data:`VIDEO_FPS_MAX_FRAMES` (whole video)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        namespace.fps = values
-        namespace.max_frames = VIDEO_FPS_MAX_FRAMES
-
-
-def add_openai_arguments(group: argparse._ArgumentGroup) -> None:
-    """The ``--backend openai`` flags: generated from :class:`OpenAISettings`, plus the two that set
-    shared flags as well (``--api_model``, ``--video_fps``)."""
-    from k9bench.settings import add_arguments, default_of, field_docs
-
-    docs = field_docs(OpenAISettings)
-    group.add_argument("--api_model", default=default_of(OpenAISettings, "api_model"), action=ApiModelAction, help=docs["api_model"])
-    add_arguments(group, OpenAISettings, exclude=("video_fps",))
-    group.add_argument("--video_fps", type=positive_float, default=default_of(OpenAISettings, "video_fps"), action=VideoFpsAction,
-                       help=docs["video_fps"])
-
-
 def add_backend_arguments(group: argparse._ArgumentGroup, entry: registry.BackendEntry) -> None:
     """A registered backend's flags into ``group``: its row's ``add_flags`` function, or the plain
     :func:`k9bench.settings.add_arguments` of its settings class."""
@@ -484,11 +322,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 __all__ = [
-    "ATTN_IMPLEMENTATIONS", "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES",
-    "DataSettings", "FrameSettings", "GenerationSettings", "HFSettings", "IMAGE_DETAILS", "MAX_TOKENS_PARAMS", "ModelSettings",
-    "OpenAISettings", "OutputSettings", "PromptSettings", "RunConfig", "SHARED_SECTIONS", "TRANSPORTS", "VIDEO_FPS_MAX_FRAMES",
-    "VLLMSettings", "add_backend_arguments", "add_openai_arguments", "config_from_namespace", "frame_size_tuple", "parse_frame_size", "parse_json_object", "resolve",
-    "sections", "settings_docs",
+    "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES", "DataSettings", "FrameSettings",
+    "GenerationSettings", "ModelSettings", "OutputSettings", "PromptSettings", "RunConfig", "SHARED_SECTIONS",
+    "WEIGHTS_FIELDS", "add_backend_arguments", "config_from_namespace", "resolve", "sections", "settings_docs",
 ]
 
 

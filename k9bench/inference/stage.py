@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The flags of ``eval_video_llm.py``, generated from the settings classes of :mod:`k9bench.inference.settings`;
     each backend's flags from its :mod:`k9bench.inference.registry` row (those of a row whose group is
     :data:`~k9bench.inference.registry.MODEL_FLAGS_GROUP` before ``--backend``, the others' groups after it)."""
-    from k9bench.cli import ArgumentParser, add_dataset_args, add_logging_args
+    from k9bench.cli import ArgumentParser, add_logging_args
+    from k9bench.data.dataset import DatasetSettings
     from k9bench.inference.registry import MODEL_FLAGS_GROUP, REGISTRY
     from k9bench.inference.settings import (
         DataSettings,
@@ -78,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Run a video LLM on K9-Bench and write the raw results JSON (resumable, batched).",
     )
     model = parser.add_argument_group(MODEL_FLAGS_GROUP)
-    add_arguments(model, ModelSettings, only=("model_name_or_path",))
+    add_arguments(model, ModelSettings, exclude=("backend",))
     for entry in REGISTRY.values():
         if entry.flag_group == MODEL_FLAGS_GROUP:
             add_backend_arguments(model, entry)
@@ -91,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
             add_backend_arguments(groups[entry.flag_group], entry)
 
     data = parser.add_argument_group("data (reference flags)")
-    add_dataset_args(data)
+    add_arguments(data, DatasetSettings)  # --dataset_name, --split, --drop_invalid_rows: the flags every script shares
     add_arguments(data, DataSettings)
 
     add_arguments(parser.add_argument_group("video frames"), FrameSettings)

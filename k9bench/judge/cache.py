@@ -82,21 +82,33 @@ class ReplyStore:
         self.folder = Path(folder)
         self.hits = 0
         self.written = 0
+        self._warned: set[str] = set()
+
+    def _warn(self, kind: str, message: str) -> None:
+        """One warning per kind of store problem (a store that cannot be searched would say it per request)."""
+        if kind not in self._warned:
+            self._warned.add(kind)
+            log.warning("judge reply store: %s", message)
 
     def path(self, key: str) -> Path:
         return self.folder / f"{key}.json"
 
     def get(self, key: str) -> CachedReply | None:
         """The reply stored under ``key``, or None. A file that cannot be read or is not a reply is
-        said (a warning naming it) and the request is sent again."""
+        said (a warning naming it) and the request is sent again; so is a store that cannot be searched at all
+        (another user's folder, mode 000: one warning, never a traceback)."""
         from k9bench.artifact_io import ArtifactError, read_json
 
         path = self.path(key)
-        if not path.is_file():
+        try:
+            if not path.is_file():
+                return None
+        except OSError as exc:
+            self._warn("search", f"{self.folder} cannot be searched ({exc.strerror or exc}); requests are sent again")
             return None
         try:
             data = read_json(path)
-        except ArtifactError as exc:
+        except (ArtifactError, OSError) as exc:
             log.warning("judge reply store: %s; sending that request again", exc)
             return None
         if not isinstance(data, dict) or data.get("key") != key or not isinstance(data.get("text"), str):
@@ -122,7 +134,7 @@ class ReplyStore:
             self.folder.mkdir(parents=True, exist_ok=True)
             write_json_atomic(self.path(key), record)
         except (ArtifactError, OSError) as exc:
-            log.warning("judge reply store: %s (the entry is kept in the checkpoint; only the store misses it)", exc)
+            self._warn("write", f"{exc} (the entry is kept in the checkpoint; only the store misses it)")
             return
         self.written += 1
 

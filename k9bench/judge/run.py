@@ -357,6 +357,7 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
     ``chat(messages, model=..., label=..., **params) -> ChatResult`` (:class:`k9bench.serving.openai_api.ChatClient`);
     ``before_first_request(client)`` (the endpoint probe) runs before the first request. Everything
     written passes through :func:`k9bench.redact.redact` where it holds settings or error texts."""
+    from k9bench.artifact_io import remove_stale_temps
     from k9bench.serving.openai_api import Usage, run_concurrent
     from k9bench.progress import ProgressLog
 
@@ -365,6 +366,9 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
     fingerprint = judge_fingerprint(settings)
     targets = taskset.tasks[:limit] if limit is not None and limit >= 0 else list(taskset.tasks)
     prior = load_prior(paths, fingerprint, on_change=config.run.on_change)
+    stale = [tmp for path in (paths.output, paths.skipped, paths.summary, paths.meta) for tmp in remove_stale_temps(path)]
+    if stale:  # this run holds the output's lock: a temporary file beside its outputs is a killed run's
+        log.info("removed %d temporary file(s) a killed run left: %s", len(stale), ", ".join(str(t) for t in stale))
     endpoint = endpoint_id(config.requests.base_url)
     keys = {t.idx: task_key(t, settings) for t in taskset.tasks}
     tasks_by_idx = {t.idx: t for t in taskset.tasks}
@@ -416,13 +420,13 @@ def run_judge(config: JudgeConfig, *, taskset: TaskSet, paths: RunPaths, make_cl
         try:
             for task, outcome in results:
                 tally.sent += 1
-                with deferred():  # a stop signal waits until the line is whole
-                    _take(outcome, task, {"idx": task.idx, **record_base}, ckpt, entries, skipped, tally)
-                if store is not None and outcome.entry is not None:
+                if store is not None and outcome.entry is not None:  # the paid reply before the record: never paid twice
                     store.put(keys[task.idx], text=outcome.reply or "", model=outcome.entry.extra.get("judge_model_served"),
                               finish_reason=outcome.finish_reason, usage=outcome.entry.extra.get("judge_usage"),
                               attempts=outcome.entry.extra.get("judge_attempts") or 1,
                               request={"judge_model": settings.judge_model, "endpoint": endpoint, "params": settings.request_params()})
+                with deferred():  # a stop signal waits until the line is whole
+                    _take(outcome, task, {"idx": task.idx, **record_base}, ckpt, entries, skipped, tally)
                 heartbeat.update(1, failed=0 if outcome.entry is not None else 1)
                 if tally.refused_streak >= stop_after:
                     unreachable = redact(

@@ -67,12 +67,15 @@ def judge_task(task: JudgeTask, client: Any, settings: JudgeSettings, key: str |
         return Outcome(idx=task.idx, skipped=SkippedEntry(idx=task.idx, error=f"judge call failed ({result.error_kind}): {result.error}",
                                                           timestamp=now_iso(), extra=extra))
     return outcome_from_reply(task, settings, text=result.text or "", model=result.model, finish_reason=result.finish_reason,
-                              usage=result.usage.to_dict(), attempts=result.attempts, key=key)
+                              usage=result.usage.to_dict(), attempts=result.attempts, key=key,
+                              reply_chars=getattr(result, "reply_chars", None))
 
 
 def outcome_from_reply(task: JudgeTask, settings: JudgeSettings, *, text: str, model: str | None, finish_reason: str | None,
-                       usage: dict | None, attempts: int, key: str | None = None, from_store: bool = False) -> Outcome:
-    """One reply (just paid, or from the reply store) -> an entry, or a skip with the reason."""
+                       usage: dict | None, attempts: int, key: str | None = None, from_store: bool = False,
+                       reply_chars: int | None = None) -> Outcome:
+    """One reply (just paid, or from the reply store) -> an entry, or a skip with the reason. ``reply_chars``:
+    the reply's length as sent, when ``text`` was cut to the cap before anything scanned it."""
     stamp = now_iso()
     common = {"judge_attempts": attempts, "judge_usage": usage}
     if key is not None:
@@ -82,10 +85,11 @@ def outcome_from_reply(task: JudgeTask, settings: JudgeSettings, *, text: str, m
         return Outcome(idx=task.idx, skipped=SkippedEntry(idx=task.idx, error=error, timestamp=stamp,
                                                           extra={**extra, "judge_model": settings.judge_model, **common}))
 
-    if len(text) > MAX_REPLY_CHARS:
-        log.warning("idx %s: the judge's reply is %d characters, over the %d-character cap; skipped", task.idx, len(text), MAX_REPLY_CHARS)
-        return skip(f"reply too large: {len(text)} characters, over the {MAX_REPLY_CHARS}-character cap (not parsed)",
-                    kind="reply_too_large", reply_chars=len(text), raw_reply=text[:RAW_REPLY_KEPT], finish_reason=finish_reason)
+    size = max(len(text), reply_chars or 0)
+    if size > MAX_REPLY_CHARS:
+        log.warning("idx %s: the judge's reply is %d characters, over the %d-character cap; skipped", task.idx, size, MAX_REPLY_CHARS)
+        return skip(f"reply too large: {size} characters, over the {MAX_REPLY_CHARS}-character cap (not parsed)",
+                    kind="reply_too_large", reply_chars=size, raw_reply=text[:RAW_REPLY_KEPT], finish_reason=finish_reason)
     try:
         judgement = parse_judgement(text, strict=settings.strict_scores)
     except JudgeParseError as exc:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from k9bench.judge.run import read_meta, run_judge
-from k9bench.judge.score import format_summary
+from k9bench.judge.score import MAX_REPLY_CHARS, format_summary
 from k9bench.judge.settings import BUILTIN_PROMPT, MISSING_MODEL_ANSWER, JudgeConfig, JudgeInputError, RunPaths, judge_fingerprint, resolve_paths
 from k9bench.settings import fingerprint_differences, to_dict
 from k9bench.stage import EXIT_FAILED, EXIT_OK, EXIT_USAGE, Stage, file_digest
@@ -193,7 +193,8 @@ class JudgeStage(Stage):
 
         def make_client() -> ChatClient:
             r = cfg.requests
-            client = ChatClient(api_key=api_key, base_url=r.base_url, timeout=r.timeout, retry=r.retry_policy())
+            client = ChatClient(api_key=api_key, base_url=r.base_url, timeout=r.timeout, retry=r.retry_policy(),
+                                max_reply_chars=MAX_REPLY_CHARS + 1)  # a reply over the cap is cut before it is scanned
             sent = cfg.judge.request_params()
             log.info("judge %s at %s, %d request(s) in flight, up to %d retries; sampling sent: %s", cfg.judge.judge_model,
                      client.base_url, r.concurrency, r.max_retries, sent or "none (the API's defaults, as the reference)")

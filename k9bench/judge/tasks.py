@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from k9bench import LETTERS
-from k9bench.artifacts import QuestionRecord, records_artifact_from
-from k9bench.headers.files import find_records
-from k9bench.artifact_io import ArtifactError, read_json
+from k9bench.artifacts import QuestionRecord
+from k9bench.artifact_io import ArtifactError
 from k9bench.judge.settings import JudgeInputError
 
 # ---------------------------------------------------------------------------
@@ -142,9 +141,10 @@ def read_evaluations(path: str | Path) -> Any:
 
 def _read(path: str | Path) -> tuple[Any, list]:
     """The records artifact and the records as stored (to tell a missing ``answer`` key from an empty one)."""
+    from k9bench.scoring.rule import read_records
+
     try:
-        data = read_json(path)
-        return records_artifact_from(data, path, allow_empty=False), find_records(data, where=str(path))[0]
+        return read_records(path)  # scoring's own reading: lower-case ground truth upper-cased as scoring does
     except ArtifactError as exc:
         raise JudgeInputError(f"--evaluations {exc}") from None
 

@@ -30,7 +30,7 @@ Dtype names: every floating dtype torch names is accepted (:data:`DTYPE_NAMES`, 
 ``getattr(torch, name)``), the aliases ``half``/``float``/``double`` resolved to their canonical names
 (:func:`canonical_dtype`); what was asked stays in :attr:`DtypeChoice.requested`.
 
-Reconciled from the two copies that existed before (``k9bench/inference/hf.py`` and
+Reconciled from the two copies that existed before (``k9bench/inference/hf/backend.py`` and
 ``k9bench/scoring.py``):
 
 - device: hf passed an explicit ``cuda`` through unchecked (the failure came later, from deep

@@ -122,6 +122,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("JUDGE_MODEL", help="judge model (pin a dated snapshot)"),
     Variable("JUDGE_BASE_URL", http_url,
              help="OpenAI-compatible judge endpoint (vLLM, proxy); enables the judge"),
+    Variable("LABEL", check=_choice("0", "1"), default="0",
+             help="1: the LLM labeller sorts the wrong answers into failure types after the judge (JUDGE_MODEL at JUDGE_BASE_URL; docs/people.md)"),
     Variable("OUT_DIR", default=RESULTS_DIR, help="folder of the artifacts"),
     Variable("AUDIO", check=_choice("0", "1"), default="0", help="1: the model hears the soundtracks too; artifacts are named <tag>_av"),
     Variable("THINKING_MODE", check=_choice("auto", "0", "1"), default="auto",

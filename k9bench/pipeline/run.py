@@ -82,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             launch = prepare(env, repo)
         except LaunchError as exc:
             return die(2, str(exc))
-        return Launch(*launch, env=env, repo=repo).start(dry_run=dry_run)
+        # argv None: this process's own command line (python -m k9bench.pipeline), whose end the run's exit code must reach
+        return Launch(*launch, env=env, repo=repo, process=argv is None).start(dry_run=dry_run)
     finally:  # called in process (tests, a notebook): leave the environment as it was
         if previous is None:
             os.environ.pop("K9BENCH_INTERFACE", None)
@@ -111,8 +112,14 @@ def prepare(env: dict, repo: Path) -> tuple:
 class Launch:
     """One launcher run (see the module doc)."""
 
-    def __init__(self, settings: LaunchSettings, mode: ShardMode, layout, steps: list[Step], *, env: dict, repo: Path):
+    def __init__(self, settings: LaunchSettings, mode: ShardMode, layout, steps: list[Step], *, env: dict, repo: Path,
+                 process: bool = False):
         self.s, self.mode, self.layout, self.steps, self.env, self.repo = settings, mode, layout, steps, env, repo
+        self.process = process
+        """True when this run is the process (``python -m k9bench.pipeline``): the late-signal handler then stays
+        until the process ends (:class:`_AfterTheLastStep`)."""
+        self.steps_done = False
+        """Set once the last step has finished: a stop signal after it stops nothing."""
         self.current: str | None = None
         self.ran: set[str] = set()
         self.incomplete: list[Step] = []
@@ -153,17 +160,23 @@ class Launch:
         self.say_text_only()
         if self.env.get("SLURM_RESTART_COUNT", "0") not in ("", "0"):
             say(f"requeued run (restart {self.env['SLURM_RESTART_COUNT']}): resuming every stage")
-        try:
-            with self._signals, stop_on_signals() as stop:
-                self.stop = stop
-                try:
-                    return self.run_all()
-                except StepFailed as exc:
-                    return die(exc.exit_code, str(exc))
-        except Interrupted as exc:
-            return self.interrupted(exc.signum)
+        with _AfterTheLastStep(keep=self.process) as late:  # under the stop policy below, its handler comes back after it
+            code = None
+            try:
+                with self._signals, stop_on_signals() as stop:
+                    self.stop = stop
+                    try:
+                        code = self.run_steps()
+                    except StepFailed as exc:
+                        return die(exc.exit_code, str(exc))
+            except Interrupted as exc:
+                if not self.steps_done:
+                    return self.interrupted(exc.signum)
+                late.said(exc.signum)
+            return code if code is not None else self.finish()
 
-    def run_all(self) -> int:
+    def run_steps(self) -> int | None:
+        """Every step that must run; the launcher's exit code when one ends the run, None when all are done."""
         from k9bench.pipeline import slurm
         from k9bench.pipeline.plan import prepare_demo
 
@@ -177,6 +190,11 @@ class Launch:
             code = self.run_step(step)
             if code is not None:
                 return code
+        self.steps_done = True
+        return None
+
+    def finish(self) -> int:
+        """The run's last lines and its exit code, after the last step (a stop signal here is only said)."""
         if self.mode.num_shards > 1 and self.mode.shard_id is not None and not self.mode.finalize:
             shard = self.steps[-1].outputs[0]
             say(f"shard {self.mode.shard_id} of {self.mode.num_shards} done: {shard}")
@@ -238,9 +256,11 @@ class Launch:
                 say(f"step {step.name}: done already, skipping ({', '.join(map(str, step.outputs))}: same settings and inputs)")
                 return None
             say(f"step {step.name}: runs: {why}")
+            from k9bench.pipeline.scripts import build_parser
             from k9bench.redact import redact_argv
 
-            say(f"step {step.name}: {step.script} {shlex.join(redact_argv(step.argv))}")
+            shown = redact_argv(step.argv, build_parser(step.script))  # masked by the flag each argument resolves to
+            say(f"step {step.name}: {step.script} {shlex.join(shown)}")
             code = self.execute(step, stage)
         gc.collect()
         return self.after(step, code)
@@ -399,6 +419,43 @@ def start_server(settings: LaunchSettings, say, log_path: Path) -> Iterator[str]
             yield str(url)
     finally:
         say("vLLM server stopped")
+
+
+class _AfterTheLastStep:
+    """From the end of the last step to the end of the process, a stop signal (SIGTERM, SIGUSR1: SLURM's
+    time-limit warning) stops nothing and must not change the exit code: it is said in one line and ignored
+    (issue 40 item 4: the default action killed the launcher in its teardown, a finished job ``FAILED``).
+
+    Installed before the stop policy (:func:`k9bench.stage.stop_on_signals`), which restores it when the steps
+    end. ``keep``: left installed when the block ends (the launcher is the process: its teardown, the
+    interpreter's included, is covered); else the previous handlers come back (a caller in process)."""
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR1)
+
+    def __init__(self, *, keep: bool):
+        self.keep = keep
+        self._previous: dict[int, object] = {}
+
+    def __enter__(self) -> "_AfterTheLastStep":
+        with contextlib.suppress(ValueError):  # not the main thread: signals never reach this run
+            for sig in self.SIGNALS:
+                self._previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def __exit__(self, *exc) -> bool:
+        if not self.keep:
+            for sig, handler in self._previous.items():
+                signal.signal(sig, handler)
+        return False
+
+    def _handle(self, signum: int, frame) -> None:
+        with contextlib.suppress(Exception):  # a line cut short by a reentrant write must not raise either
+            self.said(signum)
+
+    @staticmethod
+    def said(signum: int) -> None:
+        say(f"received {signal.Signals(signum).name} after the last step had finished: nothing left to stop; "
+            "the exit code is the run's")
 
 
 class _SignalLog:

@@ -133,7 +133,7 @@ def mark_incomplete(step: Step, code: int | None) -> None:
 
 def video_transport() -> str:
     """The transport that sends our sampled frames as a video to a vLLM/SGLang server."""
-    from k9bench.inference.settings import TRANSPORTS
+    from k9bench.inference.openai_compat.settings import TRANSPORTS
 
     return "video" if "video" in TRANSPORTS else "video_url"
 

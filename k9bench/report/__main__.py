@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import sys
 
@@ -13,7 +12,8 @@ def main(argv: list[str] | None = None) -> int:
     from k9bench.artifact_io import ArtifactError
     from k9bench.report.load import frame_sweep_files
 
-    parser = argparse.ArgumentParser(prog="python -m k9bench.report", description=__doc__)
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(prog="python -m k9bench.report", description=__doc__)
     parser.add_argument("--frame_sweep", required=True, metavar="EVAL_JSON", help="an eval file; its folder is searched")
     args = parser.parse_args(argv)
     from k9bench.logs import basic_logging

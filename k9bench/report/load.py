@@ -212,10 +212,10 @@ def generation_settings(inference: dict) -> tuple[str | None, int | None, bool |
 
 
 def inference_dtype_and_batch(inference: dict, run_stats: dict) -> tuple[str | None, int | None]:
-    """The weights' dtype (the backend's resolved ``dtype``, else ``backend_settings.torch_dtype`` or
-    ``bf16``) and the largest batch size used (``run_stats.batch_size``: the size chosen and its history,
+    """The weights' dtype (the backend's resolved ``dtype``, else ``model.torch_dtype`` or ``bf16``, in older files
+    ``backend_settings``') and the largest batch size used (``run_stats.batch_size``: the size chosen and its history,
     else ``inference.batch_size`` when it is a number); None for what the raw file does not say."""
-    backend, asked = _dict(inference.get("backend")), _dict(inference.get("backend_settings"))
+    backend, asked = _dict(inference.get("backend")), {**_dict(inference.get("backend_settings")), **_dict(inference.get("model"))}
     dtype = backend.get("dtype") or (asked.get("torch_dtype") if asked.get("torch_dtype") != "auto" else None)
     if dtype is None and asked.get("bf16") is True:
         dtype = "bfloat16"

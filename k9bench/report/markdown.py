@@ -24,6 +24,7 @@ from k9bench.data.published import (
 from k9bench.report.load import BOOTSTRAP_SAMPLES, BOOTSTRAP_SEED
 from k9bench.report.paired import paired_markdown
 from k9bench.report.paper import judge_rows, row_named
+from k9bench.report.people import people_markdown
 from k9bench.stats import MIN_INTERVAL_VIDEOS
 from k9bench.report.model import (
     CATEGORY_HEADERS,
@@ -384,6 +385,7 @@ def report_markdown(report: Report, plots: dict, notes: list[str], md_path: Path
            f"Accuracy in % over the questions whose video is shorter than {PAPER_SETUP.short_video_seconds:g} s "
            f"(the paper's subset has {PAPER_SETUP.short_video_questions:,} questions).", "", short_video_markdown(report.runs), ""]
     md += judge_section(report)
+    md += people_markdown(report.people, report.published_mode, plots)  # k9bench.report.people (docs/people.md)
     if report.published_mode == "all":
         md += published_tables_markdown()
     md += ["## Plots", ""]

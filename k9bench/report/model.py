@@ -204,7 +204,7 @@ class RunSettings:
 
 
 SERVER_FIELDS = ("engine", "version", "served_model", "root", "max_model_len", "system_fingerprints")
-"""The keys of ``inference.backend.server`` the report shows (:mod:`k9bench.inference.server_info`
+"""The keys of ``inference.backend.server`` the report shows (:mod:`k9bench.inference.openai_compat.server_info`
 writes them from ``/v1/models``, ``/version`` and each reply's ``system_fingerprint``)."""
 
 
@@ -384,6 +384,8 @@ class Report:
     """The runs on their common questions (two runs or more)."""
     paired: object = None
     """``--baseline``: the first run against the baseline (:class:`k9bench.report.paired.PairedComparison`), or None."""
+    people: object = None
+    """The human row and the failure labels (:class:`k9bench.report.people.PeopleReport`), or None."""
 
     def stamp(self) -> list[str]:
         """The lines every figure carries: the caller's notes (the demo's), and the runs that are not

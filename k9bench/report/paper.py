@@ -37,7 +37,7 @@ from k9bench.report.model import (
 def whole_video_frames() -> int:
     """The frame cap of ``--video_fps`` (:data:`k9bench.inference.settings.VIDEO_FPS_MAX_FRAMES`): a run at 1 fps
     with at least this many frames saw the whole video."""
-    from k9bench.inference.settings import VIDEO_FPS_MAX_FRAMES
+    from k9bench.inference.openai_compat.settings import VIDEO_FPS_MAX_FRAMES
 
     return VIDEO_FPS_MAX_FRAMES
 

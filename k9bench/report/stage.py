@@ -61,9 +61,13 @@ class ReportSettings:
     """The ``--subset`` file (:func:`k9bench.data.subset.read_subset`)."""
     baseline: str | None = setting(None, "another model's run to compare the first --input_file with, question by question: its "
                                    "eval file or its run folder (one eval_*.json). On the common questions: the accuracy difference "
-                                   "with a video-clustered paired bootstrap interval and an exact McNemar test", metavar="RUN",
+                                   "with a cluster-robust interval and the clustered McNemar test", metavar="RUN",
                                    result=True)
     """The baseline run (:mod:`k9bench.report.paired`)."""
+    failure_labels: list | None = setting(None, "failure-labels files (python -m k9bench.people label / llm-label) for the failure-mode "
+                                          "chart and the labellers' agreement (docs/people.md)", nargs="+", metavar="LABELS_JSON",
+                                          result=True)
+    """Labels files of people and of the LLM labeller (:mod:`k9bench.report.people`)."""
 
     @property
     def inputs(self) -> list[str]:
@@ -124,10 +128,12 @@ def _baseline_input(baseline: str) -> Path:
 
 
 def build_report(eval_files: list[str], judge_files: list[str] | None = None, *, published: str = "none", labels: list[str] | None = None,
-                 notes: list[str] | None = None, subset: str | None = None, baseline: str | None = None) -> Report:
+                 notes: list[str] | None = None, subset: str | None = None, baseline: str | None = None,
+                 failure_labels: list[str] | None = None) -> Report:
     """Load every input (raising :class:`ReportError` on the first bad one)."""
     from k9bench.report.paired import paired_comparison, resolve_baseline
     from k9bench.data.subset import read_subset
+    from k9bench.report.people import people_report
 
     if not eval_files:
         raise ReportError("no eval file given (--input_file eval_A.json [eval_B.json ...])")
@@ -147,7 +153,7 @@ def build_report(eval_files: list[str], judge_files: list[str] | None = None, *,
         paired = paired_comparison(runs[0], base)
     return Report(runs=runs, judges=judges, published=published_rows_for(runs, published), published_mode=published,
                   notes=[n for n in (notes or []) if n.strip()], subset=chosen.summary() if chosen else None,
-                  common=common_questions(runs), paired=paired)
+                  common=common_questions(runs), paired=paired, people=people_report(judges, failure_labels))
 
 
 def _plot_notes(report: Report, plots: dict) -> list[str]:
@@ -174,12 +180,14 @@ def _plot_notes(report: Report, plots: dict) -> list[str]:
 def write_report(report: Report, report_dir: str | Path, markdown_path: str | Path | None = None, *, labelled: bool = False,
                  stage_block: dict | None = None) -> dict:
     """Write report.md, report.json and the plots; return ``{name: path}`` of what was written."""
+    from k9bench.report.people import write_people_plots
     from k9bench.report.plots import write_plots
 
     report_dir = Path(report_dir)
     report_dir.mkdir(parents=True, exist_ok=True)
     md_path = Path(markdown_path) if markdown_path else report_dir / "report.md"
     plots = write_plots(report, report_dir, labelled=labelled)
+    plots.update(write_people_plots(report.people, report_dir, report.stamp()))
     notes = _plot_notes(report, plots)
     written = {name: str(path) for name, path in plots.items() if path is not None}
     written["markdown"] = str(write_text_atomic(md_path, report_markdown(report, plots, notes, md_path)))
@@ -188,6 +196,7 @@ def write_report(report: Report, report_dir: str | Path, markdown_path: str | Pa
         "runs": [r.to_dict() for r in report.runs],
         "common_questions": report.common.to_dict() if report.common else None,
         "paired_comparison": report.paired.to_dict() if report.paired else None,
+        "people": report.people.to_dict() if report.people else None,
         "subset": report.subset,
         "judges": [vars(j) for j in report.judges],
         "published": [vars(p) for p in report.published],
@@ -225,7 +234,7 @@ class ReportStage(Stage):
     def _given_inputs(self) -> list[Path]:
         s = self.settings
         return [Path(p) for p in (*s.inputs, *(s.judge_files or []), *([s.subset] if s.subset else []),
-                                  *([_baseline_input(s.baseline)] if s.baseline else []))]
+                                  *([_baseline_input(s.baseline)] if s.baseline else []), *(s.failure_labels or []))]
 
     def inputs(self) -> list[Path]:
         out = [p for p in self._given_inputs() if p.is_file()]
@@ -251,14 +260,16 @@ class ReportStage(Stage):
         s = self.settings
         try:
             report = build_report(s.inputs, s.judge_files, published=s.published, labels=s.labels, notes=s.note, subset=s.subset,
-                                  baseline=s.baseline)
+                                  baseline=s.baseline, failure_labels=s.failure_labels)
             written = write_report(report, s.report_dir, s.output_file, labelled=bool(s.labels), stage_block=self.stage_block())
         except SubsetError as exc:  # a bad --subset is a bad flag value, as in scoring
             log.error("report: %s", exc)
             return EXIT_USAGE
         except ArtifactError as exc:
             log.error("report: %s", exc)
-            return EXIT_USAGE if isinstance(exc, NewerSchema) else EXIT_FAILED  # a file of a newer k9bench: exit 2
+            from k9bench.view.data import ViewError  # a bad input of the results page (docs/view.md): exit 2
+
+            return EXIT_USAGE if isinstance(exc, (NewerSchema, ViewError)) else EXIT_FAILED  # a file of a newer k9bench: exit 2
         print(leaderboard_markdown(report.runs, report.published))
         if report.judges:
             print()

@@ -308,9 +308,18 @@ def load_for_scoring(path: str | os.PathLike) -> tuple[RecordsArtifact, list[dic
     Lower-case ground-truth letters are upper-cased (:func:`normalise_ground_truth`); the reference's
     failed records (``example_id`` + ``error``) are read as failed samples. Raises
     :class:`~k9bench.artifacts.ArtifactError` naming the file."""
+    artifact, rows = read_records(path)
+    check_finite(rows, artifact.meta, path)
+    return artifact, rows
+
+
+def read_records(path: str | os.PathLike) -> tuple[RecordsArtifact, list[dict]]:
+    """The records of ``path`` as scoring sees them: read through the one reader (a file without records
+    refused), ground-truth letters normalised (:func:`normalise_ground_truth`). The one reading shared by
+    scoring (:func:`load_for_scoring`) and the judge's checks before it pays (issue 40 item 2), so the
+    judge refuses only what scoring refuses. Raises :class:`~k9bench.artifacts.ArtifactError`."""
     data = read_json(path)
     artifact = records_artifact_from(data, path, allow_empty=False)
     rows = list(find_records(data, where=str(path))[0])
-    check_finite(rows, artifact.meta, path)
     normalise_ground_truth(artifact.records, path)
     return artifact, rows

@@ -199,7 +199,10 @@ class ChatResult:
     ok: bool
     """True when the API returned a chat completion."""
     text: str | None = None
-    """The first choice's message content ("" when the server sent none; the key scrubbed); None when not ok."""
+    """The first choice's message content ("" when the server sent none; the key scrubbed; cut to the client's
+    ``max_reply_chars``); None when not ok."""
+    reply_chars: int | None = None
+    """The content's length as the server sent it (over :attr:`text`'s when it was cut); None when not ok."""
     usage: Usage = field(default_factory=Usage)
     """Token usage reported by the API for the successful response."""
     attempts: int = 0
@@ -366,9 +369,13 @@ class ChatClient:
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
         limits: ResponseLimits | None = None,
+        max_reply_chars: int | None = None,
     ) -> None:
         from k9bench.redact import register_secret
 
+        self.max_reply_chars = max_reply_chars
+        """Replies longer than this are cut to it before anything scans them (the key's scrub included); the
+        length as sent is :attr:`ChatResult.reply_chars`. None: no cut."""
         self._secret = api_key
         if api_key != PLACEHOLDER_KEY:
             register_secret(api_key)  # masked in every kept text and (with the log filter) every log line
@@ -398,9 +405,15 @@ class ChatClient:
         """One chat completion, retried per :attr:`retry`; never raises for API failures.
 
         ``params`` go to ``chat.completions.create`` as they are (``temperature``,
-        ``max_tokens``, ``seed``...); parameters set to None are not sent.
+        ``max_tokens``, ``seed``...); parameters set to None are not sent. ``stream=True`` asks for a streamed
+        reply and assembles it (:mod:`k9bench.serving.streaming`): the result is the same.
         """
         params = {k: v for k, v in params.items() if v is not None}
+        stream = bool(params.pop("stream", False))  # streamed replies: k9bench.serving.streaming
+        if stream:
+            from k9bench.serving.streaming import STREAM_OPTIONS
+
+            params.update(stream=True, stream_options=dict(STREAM_OPTIONS))
         total = self.retry.max_retries + 1
         started = time.monotonic()
         where = f"{label}: " if label else ""
@@ -411,6 +424,8 @@ class ChatClient:
             attempt += 1
             try:
                 response = self.client.chat.completions.create(model=model, messages=messages, **params)
+                if stream:
+                    response = _assembled(response)
                 choices = getattr(response, "choices", None)
                 if not choices:
                     raise BadResponse("the response has no choices")
@@ -419,12 +434,16 @@ class ChatClient:
                 if message is None:
                     raise BadResponse("the response's first choice has no message")
                 text, usage = _read_reply(response, message)
+                reply_chars = len(text)
+                if self.max_reply_chars is not None and reply_chars > self.max_reply_chars:
+                    text = text[: self.max_reply_chars]  # cut before the scrub: nothing scans more than the cap
                 served = getattr(response, "model", None)
                 finish = getattr(choice, "finish_reason", None)
                 fingerprint = getattr(response, "system_fingerprint", None)
                 return ChatResult(
                     ok=True,
                     text=self._scrub(text),
+                    reply_chars=reply_chars,
                     usage=usage,
                     attempts=attempt,
                     model=served if isinstance(served, str) else (None if served is None else str(served)),
@@ -464,6 +483,16 @@ class ChatClient:
             status_code=status,
             elapsed_s=time.monotonic() - started,
         )
+
+
+def _assembled(chunks: Any) -> Any:
+    """A streamed completion as one (:func:`k9bench.serving.streaming.assemble`); a broken stream is a :class:`BadResponse`."""
+    from k9bench.serving.streaming import StreamBroken, assemble
+
+    try:
+        return assemble(chunks)
+    except StreamBroken as exc:
+        raise BadResponse(str(exc)) from None
 
 
 def _read_reply(response: Any, message: Any) -> tuple[str, Usage]:

@@ -266,9 +266,8 @@ def serve_vllm(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m k9bench.serving.serve MODEL [vLLM arguments...]``: serve until Ctrl-C or SIGTERM (for trying it out)."""
-    import argparse
-
-    parser = argparse.ArgumentParser(prog="python -m k9bench.serving.serve", description=main.__doc__)
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(prog="python -m k9bench.serving.serve", description=main.__doc__)
     parser.add_argument("model", help="model to serve (Hub id or folder)")
     parser.add_argument("--python", default=None, help=f"the vLLM environment's python (default: ${PYTHON_ENV}, else this one)")
     parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")

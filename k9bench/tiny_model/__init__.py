@@ -105,7 +105,8 @@ def _head_dim(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m k9bench.tiny_model", description=__doc__.split("\n\n")[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(prog="python -m k9bench.tiny_model", description=__doc__.split("\n\n")[0])
     parser.add_argument("output_dir", help="folder to write the checkpoint into")
     parser.add_argument("--seed", type=int, default=0, help="weight seed (default: %(default)s)")
     names = family_table.tiny_names()

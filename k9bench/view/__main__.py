@@ -32,7 +32,8 @@ class ViewSettings:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m k9bench.view", description=__doc__)
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+    parser = ArgumentParser(prog="python -m k9bench.view", description=__doc__)
     parser.add_argument("inputs", nargs="+", metavar="RUN_OR_FILE", help="raw/sim/eval/judge JSON files or run folders")
     add_arguments(parser, ViewSettings)
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")

@@ -77,3 +77,23 @@ def screenshot(page: str | Path, png: str | Path, *, question: int | None = None
     finally:
         driver.quit()
     return Path(png)
+
+
+def axe_source() -> str:
+    """axe-core's script, from the pinned ``axe-core-python`` package (requirements-dev.txt): offline, no CDN."""
+    from importlib.resources import files
+
+    return files("axe_core_python").joinpath("axe.min.js").read_text(encoding="utf-8")
+
+
+def axe_violations(driver, impacts: tuple = ("serious", "critical")) -> list[dict]:
+    """axe-core's violations of the open page at the given impacts (rule id, impact, help, the first targets)."""
+    driver.execute_script(axe_source())
+    driver.set_script_timeout(120)
+    result = driver.execute_async_script("var done = arguments[arguments.length - 1];"
+                                         "axe.run(document, {resultTypes: ['violations']}).then(done, function (e) { done({error: String(e)}); });")
+    if "error" in result:
+        raise RuntimeError(f"axe-core failed: {result['error']}")
+    return [{"id": v["id"], "impact": v["impact"], "help": v["help"], "targets": [n["target"] for n in v["nodes"][:5]],
+             "version": result.get("testEngine", {}).get("version")}
+            for v in result["violations"] if v["impact"] in impacts]

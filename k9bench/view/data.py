@@ -18,6 +18,7 @@ from k9bench.artifacts import is_finite_number, load_records_artifact
 from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.judge.parse import AXES
 from k9bench.layout import next_stage_path, parse_artifact_name
+from k9bench.report.paired import option_texts
 from k9bench.report.model import DURATION_BINS, NOT_COMPARABLE_MARK, duration_bin_label
 
 log = logging.getLogger("k9bench.view")
@@ -47,6 +48,8 @@ class RunInput:
     judge: dict = field(default_factory=dict)
     """idx -> the judge's entry (``scores`` and its reason)."""
     judge_path: str | None = None
+    failure_labels: dict = field(default_factory=dict)
+    """idx -> the failure labels people and the LLM labeller gave its answer (:mod:`k9bench.report.people`), as text."""
 
 
 def _dict(value) -> dict:
@@ -191,19 +194,32 @@ def verdict(record) -> str:
     return "correct" if record.is_correct else "wrong"
 
 
-def _options(record) -> list[str]:
-    """The five options' texts (a record's ``"A. text"`` list, or a letter -> text dict), without their letters."""
-    import re
+def paired_verdict(record) -> int | None:
+    """The verdict as every comparison of two runs counts it (the page's comparison filters, its agreement
+    matrix, the report's b and c): 1 right, 0 wrong or failed (a failed record counts as wrong, as in the
+    report), None when there is none to compare: no verdict yet (a raw or sim file) or no video (the run did
+    not have it, :data:`k9bench.data.subset.VIDEO_ABSENT`)."""
+    from k9bench.data.subset import VIDEO_ABSENT
 
-    opts = record.options
-    if isinstance(opts, dict):
-        return [str(opts.get(k, "")) for k in LETTERS]
-    return [re.sub(r"^[A-E][.):]\s*", "", str(o)) for o in (opts or [])][:5]
+    if record.error_class in VIDEO_ABSENT or (record.is_correct is None and not record.failed):
+        return None
+    return 1 if record.is_correct and not record.failed else 0
+
+
+def web_link(url) -> str:
+    """``url`` when it is an ``http(s)://`` address, else "" (a ``javascript:`` or other scheme never becomes a link)."""
+    from urllib.parse import urlsplit
+
+    text = str(url or "").strip()
+    try:
+        return text if urlsplit(text).scheme.lower() in ("http", "https") and urlsplit(text).netloc else ""
+    except ValueError:
+        return ""
 
 
 def _answer(run: RunInput, record) -> dict:
     sims = record.cosine_similarities if isinstance(record.cosine_similarities, dict) else None
-    out = {"a": record.answer or "", "v": verdict(record)}
+    out = {"a": record.answer or "", "v": verdict(record), "p": paired_verdict(record)}
     if sims:
         out["x"] = [round(float(sims[k]), 4) if is_finite_number(sims.get(k)) else None for k in LETTERS]
     explanation = getattr(record, "evaluation_explanation", None) or record.extra.get("evaluation_explanation")
@@ -219,6 +235,8 @@ def _answer(run: RunInput, record) -> dict:
         reason = entry.get("cot") or entry.get("reason")
         if reason:
             out["jr"] = str(reason)[:1000]
+    if run.failure_labels.get(record.idx):
+        out["fl"] = run.failure_labels[record.idx]
     return out
 
 
@@ -229,16 +247,20 @@ def build_data(runs: list[RunInput], *, notes: list[str] | None = None, paired: 
     questions: dict[int, dict] = {}
     for r_i, run in enumerate(runs):
         vdir = video_dir_of(run)
+        demo = _dict(inference_of(run).get("dataset")).get("source") == "demo"
         for rec in run.records:
             q = questions.get(rec.idx)
             if q is None:
                 scene = video_of(rec)
                 video = rec.video or f"{scene}.mp4"
-                url = rec.extra.get("video_url") or (f"https://www.youtube.com/watch?v={scene}" if rec.scene_name else "")
+                local = (vdir / video) if vdir else None
+                # the demo's videos are made here: their link is the local file, never the YouTube address in their rows
+                url = "" if demo else web_link(rec.extra.get("video_url") or (f"https://www.youtube.com/watch?v={scene}" if rec.scene_name else ""))
                 q = questions[rec.idx] = {
                     "i": rec.idx, "c": rec.question_category, "d": duration_bin(rec.extra.get("video_duration")),
-                    "s": scene, "file": str(vdir / video) if vdir else video, "u": url, "q": rec.question,
-                    "o": _options(rec), "g": rec.ground_truth, "r": [None] * len(runs)}
+                    "s": scene, "file": str(local) if local else video, "u": url, "q": rec.question,
+                    "lf": local.resolve().as_uri() if local is not None and local.is_file() else "",
+                    "o": option_texts(rec.options), "g": rec.ground_truth, "r": [None] * len(runs)}
             q["r"][r_i] = _answer(run, rec)
     ordered = [questions[i] for i in sorted(questions)]
     data = {
@@ -249,12 +271,17 @@ def build_data(runs: list[RunInput], *, notes: list[str] | None = None, paired: 
     }
     if len(runs) > 1:
         data["across"] = across_runs(runs, ordered)
+    if paired:  # which of the page's runs the report compared: the paired block's b and c open as comparison filters
+        where = {str(Path(r.path).resolve()): k for k, r in enumerate(runs)}
+        data["paired"] = {**paired, "run_k": where.get(str(Path(str(paired.get("run_path"))).resolve())),
+                          "base_k": where.get(str(Path(str(paired.get("baseline_path"))).resolve()))}
     return data
 
 
 def across_runs(runs: list[RunInput], questions: list[dict]) -> dict:
-    """The agreement matrix and per-category accuracy on the common questions (those whose video every run
-    had, as :func:`k9bench.report.load.common_questions` counts them)."""
+    """The agreement matrix (per pair of runs, over the questions both have a :func:`paired_verdict` for: the
+    share with the same one, and the four counts behind it) and per-category accuracy on the common
+    questions (those whose video every run had, as :func:`k9bench.report.load.common_questions` counts them)."""
     from k9bench.data.subset import VIDEO_ABSENT
 
     have = [{rec.idx for rec in run.records if rec.error_class not in VIDEO_ABSENT} for run in runs]
@@ -262,9 +289,13 @@ def across_runs(runs: list[RunInput], questions: list[dict]) -> dict:
     rows = [q for q in questions if q["i"] in common]
     n = len(runs)
     agree = [[None] * n for _ in range(n)]
+    counts = [[None] * n for _ in range(n)]
     for a in range(n):
         for b in range(n):
-            pairs = [(q["r"][a]["v"], q["r"][b]["v"]) for q in rows]
+            pairs = [(q["r"][a]["p"], q["r"][b]["p"]) for q in questions
+                     if q["r"][a] and q["r"][b] and q["r"][a]["p"] is not None and q["r"][b]["p"] is not None]
+            counts[a][b] = {"n": len(pairs), "rr": pairs.count((1, 1)), "rw": pairs.count((1, 0)), "wr": pairs.count((0, 1)),
+                            "ww": pairs.count((0, 0))}
             agree[a][b] = round(100.0 * sum(x == y for x, y in pairs) / len(pairs), 1) if pairs else None
     by_cat = []
     for r_i in range(n):
@@ -273,7 +304,7 @@ def across_runs(runs: list[RunInput], questions: list[dict]) -> dict:
             picked = [q for q in rows if cat == "overall" or q["c"] == cat]
             line[cat] = round(100.0 * sum(q["r"][r_i]["v"] == "correct" for q in picked) / len(picked), 1) if picked else None
         by_cat.append(line)
-    return {"common": len(common), "agreement": agree, "by_category": by_cat}
+    return {"common": len(common), "agreement": agree, "pairs": counts, "by_category": by_cat}
 
 
 def read_paired(report_json: str | Path | None) -> dict | None:
@@ -282,11 +313,10 @@ def read_paired(report_json: str | Path | None) -> dict | None:
         return None
     path = Path(report_json)
     if not path.is_file():
-        return None
+        raise ViewError(f"--report_json {path}: no such file")
     try:
         value = read_json(path)
     except ArtifactError as exc:
-        log.warning("%s: unreadable (%s); the page shows no paired comparison", path, exc)
-        return None
+        raise ViewError(f"--report_json {path}: unreadable ({exc})") from None
     block = _dict(value).get("paired_comparison")
     return block if isinstance(block, dict) and block else None

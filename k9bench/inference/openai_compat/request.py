@@ -1,8 +1,9 @@
 """The request side of the OpenAI-compatible backend: the settings each request is built from, and
-the errors a call can end in (see :mod:`k9bench.inference.openai_backend`)."""
+the errors a call can end in (see :mod:`k9bench.inference.openai_compat.backend`)."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from k9bench.inference.settings import RunConfig
@@ -62,6 +63,12 @@ class RequestSettings:
     """``--audio``: each request carries the video's soundtrack as one ``input_audio`` part after the frames."""
     audio_format: str = "wav"
     """Encoding of that part (``wav`` or ``mp3``)."""
+    max_request_bytes: int | None = None
+    """``--max_request_mb`` in bytes: a larger request is a failed record ``request_too_large``, never sent (None: no cap)."""
+    stream: bool = False
+    """``--stream``: replies are asked for streamed and assembled (:mod:`k9bench.serving.streaming`)."""
+    one_modality_per_message: bool = False
+    """``--one_modality_per_message``: with ``--audio`` the soundtrack travels in the video file (``video_url``), no ``input_audio``."""
 
     @classmethod
     def from_config(cls, config: RunConfig) -> "RequestSettings":
@@ -73,7 +80,39 @@ class RequestSettings:
             video_fps=o.video_fps, fps=f.fps, max_frames=f.max_frames, max_new_tokens=g.max_new_tokens,
             max_tokens_param=o.max_tokens_param, do_sample=g.do_sample, temperature=g.temperature, top_p=g.top_p, top_k=g.top_k,
             send_seed=not o.no_seed_param, extra_body=dict(o.extra_body or {}), audio=f.audio, audio_format=o.audio_format,
+            max_request_bytes=int(o.max_request_mb * MIB), stream=o.stream, one_modality_per_message=o.one_modality_per_message,
         )
+
+
+MIB = 1 << 20
+"""Bytes in the MiB of ``--max_request_mb``."""
+
+
+def request_bytes(model: str, messages: list[dict], params: dict) -> int:
+    """The size of a chat request's JSON body before it is sent: ``model``, ``messages`` and ``params`` (what
+    ``chat.completions.create`` takes; ``extra_body`` merged into the body), compact UTF-8 JSON."""
+    body = {"model": model, "messages": messages, **{k: v for k, v in params.items() if k != "extra_body"}}
+    if body.get("stream"):  # what ChatClient.chat adds to a streamed request
+        from k9bench.serving.streaming import STREAM_OPTIONS
+
+        body["stream_options"] = dict(STREAM_OPTIONS)
+    body.update(params.get("extra_body") or {})
+    return len(json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def modality_problem(config: RunConfig) -> str | None:
+    """The one line refusing what an API of one non-text modality per message (``--one_modality_per_message``: Qwen-Omni's)
+    cannot take, or None (the registry row's ``check``, before any work)."""
+    o, f = config.openai, config.frames
+    if not o.one_modality_per_message or f.text_only:
+        return None
+    if f.audio and o.video_transport != "video_url":
+        return ("--one_modality_per_message: --audio would send the frames and an input_audio part in one message, which the API "
+                "refuses; send the video file itself, whose soundtrack the model hears: --video_transport video_url")
+    if not f.audio and o.video_transport == "video_url":
+        return ("--one_modality_per_message: --video_transport video_url sends the file with its soundtrack, which the model "
+                "would hear; for video only use --video_transport frames or video")
+    return None
 
 
 def _merge(base: dict, override: dict) -> dict:
@@ -93,11 +132,19 @@ class ApiCallError(RuntimeError):
     def __init__(self, message: str, *, kind: str | None = None, status_code: int | None = None, attempts: int = 0):
         super().__init__(message)
         self.kind = kind
-        """``rate_limit``, ``server_error``, ``timeout``, ``connection``, ``bad_response``, ``client_error`` or ``empty_reply``."""
+        """``rate_limit``, ``server_error``, ``timeout``, ``connection``, ``bad_response``, ``client_error``, ``empty_reply``
+        or ``request_too_large``."""
         self.status_code = status_code
         """HTTP status of the last failed attempt, when there was one."""
         self.attempts = attempts
         """HTTP attempts made."""
+
+    @property
+    def error_class(self) -> str:
+        """The record's ``error_class``: ``request_too_large`` for a request over the cap or refused as too large."""
+        from k9bench.inference.records import REQUEST_TOO_LARGE
+
+        return REQUEST_TOO_LARGE if self.kind == REQUEST_TOO_LARGE else "generation_error"
 
 
 class BatchPartlyFailed(RuntimeError):
@@ -110,4 +157,4 @@ class BatchPartlyFailed(RuntimeError):
         super().__init__(f"{len(failures)} of {total} request(s) failed (first: {first})")
 
 
-__all__ = ["ApiCallError", "BatchPartlyFailed", "RequestSettings"]
+__all__ = ["ApiCallError", "BatchPartlyFailed", "MIB", "RequestSettings", "modality_problem", "request_bytes"]

@@ -9,7 +9,7 @@ built once for all its questions (several batches of one video wait for one buil
     One ``image_url`` part per sampled frame (``data:image/jpeg;base64,...``), in order, resized
     to ``--frame_size`` first when given. For APIs that take no video (GPT-4o): a Qwen-VL model
     then sees independent images (no temporal merge, no timestamps).
-``video`` (the default for vLLM and SGLang servers, see ``auto`` in :mod:`k9bench.inference.openai_backend`)
+``video`` (the default for vLLM and SGLang servers, see ``auto`` in :mod:`k9bench.inference.openai_compat.backend`)
     Exactly the sampled frames, as one short H.264 mp4 (``data:video/mp4;base64,...``), lossless by
     default (libx264rgb at ``-qp 0`` in RGB 4:4:4: vLLM's OpenCV loader decodes it to the very bytes of
     our frames, the array in-process vLLM gets; ``--video_crf N`` trades that for N times smaller requests
@@ -29,7 +29,8 @@ built once for all its questions (several batches of one video wait for one buil
     served with ``--trust-request-mm-kwargs`` (no ``mm_processor_kwargs`` are sent: they break its
     Qwen3-VL processing).
 
-With ``--audio`` the soundtrack follows the visual parts as one ``input_audio`` part.
+With ``--audio`` the soundtrack follows the visual parts as one ``input_audio`` part; with ``video_url`` under
+``--one_modality_per_message`` (Qwen-Omni's API) it is the video file's own, and nothing follows.
 """
 
 from __future__ import annotations
@@ -138,7 +139,7 @@ def encode_frames_jpeg(frames: Any, size: tuple[int, int] | None = None, quality
 
     from PIL import Image
 
-    from k9bench.inference.settings import OpenAISettings
+    from k9bench.inference.openai_compat.settings import OpenAISettings
     from k9bench.settings import default_of
     from k9bench.video.sampling import resize_frames
 
@@ -160,8 +161,11 @@ class MediaBuilder:
 
     def __init__(self, *, transport: str, frame_size: tuple[int, int] | None, jpeg_quality: int, image_detail: str | None,
                  video_url_base: str | None, fps: float, max_frames: int, audio: bool, audio_format: str, keep: int,
-                 video_crf: int | None = None):
+                 video_crf: int | None = None, audio_in_file: bool = False):
         self.transport = transport
+        self.audio_in_file = audio_in_file
+        """With ``--audio`` and ``video_url``: the soundtrack is the video file's own, no ``input_audio`` part (one non-text
+        modality per message: ``--one_modality_per_message``)."""
         self.video_crf = video_crf
         """``video``: None for the lossless mp4, else libx264's CRF (``--video_crf``)."""
         self.frame_size = frame_size
@@ -218,7 +222,9 @@ class MediaBuilder:
 
         Raises :class:`MediaError` when the media cannot be built."""
         parts, fields, body = self._visual(request)
-        if self.audio and parts is not None:
+        if self.audio and parts is not None and self.audio_in_file:
+            fields["audio_sent"] = "in the video file"
+        elif self.audio and parts is not None:
             parts = [*parts, *self._audio_parts(request)]  # the soundtrack after the frames
             fields["audio_sent"] = {"format": self.audio_format, **request.audio.summary()}  # type: ignore[union-attr]
         return parts, fields, body

@@ -6,7 +6,7 @@ The prompt, answer extraction, raw artifact, checkpoints and resume are the shar
 (:mod:`k9bench.inference.runner`), exactly as for the transformers backend; this module only
 turns one request into one HTTP call.
 
-How the video travels (``--video_transport``; :mod:`k9bench.inference.video_transport` builds the parts):
+How the video travels (``--video_transport``; :mod:`k9bench.inference.openai_compat.video_transport` builds the parts):
 ``frames`` sends each sampled frame as a JPEG image part (any vision API: GPT-4o); ``video`` sends exactly
 the sampled frames as one short mp4 played at their true times, so a Qwen-VL model merges them in time
 and reads their timestamps as the transformers backend gives them; ``video_url`` sends the file and lets
@@ -17,7 +17,7 @@ sampled for the served checkpoint's patch size (read from its processor config),
 backend samples them, so the model gets the same number of video tokens.
 
 What the server says about itself (``/v1/models``, ``/version``, each response's ``system_fingerprint``)
-goes into ``inference.backend.server`` (:mod:`k9bench.inference.server_info` lists the keys).
+goes into ``inference.backend.server`` (:mod:`k9bench.inference.openai_compat.server_info` lists the keys).
 
 Concurrency: the runner keeps up to ``--concurrency`` batches in flight
 (:meth:`OpenAIBackend.max_batches_in_flight`), started video by video in dataset order, so the
@@ -48,23 +48,19 @@ import threading
 from typing import Any
 
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
-from k9bench.inference.openai_request import ApiCallError, BatchPartlyFailed, RequestSettings, _merge
-from k9bench.inference.server_info import empty_server_block, note_fingerprint
-from k9bench.inference.settings import (
-    TRANSPORTS,
-    VIDEO_FPS_MAX_FRAMES,
-    HFSettings,
-    RunConfig,
-    frame_size_tuple,
-    parse_frame_size,
-)
-from k9bench.inference.video_transport import encode_frames_jpeg, mp4_codec
+from k9bench.inference.openai_compat.request import MIB, ApiCallError, BatchPartlyFailed, RequestSettings, _merge, request_bytes
+from k9bench.inference.openai_compat.server_info import empty_server_block, note_fingerprint
+from k9bench.inference.hf.settings import HFSettings
+from k9bench.inference.openai_compat.settings import TRANSPORTS, VIDEO_FPS_MAX_FRAMES, frame_size_tuple, parse_frame_size
+from k9bench.inference.records import REQUEST_TOO_LARGE, is_size_refusal
+from k9bench.inference.settings import RunConfig
+from k9bench.inference.openai_compat.video_transport import encode_frames_jpeg, mp4_codec
 
 log = logging.getLogger(__name__)
 
 _CONTEXT_OVERFLOW = re.compile(
     r"context[ _]length|maximum context|context window|too many tokens|prompt is too long|too long for the model"
-    r"|exceeds? the (?:model'?s? )?(?:maximum|max)|request entity too large|payload too large",
+    r"|exceeds? the (?:model'?s? )?(?:maximum|max)",
     re.IGNORECASE,
 )
 
@@ -115,7 +111,7 @@ class OpenAIBackend(Backend):
         self.api_key_source: str | None = None
         self._lock = threading.Lock()
         self._usage = {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0, "requests": 0,
-                       "failed_requests": 0, "retries": 0, "served_models": []}
+                       "failed_requests": 0, "retries": 0, "requests_over_size": 0, "served_models": []}
         self._info: dict[str, Any] = {}
         self.server: dict[str, Any] = empty_server_block()
         """``inference.backend.server`` (live: fingerprints are added as responses come)."""
@@ -151,13 +147,13 @@ class OpenAIBackend(Backend):
         self._describe_server(models, key)
         self._choose_transport()
         s = self.settings
-        from k9bench.inference.video_transport import MediaBuilder
+        from k9bench.inference.openai_compat.video_transport import MediaBuilder
 
         self.media = MediaBuilder(
             transport=s.video_transport, frame_size=frame_size_tuple(s.frame_size), jpeg_quality=s.jpeg_quality,
             image_detail=s.image_detail, video_url_base=s.video_url_base, fps=s.fps, max_frames=s.max_frames,
             audio=s.audio, audio_format=s.audio_format, keep=s.concurrency + 2,
-            video_crf=s.video_crf)
+            video_crf=s.video_crf, audio_in_file=s.one_modality_per_message and s.video_transport == "video_url")
         self._info = {
             "name": self.name,
             "api_model": s.api_model,
@@ -178,19 +174,23 @@ class OpenAIBackend(Backend):
             "video_url": None if s.video_transport != "video_url" else (
                 f"{s.video_url_base.rstrip('/')}/{{scene}}.mp4" if s.video_url_base else "data:video/mp4;base64 (the file itself)"),
             "video_fps": s.video_fps,
+            "max_request_bytes": s.max_request_bytes,
+            "stream": s.stream,
+            "one_modality_per_message": s.one_modality_per_message,
             "request_params": self._redacted_params(),
             "adjusted_flags": dict(self.adjustments),
             "generation": self.generation_settings(),
             "attn_implementation": None,
             "frames_resized_by": self._frames_resized_by(),
-            "audio": {"part": "input_audio", "format": s.audio_format, "sampling_rate": self.audio_sampling_rate()} if s.audio else None,
+            "audio": ({"part": "the video file's own soundtrack (video_url)"} if self.media.audio_in_file else
+                      {"part": "input_audio", "format": s.audio_format, "sampling_rate": self.audio_sampling_rate()}) if s.audio else None,
             "usage": self._usage,  # live: filled in as the run goes (this invocation's calls)
             "server": self.server,  # live: response fingerprints are added
         }
 
     def _describe_server(self, models: list[Any] | None, key: str) -> None:
         """Fill :attr:`server` from the listing and (for a ``--base_url`` server) ``/version``."""
-        from k9bench.inference.server_info import read_version, server_block
+        from k9bench.inference.openai_compat.server_info import read_version, server_block
 
         s = self.settings
         version = read_version(self.client.base_url, key, timeout=min(10.0, s.timeout)) if s.base_url else None
@@ -202,7 +202,7 @@ class OpenAIBackend(Backend):
         """Resolve ``--video_transport auto``; with ``video``, find the served checkpoint's patch size."""
         import dataclasses
 
-        from k9bench.inference.server_info import checkpoint_video_processor
+        from k9bench.inference.openai_compat.server_info import checkpoint_video_processor
 
         s = self.settings
         if s.video_transport == "auto":
@@ -222,7 +222,7 @@ class OpenAIBackend(Backend):
             else:
                 log.info("--video_transport video: frames sampled for patch size %d (%s)", patch, source)
             self._patch_size = patch
-            from k9bench.inference.video_transport import LOADER_DEFAULT_FRAMES, PROCESSOR_FPS
+            from k9bench.inference.openai_compat.video_transport import LOADER_DEFAULT_FRAMES, PROCESSOR_FPS
 
             if s.max_frames > LOADER_DEFAULT_FRAMES and self.server["engine"] == "vllm":
                 self._warn(f"--max_frames {s.max_frames}: vLLM keeps at most {LOADER_DEFAULT_FRAMES} frames of a video unless it is "
@@ -367,7 +367,7 @@ class OpenAIBackend(Backend):
 
     def _media_for(self, request: GenerationRequest) -> tuple[list[dict] | None, dict, dict]:
         """The media parts of ``request``, the record fields saying what was sent, and its body fields."""
-        from k9bench.inference.video_transport import MediaError
+        from k9bench.inference.openai_compat.video_transport import MediaError
 
         try:
             parts, fields, body = self.media.parts_for(request)
@@ -403,7 +403,12 @@ class OpenAIBackend(Backend):
             except ApiCallError as exc:
                 outcomes[pos] = exc
                 continue
-            jobs.append((pos, self._api_messages(request.messages, media), self.request_params(request.seed, body), fields))
+            messages, params = self._api_messages(request.messages, media), self.request_params(request.seed, body)
+            refused = self._over_size(request, messages, params, fields)
+            if refused is not None:
+                outcomes[pos] = refused
+                continue
+            jobs.append((pos, messages, params, fields))
 
         def call(job: tuple[int, list[dict], dict, dict]) -> GenerationOutput | ApiCallError:
             pos, messages, params, fields = job
@@ -424,11 +429,24 @@ class OpenAIBackend(Backend):
             raise BatchPartlyFailed(failures, len(batch))
         return [outcomes[pos] for pos in range(len(batch))]  # type: ignore[misc]
 
+    def _over_size(self, request: GenerationRequest, messages: list[dict], params: dict, fields: dict) -> ApiCallError | None:
+        """The failure of a request over ``--max_request_mb`` (never sent), else None; its size goes into ``fields``."""
+        size = request_bytes(self.settings.api_model, messages, {**params, "stream": True} if self.settings.stream else params)
+        fields["request_bytes"] = size
+        cap = self.settings.max_request_bytes
+        if cap is None or size <= cap:
+            return None
+        with self._lock:
+            self._usage["requests_over_size"] += 1
+        return ApiCallError(f"the request is {size:,} bytes ({size / MIB:.2f} MiB), over --max_request_mb ({cap:,} bytes): not sent "
+                            "(fewer frames, a smaller --frame_size, or a larger --max_request_mb if the provider takes more)",
+                            kind=REQUEST_TOO_LARGE)
+
     def _call(self, request: GenerationRequest, messages: list[dict], params: dict, fields: dict) -> GenerationOutput | ApiCallError:
         """One chat call (with the client's retries); an :class:`ApiCallError` when it still fails."""
         s = self.settings
         with self._slots:
-            result = self.client.chat(messages, model=s.api_model, label=f"idx {request.key}", **params)
+            result = self.client.chat(messages, model=s.api_model, label=f"idx {request.key}", stream=s.stream, **params)
         with self._lock:
             self._usage["retries"] += max(0, result.attempts - 1)
             if result.ok:
@@ -454,8 +472,11 @@ class OpenAIBackend(Backend):
                 "start vLLM with --trust-request-mm-kwargs, or use --video_transport video (docs/vllm.md)")
         if not result.ok:
             status = f" (HTTP {result.status_code})" if result.status_code else ""
-            return ApiCallError(f"{result.error_kind}{status} after {result.attempts} attempt(s): {result.error}",
-                                kind=result.error_kind, status_code=result.status_code, attempts=result.attempts)
+            kind = result.error_kind
+            if kind == "client_error" and (result.status_code == 413 or is_size_refusal(result.error or "")):
+                kind = REQUEST_TOO_LARGE  # the provider's own size limit
+            return ApiCallError(f"{kind}{status} after {result.attempts} attempt(s): {result.error}",
+                                kind=kind, status_code=result.status_code, attempts=result.attempts)
         if result.text is not None and not isinstance(result.text, str):
             return ApiCallError(f"the server's reply content is a {type(result.text).__name__}, not text", kind="bad_response",
                                 attempts=result.attempts)

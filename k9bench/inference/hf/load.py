@@ -25,7 +25,7 @@ from k9bench.models.accelerator import (
     resolve_placement,
 )
 
-log = logging.getLogger("k9bench.inference.hf")
+log = logging.getLogger("k9bench.inference.hf.backend")
 
 
 @dataclass

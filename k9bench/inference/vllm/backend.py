@@ -4,14 +4,18 @@ Run from the vLLM environment (docs/vllm.md): ``eval_video_llm.py --backend vllm
 sees exactly what the transformers backend gives it: each video is decoded once by our frame cache,
 and its sampled frames go to vLLM as a video array with their true metadata (source fps, the
 sampled frame indices, frame count, duration) and ``do_sample_frames=False``, so vLLM neither
-resamples nor re-times them; the frames are already resized for the checkpoint's patch size, so
-``do_resize=False``. The prompt is the processor's chat template, token for token the HF backend's.
+resamples nor re-times them; the frames are sized by the model family's rule exactly as the HF backend sizes
+them (:func:`k9bench.video.policy.policy_for`), so ``do_resize=False``. The prompt is the processor's chat
+template, token for token the HF backend's. :mod:`.prompts` builds the prompts: one array per video.
 
 The runner's planned path hands :meth:`VLLMBackend.prepare_batch` a chunk of questions grouped by
 video (built on the CPU ahead of the engine) and :meth:`VLLMBackend.run_prepared` submits the whole
 chunk in one ``LLM.generate`` call: prefix caching computes each video's prefix once, continuous
 batching does the rest. The runner checkpoints each chunk as it comes back (a kill loses at most
-one chunk). ``--batch_size auto`` is :func:`chunk_size`; docs/vllm.md explains the choice.
+one chunk). ``--batch_size auto`` is :func:`.prompts.chunk_size`; docs/vllm.md explains the choice.
+
+An engine that dies (vLLM's ``EngineDeadError``) ends the run at once with the engine's own reason, read from
+the engine processes' log lines (:mod:`.engine_log`): no question is tried against it again.
 """
 
 from __future__ import annotations
@@ -20,45 +24,28 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest
+from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
+from k9bench.inference.vllm.prompts import Prepared, build_prompts, chunk_size, frame_bytes_bound
 
 if TYPE_CHECKING:
     from k9bench.inference.settings import RunConfig
 
 log = logging.getLogger(__name__)
 
-CHUNK_PER_SEQ = 4
-"""``--batch_size auto``: questions per ``LLM.generate`` call, as a multiple of the engine's ``max_num_seqs``."""
-MIN_CHUNK = 64
-"""``--batch_size auto`` never goes below this many questions per call."""
 STAMP = re.compile(r"<(\d+(?:\.\d+)?) seconds>")
 """Qwen3-VL's per-frame-pair time stamp in the prompt."""
 OOM_MARKERS = ("out of memory", "cuda error: out of memory", "outofmemoryerror")
 
 
-def chunk_size(max_num_seqs: int, questions: int) -> int:
-    """Questions per ``LLM.generate`` call: ``CHUNK_PER_SEQ`` times the engine's running sequences (at
-    least :data:`MIN_CHUNK`), at most the questions left. The engine stays full until the chunk's last
-    quarter drains; a kill loses at most this many answers."""
-    return max(1, min(questions, max(MIN_CHUNK, CHUNK_PER_SEQ * max_num_seqs)))
-
-
 def _dtype(config: "RunConfig") -> str:
     """vLLM's ``dtype`` from ``--torch_dtype`` (or ``--bf16``); ``auto``: the checkpoint's."""
-    if config.hf.torch_dtype:
-        return {"half": "float16", "float": "float32", "double": "float64"}.get(config.hf.torch_dtype, config.hf.torch_dtype)
-    if config.hf.bf16 is True:
+    if config.model.torch_dtype:
+        return {"half": "float16", "float": "float32", "double": "float64"}.get(config.model.torch_dtype, config.model.torch_dtype)
+    if config.model.bf16 is True:
         return "bfloat16"
-    if config.hf.bf16 is False:
+    if config.model.bf16 is False:
         return "float32"
     return "auto"
-
-
-class _Prepared:
-    """A chunk built on the CPU: vLLM prompt dicts and the rendered prompt texts."""
-
-    def __init__(self, prompts: list[dict], texts: list[str]):
-        self.prompts, self.texts = prompts, texts
 
 
 class VLLMBackend(Backend):
@@ -72,11 +59,13 @@ class VLLMBackend(Backend):
         self.processor: Any = None
         self.tokenizer: Any = None
         self._patch: int | None = None
+        self.policy: Any = None
+        self.engine_log: Any = None
         self._info: dict[str, Any] = {}
         self._generation: dict[str, Any] = {}
         self._defaults: dict[str, Any] = {}
         self.warnings: list[str] = []
-        self.stats = {"generate_calls": 0, "requests": 0, "prompt_tokens": 0, "output_tokens": 0}
+        self.stats = {"generate_calls": 0, "requests": 0, "prompt_tokens": 0, "output_tokens": 0, "video_arrays": 0}
 
     # ------------------------------------------------------------------ loading
 
@@ -88,26 +77,33 @@ class VLLMBackend(Backend):
                                "vLLM environment (docs/vllm.md)") from None
         from transformers import AutoProcessor
 
+        from k9bench.inference.vllm.engine_log import EngineLog
+        from k9bench.models.hub import read_model_config
+        from k9bench.video.policy import policy_for
+
         cfg, v = self.config, self.config.vllm
         path = cfg.model.model_name_or_path
         try:
-            self.processor = AutoProcessor.from_pretrained(path, trust_remote_code=cfg.hf.trust_remote_code)
+            self.processor = AutoProcessor.from_pretrained(path, trust_remote_code=cfg.model.trust_remote_code)
         except Exception as exc:
             raise BackendError(f"--model_name_or_path {path}: cannot load its processor ({exc})") from None
-        video_processor = getattr(self.processor, "video_processor", None)
-        self._patch = getattr(video_processor, "patch_size", None)
+        model_type = (read_model_config(path) or {}).get("model_type")
+        self.policy = policy_for(self.processor, model_type=model_type)  # the HF backend's rule, by the same family row
+        self._patch = self.policy.image_patch_size if self.policy.rule == "qwen_vl_rules" else None
         kwargs: dict[str, Any] = {
             "model": path, "dtype": _dtype(cfg), "tensor_parallel_size": v.tensor_parallel,
             "gpu_memory_utilization": v.gpu_memory_utilization, "enforce_eager": v.enforce_eager,
-            "enable_prefix_caching": True, "seed": cfg.generation.seed, "trust_remote_code": cfg.hf.trust_remote_code,
+            "enable_prefix_caching": True, "seed": cfg.generation.seed, "trust_remote_code": cfg.model.trust_remote_code,
             "limit_mm_per_prompt": {"image": 0, "video": 0 if cfg.frames.text_only else 1},
         }
         if v.max_model_len is not None:
             kwargs["max_model_len"] = v.max_model_len
+        self.engine_log = EngineLog.start()  # the engine processes' stderr passes through, its last lines kept
         try:
             self.llm = vllm.LLM(**kwargs)
         except Exception as exc:
-            raise BackendError(f"--backend vllm: the engine did not start for {path} ({type(exc).__name__}: {exc})") from None
+            reason = self.engine_log.reason() or f"{type(exc).__name__}: {exc}"
+            raise BackendError(f"--backend vllm: the engine did not start for {path} ({reason})") from None
         self.tokenizer = self.llm.get_tokenizer()
         self._defaults = self._model_defaults()
         self._generation = self._generation_settings()
@@ -128,7 +124,10 @@ class VLLMBackend(Backend):
             "attn_implementation": "vllm",
             "generation": dict(self._generation),
             "frame_patch_size": self._patch,
-            "frames_to_engine": "our sampled frames, video array + true metadata, do_sample_frames=False, do_resize=False",
+            "frame_policy": self.policy.summary(),
+            "frames_to_engine": ("our sampled frames, one array per video (a view, no copy) with its sha256 as multi_modal_uuids, "
+                                 + ("true metadata, " if self.policy.video_metadata else "no metadata, ")
+                                 + "do_sample_frames=False" + ("" if self.policy.resize_in_processor else ", do_resize=False")),
         }
 
     def _model_defaults(self) -> dict[str, Any]:
@@ -183,47 +182,41 @@ class VLLMBackend(Backend):
         return None
 
     def sampling_overrides(self) -> dict[str, Any]:
+        """The family's exact frame size (InternVL), as the HF backend asks for it."""
+        if self.policy is not None and self.policy.rule == "fixed_size":
+            return {"frame_size": self.policy.frame_size}
         return {}
 
     def choose_batch_size(self, requested: int | str, *, questions: int, max_frames: int, max_pixels: int | None,
                           videos: int | None = None) -> Any:
         from k9bench.inference.batching import BatchSizeChoice, given_batch_size
 
-        del max_frames, max_pixels, videos
         if requested != "auto":
             return given_batch_size(int(requested))
-        size = chunk_size(self.max_num_seqs, questions)
-        reason = f"vllm: {CHUNK_PER_SEQ} x max_num_seqs {self.max_num_seqs} (at least {MIN_CHUNK}, at most the {questions} questions)"
-        return BatchSizeChoice("auto", size, reason, {"max_num_seqs": self.max_num_seqs, "questions": questions}, [[size, "auto"]])
-
-    def _prompt(self, request: GenerationRequest) -> tuple[dict, str]:
-        text = self.render_prompt(request.messages)
-        prompt: dict[str, Any] = {"prompt": text}
-        frames = request.frames
-        if frames is not None:
-            array = frames.frames.permute(0, 2, 3, 1).contiguous().numpy()  # (T, H, W, 3) uint8
-            metadata = {**frames.processor_metadata(), "duration": float(frames.duration), "do_sample_frames": False}
-            prompt["multi_modal_data"] = {"video": [(array, metadata)]}
-            prompt["mm_processor_kwargs"] = {"do_sample_frames": False, "do_resize": False}
-        return prompt, text
+        frame_size = self.policy.frame_size if self.policy is not None and self.policy.rule == "fixed_size" else None
+        per_video = frame_bytes_bound(max_frames, frame_size[0] * frame_size[1] if frame_size else max_pixels)
+        size, reason = chunk_size(self.max_num_seqs, questions, videos=videos, frame_bytes=per_video)
+        inputs = {"max_num_seqs": self.max_num_seqs, "questions": questions, "videos": videos, "frame_bytes_per_video": per_video}
+        return BatchSizeChoice("auto", size, reason, inputs, [[size, "auto"]])
 
     def prepares_batches(self) -> bool:
         return True
 
-    def prepare_batch(self, batch: list[GenerationRequest]) -> _Prepared:
-        built = [self._prompt(r) for r in batch]
-        prepared = _Prepared([p for p, _ in built], [t for _, t in built])
-        prepared.seeds = [r.seed for r in batch]  # type: ignore[attr-defined]
-        return prepared
+    def prepare_batch(self, batch: list[GenerationRequest]) -> Prepared:
+        return build_prompts(batch, self.render_prompt, self.policy)
 
-    def run_prepared(self, prepared: _Prepared) -> list[GenerationOutput]:
-        params = [self._params(seed) for seed in prepared.seeds]  # type: ignore[attr-defined]
-        results = self.llm.generate(prepared.prompts, params, use_tqdm=False)
+    def run_prepared(self, prepared: Prepared) -> list[GenerationOutput]:
+        params = [self._params(seed) for seed in prepared.seeds]
+        try:
+            results = self.llm.generate(prepared.prompts, params, use_tqdm=False)
+        except Exception as exc:
+            if _engine_dead(exc):
+                reason = (self.engine_log.reason() if self.engine_log is not None else None) or f"{type(exc).__name__}: {exc}"
+                raise BackendUnavailable(f"--backend vllm: the engine died ({reason}); no further question is sent to it") from None
+            raise
         self.stats["generate_calls"] += 1
-        outputs = []
-        for text, result in zip(prepared.texts, results):
-            outputs.append(self._output(text, result))
-        return outputs
+        self.stats["video_arrays"] += prepared.videos
+        return [self._output(text, result) for text, result in zip(prepared.texts, results)]
 
     def generate(self, batch: list[GenerationRequest]) -> list[GenerationOutput]:
         return self.run_prepared(self.prepare_batch(batch))
@@ -256,9 +249,21 @@ class VLLMBackend(Backend):
 
     def close(self) -> None:
         llm, self.llm = self.llm, None
-        if llm is None:
-            return
-        try:
-            llm.llm_engine.engine_core.shutdown()
-        except Exception as exc:  # the engine's processes go with ours anyway
-            log.debug("vllm shutdown: %s", exc)
+        if llm is not None:
+            try:
+                llm.llm_engine.engine_core.shutdown()
+            except Exception as exc:  # the engine's processes go with ours anyway
+                log.debug("vllm shutdown: %s", exc)
+        if self.engine_log is not None:
+            self.engine_log.stop()
+            self.engine_log = None
+
+
+def _engine_dead(exc: BaseException) -> bool:
+    """True for vLLM's ``EngineDeadError`` (the engine core process is gone: unrecoverable)."""
+    try:
+        from vllm.v1.engine.exceptions import EngineDeadError
+    except ImportError:
+        return False
+    return isinstance(exc, EngineDeadError)
+

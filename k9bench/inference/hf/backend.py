@@ -22,7 +22,7 @@ fallbacks counted in ``run_stats.decoding``). Batch size 1 is always ``generate`
 An uncached Hub id while the Hub is out of reach is refused before anything loads (:meth:`HFBackend.check_source`).
 
 Device, dtype and attention follow :mod:`k9bench.models.accelerator` (one policy for every model the
-project loads; the loading itself is :mod:`k9bench.inference.hf_load`'s): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. ``--device_map``
+project loads; the loading itself is :mod:`k9bench.inference.hf.load`'s): bf16 weights and ``flash_attention_2`` on a GPU, as the reference. ``--device_map``
 (``auto``, ``balanced``, ``balanced_low_0``, ``sequential`` or a JSON map of module -> device) with
 ``--max_memory`` spreads a model over several GPUs, the CPU and disk through accelerate (the reference
 loads with ``device_map="auto"``); where it went (modules and layers per device) is recorded under
@@ -44,7 +44,8 @@ from typing import Any
 from k9bench.models.accelerator import flash_attn_available, free_accelerator_memory, is_out_of_memory
 from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest
 from k9bench.inference.pipeline import PerThread
-from k9bench.inference.settings import OpenAISettings, RunConfig
+from k9bench.inference.openai_compat.settings import OpenAISettings
+from k9bench.inference.settings import RunConfig
 
 log = logging.getLogger(__name__)
 
@@ -63,17 +64,17 @@ class HFBackend(Backend):
     def __init__(self, config: RunConfig):
         from k9bench.settings import flags_given
 
-        hf, gen = config.hf, config.generation
-        self.model_name_or_path = config.model.model_name_or_path
+        hf, gen, model = config.hf, config.generation, config.model
+        self.model_name_or_path = model.model_name_or_path
         self.requested = {
-            "torch_dtype": hf.torch_dtype,
-            "bf16": hf.bf16,
+            "torch_dtype": model.torch_dtype,
+            "bf16": model.bf16,
             "attn_implementation": hf.attn_implementation,
             "device": hf.device,
             "device_map": hf.device_map,
             "max_memory": hf.max_memory,
         }
-        self.trust_remote_code = hf.trust_remote_code
+        self.trust_remote_code = model.trust_remote_code
         self.overrides: dict[str, Any] = {"max_new_tokens": gen.max_new_tokens}
         for key in ("do_sample", "temperature", "top_p", "top_k"):
             if getattr(gen, key) is not None:
@@ -120,7 +121,7 @@ class HFBackend(Backend):
 
     def load(self) -> None:
         self.check_source()  # before transformers is even imported
-        from k9bench.inference.hf_load import load_model
+        from k9bench.inference.hf.load import load_model
         from k9bench.progress import quiet_library_progress_bars
 
         quiet_library_progress_bars()
