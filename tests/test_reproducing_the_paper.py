@@ -175,7 +175,9 @@ def test_a_blocks_commands_give_its_rows_setup(tmp_path, monkeypatch, rows, comm
     if settings.subset:  # the block's own subset: the videos under 150 s, or the reader's 100 questions
         ids = range(100) if questions == {"human100"} else range(QUESTION_SETS["short"][0])
         Path(settings.subset).write_text(" ".join(str(i) for i in ids))
+    every_judge = [shlex.split(ln) for _, block in BLOCKS for ln in block if ln.startswith("python subjective_evals.py")]
     judge_lines = [shlex.split(ln) for ln in expanded if ln.startswith("python subjective_evals.py")]
+    judge_lines += [a for a in every_judge if set(a) & set(settings.inputs)]  # the judge of the run, where another block ran it
     judge_model = next((a[a.index("--judge_model") + 1] for a in judge_lines if "--judge_model" in a), None)
     launcher_judge = re.search(r"JUDGE_MODEL=(\S+)", " ".join(expanded))
     judge_model = judge_model or (launcher_judge.group(1) if launcher_judge else None)
