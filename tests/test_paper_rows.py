@@ -24,6 +24,7 @@ from k9bench.data.published import (
     rows_of,
 )
 from k9bench.report import build_report, load_run, write_report
+from k9bench.report.markdown import report_markdown
 from tests.test_report_comparable import PROMPT_HASH, inference_block, reference_hash, write_eval
 
 REFERENCE_PROMPT = "prompts/reference_system.txt"
@@ -98,7 +99,7 @@ def test_a_run_made_as_the_row_was_names_that_row(tmp_path, monkeypatch, name):
     assert settings.standing == "comparable", (settings.differences, settings.unconfirmed)
     assert row in settings.paper_rows
     report = build_report([str(path)], published="matching")
-    md = Path(write_report(report, tmp_path / "rep")["markdown"]).read_text()
+    md = report_markdown(report, {}, [], tmp_path / "report.md")  # the text alone (write_report adds plots and the page)
     paper_cell = md.split("## Run settings")[1].split("## ")[0]
     assert f"comparable (the paper's setup) with {row}: " in paper_cell  # the row, and why: its setup in words
     assert "not comparable" not in md
@@ -153,7 +154,7 @@ def test_a_run_that_follows_no_row_names_what_differs_from_the_nearest(tmp_path,
     assert settings.nearest_row == nearest
     assert difference in settings.differences, settings.differences
     assert len(settings.differences) == 1  # only what differs: the rest of the setup is the row's
-    md = Path(write_report(build_report([str(path)], published="matching"), tmp_path / "rep")["markdown"]).read_text()
+    md = report_markdown(build_report([str(path)], published="matching"), {}, [], tmp_path / "report.md")
     assert f"(nearest: {nearest}): {difference}" in md
 
 

@@ -17,7 +17,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import eval_video_llm
 from k9bench import CATEGORIES
 from k9bench.data import published
 from k9bench.data.published import PAPER_ROWS, QUESTION_SETS
