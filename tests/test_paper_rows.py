@@ -158,6 +158,21 @@ def test_a_run_that_follows_no_row_names_what_differs_from_the_nearest(tmp_path,
     assert f"(nearest: {nearest}): {difference}" in md
 
 
+def test_a_full_av_run_shows_the_papers_short_video_row_beside_its_own(tmp_path, monkeypatch):
+    reference_hash(monkeypatch)
+    path = paper_run(tmp_path / "eval_av.json", "gemini-2.5-pro", 4744, paper_block(max_frames=1800, audio=True))
+    data = json.loads(path.read_text())
+    for rec in data["individual_results"]:
+        rec["video_duration"] = 90.0 if rec["idx"] < 2693 else 200.0
+    path.write_text(json.dumps(data))
+    report = build_report([str(path)], published="matching")
+    short = report_markdown(report, {}, [], tmp_path / "report.md").split("## Short-video subset")[1].split("## ")[0]
+    assert "| gemini-2.5-pro (A+V) | 2,693 |" in short
+    assert "| Gemini-2.5 Pro (paper, Table 2: A+V, 1 FPS, videos < 150 s) | 2,693 | 42.4 | 38.4 | 37.8 | 45.1 | 50.0 | 45.0 |" in short
+    alone = build_report([str(path)], published="none")
+    assert "(paper, Table 2" not in report_markdown(alone, {}, [], tmp_path / "report.md")
+
+
 def test_thinking_limit_is_named_in_the_run_settings(tmp_path, monkeypatch):
     reference_hash(monkeypatch)
     ref = paper_run(tmp_path / "eval_ref.json", "Qwen/Qwen3-VL-8B-Thinking", 4744, paper_block(thinking=True, max_new_tokens=3072))
