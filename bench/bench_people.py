@@ -27,10 +27,13 @@ import urllib.request
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="bench_people.py", description=__doc__.split("\n\n")[0])
+    from k9bench.cli import ArgumentParser
+
+    parser = ArgumentParser(prog="bench_people.py", description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="starts measured (default: %(default)s)")
     return parser
 
@@ -50,7 +53,6 @@ def _start(tmp: Path, n: int) -> tuple[float, float, subprocess.Popen, str]:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    sys.path.insert(0, str(REPO))
     from k9bench.people.answering import seeded_order
 
     baseline = []

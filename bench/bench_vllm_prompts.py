@@ -44,7 +44,9 @@ tensor's size after the first is freed; docs/measurements.md has the figures).""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench_vllm_prompts.py", description=__doc__.split("\n\n")[0])
+    from k9bench.cli import ArgumentParser  # the project's one parser: no abbreviated flags
+
+    p = ArgumentParser(prog="bench_vllm_prompts.py", description=__doc__.split("\n\n")[0])
     p.add_argument("--max_num_seqs", type=int, default=1024, help="the engine's running sequences (default: %(default)s, an H200's)")
     p.add_argument("--depth", type=int, default=2, help="chunks prepared ahead of the one answering (default: %(default)s)")
     p.add_argument("--baseline_questions", type=int, default=48, help="questions the old copy-per-question way is counted on")

@@ -166,11 +166,11 @@ STAGES: tuple[StageEntry, ...] = (
                incomplete_note="some entries were skipped (see {output}); the report uses the judged ones; rerun to retry them",
                note_output=1, incomplete_ends_run="entries in {output} were not judged; rerun the same command to retry them"),
     StageEntry("llm-label", "python -m k9bench.people llm-label", "k9bench.people.labeller", "k9bench.people.labeller:build",
-               "k9bench.people.labeller:steps", follows=("judge",), reruns_after=("evaluate",), checks=(_P + "judge_endpoint",),
-               files={"llm_labels": "labels_llm_{tag}.json"},
+               "k9bench.people.labeller:steps", follows=("judge",), checks=("k9bench.people.labeller:check", _P + "judge_endpoint"), kind="failure_labels",
+               schema_version=1, header="k9bench.people.labels:LabelsHeader", files={"llm_labels": "labels_llm_{tag}.json"},
                variables={"JUDGE_MODEL": "--labeller_model", "JUDGE_BASE_URL": "--base_url"},
                exits={0: "done", 1: "answers left unlabelled (the report uses the labelled ones; rerun to retry)", 2: "bad input"},
-               incomplete_note="some wrong answers were not labelled (see {output}); rerun to retry them"),
+               incomplete_note="some wrong answers were not labelled (see {output}); rerun to retry them"),  # LABEL=1, docs/people.md
     StageEntry("report", "evaluate_results", "k9bench.scoring", _R + "build_report", _R + "report_steps", follows=("evaluate", "judge", "llm-label"),
                reruns_after=("evaluate", "judge", "llm-label"), kind="report", schema_version=1, header=_K + "ReportHeader",
                files={"report": "report_{tag}"},  # a folder: report.md, report.json (the header), plots, index.html

@@ -137,6 +137,14 @@ def unit_interval(text: str) -> float:
     return value
 
 
+def fraction(text: str) -> float:
+    """A finite number in ``(0, 1]`` (a share that cannot be none: the memory an engine may take)."""
+    value = finite_float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"expected a number in (0, 1], got {text!r}")
+    return value
+
+
 def float_in_range(low: float, high: float):
     """A finite number in ``[low, high]``."""
 

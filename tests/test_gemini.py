@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import io
 import json
 from pathlib import Path
@@ -10,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.inference.runner import EXIT_OK, EXIT_USAGE
+from k9bench.inference.runner import EXIT_BACKEND, EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from tests.fake_gemini_server import SIZE_REFUSAL, FakeGeminiServer, GeminiFault, GeminiReply, sequence
 
 pytest.importorskip("google.genai")
@@ -71,6 +72,9 @@ def test_the_demo_set_is_answered_one_upload_per_video(gemini_key, fake_gemini, 
     assert first["finish_reason"] == "stop" and first["api_finish_reason"] == "STOP"
     assert first["generation"]["thinking_budget"] == 128 and first["usage"]["thoughts_tokens"] == 7
     assert first["video_sent"]["variant"] == "video only" and first["num_frames"] is None  # Gemini samples the file itself
+    assert first["max_frames"] == 1800 and data["inference"]["adjusted_settings"]["max_frames"]["to"] == 1800  # the whole video
+    assert [v["sha256"] for v in data["videos"]] == [hashlib.sha256((demo_video_dir / f"demoVid000{n}.mp4").read_bytes()).hexdigest()
+                                                     for n in (1, 2, 3)]  # the files the answers came from
     # without --audio the uploads are soundtrack-free copies of the videos
     assert not any(has_audio(f.data) for f in fake_gemini.files.values())
     assert data["inference"]["backend"]["uploads"]["uploaded"] == DEMO_VIDEOS
@@ -147,7 +151,8 @@ def test_delete_uploads_at_the_end(gemini_key, fake_gemini, demo_video_dir, tmp_
     ({}, [], ["GEMINI_API_KEY", "GOOGLE_API_KEY"]),
     ({"GEMINI_API_KEY": SECRET}, ["--thinking_budget", "40000"], ["--thinking_budget", "40000"]),
     ({"GEMINI_API_KEY": SECRET}, ["--upload_timeout", "0"], ["--upload_timeout"]),
-], ids=["no key", "thinking budget too large", "upload timeout zero"])
+    ({"GEMINI_API_KEY": SECRET}, ["--upload_poll_interval", "9999"], ["--upload_poll_interval"]),
+], ids=["no key", "thinking budget too large", "upload timeout zero", "poll interval too long"])
 def test_refused_before_any_work(fake_gemini, demo_video_dir, tmp_path, monkeypatch, capfd, env, extra, words):
     monkeypatch.delenv("GEMINI_API_KEY", raising=False)
     monkeypatch.delenv("GOOGLE_API_KEY", raising=False)
@@ -166,3 +171,66 @@ def test_google_api_key_is_taken_too(fake_gemini, demo_video_dir, tmp_path, monk
     assert eval_video_llm.main(gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1")) == EXIT_OK
     assert load(out)["inference"]["backend"]["api_key_source"] == "GOOGLE_API_KEY"
     assert fake_gemini.requests[0].headers["x-goog-api-key"] == SECRET  # sent to the endpoint, written nowhere
+
+
+def test_a_video_still_processing_past_the_timeout_fails_its_questions_after_one_upload(gemini_key, fake_gemini, demo_video_dir,
+                                                                                       tmp_path):
+    fake_gemini.processing_polls = 10_000
+    out = tmp_path / "raw.json"
+    argv = gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "4", "--upload_timeout", "0.2", "--concurrency", "1")
+    assert eval_video_llm.main(argv) == EXIT_ERROR  # every question failed
+    records = load(out)["individual_results"]
+    assert all("still PROCESSING after 0.2 s (--upload_timeout)" in r["error"] for r in records)
+    assert fake_gemini.uploads == 1 and fake_gemini.generate_requests() == []  # one upload for the video's four questions
+    # once processed, the same command answers them, with the file left behind by the first run's upload uploaded anew
+    fake_gemini.processing_polls = 0
+    assert eval_video_llm.main(argv) == EXIT_OK and load(out)["failed_count"] == 0
+
+
+def test_a_torn_ledger_is_said_and_the_videos_uploaded_again(gemini_key, fake_gemini, demo_video_dir, tmp_path, capfd):
+    out = tmp_path / "raw.json"
+    out.with_name(out.name + ".gemini_uploads.json").write_text('{"kind": "k9bench gemini up')
+    assert eval_video_llm.main(gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1")) == EXIT_OK
+    assert "is not an upload ledger" in capfd.readouterr().err and fake_gemini.uploads == 1
+    assert load(out.with_name(out.name + ".gemini_uploads.json"))["kind"] == "k9bench gemini uploads"
+
+
+def test_an_unreachable_endpoint_stops_before_any_question(gemini_key, demo_video_dir, tmp_path, capfd):
+    import socket
+
+    with socket.socket() as sock:  # a port nothing listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    argv = ["--backend", "gemini", "--model_name_or_path", "gemini-2.5-pro", "--base_url", f"http://127.0.0.1:{port}/",
+            "--dataset_name", "demo", "--video_dir", str(demo_video_dir), "--output_file", str(tmp_path / "raw.json"),
+            "--max_retries", "0"]
+    assert eval_video_llm.main(argv) == EXIT_BACKEND
+    err = capfd.readouterr().err
+    assert "models.get" in err and "Traceback" not in err and SECRET not in err
+
+
+def test_flags_of_other_backends_are_warned_and_recorded(gemini_key, fake_gemini, demo_video_dir, tmp_path):
+    out = tmp_path / "raw.json"
+    argv = gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1", "--frame_size", "512x512", "--stream", "--torch_dtype",
+                       "float16", "--device", "cpu")
+    assert eval_video_llm.main(argv) == EXIT_OK
+    said = load(out)["inference"]["ignored_flags"]  # --base_url and --retry_backoff (given) are read: not among them
+    assert said == ("--device (for --backend hf); --frame_size, --stream (for --backend openai); --torch_dtype (for a backend that "
+                    "loads the weights here): not read by --backend gemini, ignored"), said
+
+
+@pytest.mark.parametrize("extra, row", [([], "Table 1: Gemini-2.5 Pro (1 FPS)"), (["--audio"], "Table 2: Gemini-2.5 Pro (A+V, 1 FPS)")],
+                         ids=["video only", "audio + video"])
+def test_the_report_compares_a_gemini_run_with_the_papers_1_fps_rows(gemini_key, fake_gemini, av_video_dir, tmp_path, extra, row):
+    from k9bench.report import load_run
+    from tests.test_report_comparable import write_eval
+
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(gemini_args(fake_gemini, out, av_video_dir, "--max_samples", "2", *extra)) == EXIT_OK
+    raw = load(out)
+    # the run's own inference block, as scoring carries it into the eval file, over the paper's 4,744 questions
+    evaluated = write_eval(tmp_path / "eval.json", n=4744, model="gemini-2.5-pro", frames=raw["individual_results"][0]["max_frames"],
+                           inference=raw["inference"])
+    settings = load_run(evaluated).settings
+    assert row in settings.paper_rows  # the nearest row is the 1 FPS one: Gemini saw the whole video
+    assert not [d for d in settings.differences if "frames" in d or "fps" in d or "audio" in d], settings.differences

@@ -191,3 +191,72 @@ def test_weights_settings_are_one_shared_section_every_weights_loading_backend_r
     block = {"model": dataclasses.asdict(config.model), "backend_settings": dataclasses.asdict(config.hf)}
     assert inference_dtype_and_batch(block, {}) == ("float16", None)
     assert inference_dtype_and_batch({"backend_settings": {"torch_dtype": "bfloat16"}}, {}) == ("bfloat16", None)  # an older file
+
+
+@pytest.mark.parametrize("argv, ignored", [
+    (["--tensor_parallel", "2"], "--tensor_parallel (for --backend vllm): not read by --backend hf, ignored"),
+    (["--gpu_memory_utilization", "0.5", "--concurrency", "4"],
+     "--concurrency (for --backend openai); --gpu_memory_utilization (for --backend vllm): not read by --backend hf, ignored"),
+    (["--backend", "vllm", "--attn_implementation", "eager"], "--attn_implementation (for --backend hf): not read by --backend vllm, ignored"),
+    (["--backend", "openai", "--enforce_eager", "--base_url", "http://127.0.0.1:9/v1", "--bf16"],
+     "--enforce_eager (for --backend vllm); --bf16 (for a backend that loads the weights here): not read by --backend openai, ignored"),
+    (["--backend", "vllm", "--torch_dtype", "float16"], None),  # the shared weights section: every weights-loading backend reads it
+])
+def test_flags_another_backend_reads_are_named_by_one_rule(argv, ignored):
+    """Issue 40: flags that do not apply to the chosen backend are named, from the registry's rows, for every backend."""
+    from k9bench.inference.settings import inapplicable_flags
+
+    assert inapplicable_flags(config_of(*argv)) == ignored
+
+
+def test_flags_another_backend_reads_are_warned_and_recorded(use_backend, demo_video_dir, tmp_path, capfd):
+    use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    capfd.readouterr()
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--max_samples", "1", "--tensor_parallel", "2", "--concurrency", "3")) == EXIT_OK
+    line = "--concurrency (for --backend openai); --tensor_parallel (for --backend vllm): not read by --backend hf, ignored"
+    assert line in capfd.readouterr().err
+    assert json.loads(out.read_text())["inference"]["ignored_flags"] == line
+
+
+def test_api_model_with_a_backend_that_loads_weights_is_refused(use_backend, demo_video_dir, tmp_path, capfd):
+    """Issue 40: ``--backend hf --api_model OTHER`` loaded OTHER silently; now one line, exit 2, nothing loaded."""
+    backend = use_backend(FakeBackend())
+    out = tmp_path / "raw.json"
+    capfd.readouterr()
+    assert eval_video_llm.main(args_for(demo_video_dir, out, "--api_model", "other/model")) == EXIT_USAGE
+    err = capfd.readouterr().err
+    assert "--api_model other/model" in err and "--model_name_or_path" in err and "Traceback" not in err
+    assert not backend.calls and not out.exists()
+    # equal to --model_name_or_path, in either order: accepted (and nothing else changes)
+    for argv in (["--model_name_or_path", "m/x", "--api_model", "m/x"], ["--api_model", "m/x", "--model_name_or_path", "m/x"]):
+        config = config_of(*argv)
+        assert (config.model.model_name_or_path, config.openai.api_model) == ("m/x", "m/x")
+    # --backend openai: --api_model names the run when --model_name_or_path is not given
+    assert config_of("--backend", "openai", "--base_url", "http://127.0.0.1:9/v1", "--api_model", "gpt-4o").model.model_name_or_path == "gpt-4o"
+
+
+def test_every_numeric_flag_has_its_range_checked_by_the_parser():
+    """Issue 40: one mechanism, the field's ``type=`` a :mod:`k9bench.validators` range function (or the batch size's own),
+    never a bare int/float; out-of-range values are refused at parse time (exit 2)."""
+    import k9bench.validators as validators
+    from k9bench.inference.settings import batch_size_value
+
+    checked = {getattr(validators, n) for n in dir(validators) if callable(getattr(validators, n))} | {batch_size_value}
+    numeric = []
+    for action in eval_video_llm.build_parser()._actions:
+        number = isinstance(action.default, (int, float)) and not isinstance(action.default, bool)
+        if action.option_strings and action.nargs != 0 and (action.type in (int, float) or number or getattr(action.type, "__module__", "") == validators.__name__
+                                      and action.type.__name__.startswith(("int_", "positive", "non_negative", "unit", "fraction", "all_or"))):
+            numeric.append(action.option_strings[0])
+            assert action.type is not None and action.type not in (int, float), f"{action.option_strings[0]}: no range check"
+            assert action.type in checked or action.type.__module__ == validators.__name__, action.option_strings[0]
+    assert {"--max_samples", "--gpu_memory_utilization", "--tensor_parallel", "--seed", "--concurrency"} <= set(numeric)
+    for argv in (["--max_samples", "-5"], ["--max_samples", "0"], ["--tensor_parallel", "0"], ["--top_p", "1.5"],
+                 ["--gpu_memory_utilization", "0"]):
+        with pytest.raises(SystemExit) as exc:
+            eval_video_llm.build_parser().parse_args(argv)
+        assert exc.value.code == 2, argv
+    with pytest.raises(Exception):
+        validators.fraction("0")
+    assert validators.fraction("1") == 1.0

@@ -131,14 +131,16 @@ def parse(*argv: str) -> argparse.Namespace:
 
 
 def test_flags_of_the_other_backend_are_warned_and_recorded():
-    from k9bench.inference.hf.backend import HFBackend
+    """One rule from the registry for every backend (issue 40): :func:`k9bench.inference.settings.inapplicable_flags`."""
+    from k9bench.inference.settings import inapplicable_flags
 
-    backend = OpenAIBackend(parse("--api_model", "gpt-4o", "--attn_implementation", "flash_attention_2", "--torch_dtype", "float16").config)
-    assert any("--torch_dtype, --attn_implementation have no effect" in w for w in backend.warnings)
-    assert not OpenAIBackend(parse("--api_model", "gpt-4o").config).warnings
-    hf = HFBackend(config_of("--frame_size", "512x512", "--concurrency", "4", "--video_fps", "1"))
-    assert hf.warnings == ["--concurrency, --frame_size apply to --backend openai only; ignored by the transformers backend"]
-    assert not HFBackend(config_of()).warnings
+    text = inapplicable_flags(parse("--api_model", "gpt-4o", "--attn_implementation", "flash_attention_2", "--torch_dtype", "float16").config)
+    assert text == ("--attn_implementation (for --backend hf); --torch_dtype (for a backend that loads the weights here): "
+                    "not read by --backend openai, ignored")
+    assert inapplicable_flags(parse("--api_model", "gpt-4o").config) is None
+    hf = config_of("--frame_size", "512x512", "--concurrency", "4", "--video_fps", "1")
+    assert inapplicable_flags(hf) == "--concurrency, --frame_size (for --backend openai): not read by --backend hf, ignored"
+    assert inapplicable_flags(config_of()) is None
 
 
 def test_flags_map_onto_the_run():

@@ -258,3 +258,17 @@ def test_bad_inputs_of_each_mode_are_one_line_and_exit_2(tmp_path, capsys):
     assert main(["llm-label", "--evaluations", str(raw), "--base_url", "http://127.0.0.1:9/v1"]) == 2
     assert "no record carries a verdict" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_with_allow_remote_it_listens_as_asked_warns_and_still_wants_the_token(tmp_path, subset, demo_video_dir):
+    import socket
+
+    app = App(answer_args(subset, "ana", tmp_path / "out", demo_video_dir, "--host", "0.0.0.0", "--allow_remote"), tmp_path)
+    try:
+        assert app.url.startswith(f"http://{socket.gethostname()}:")
+        port = app.base.rsplit(":", 1)[1]
+        assert get(f"http://127.0.0.1:{port}/")[0] == 403
+        assert get(f"http://127.0.0.1:{port}/?token={app.token}")[0] == 200
+    finally:
+        app.stop()
+    assert "--allow_remote" in app.err_path.read_text() and "keep the URL private" in app.err_path.read_text()

@@ -80,15 +80,19 @@ def test_the_order_is_seeded_by_the_annotator():
 
 def test_a_bad_labels_file_is_one_line_naming_it(tmp_path):
     path = tmp_path / "l.json"
-    for content, says in (({"kind": "x"}, "not a failure-labels file"),
-                          ({"kind": "k9bench-failure-labels", "version": 9}, "version 9"),
-                          ({"kind": "k9bench-failure-labels", "version": 1, "labeller_kind": "person", "labels": [{"idx": 1, "label": "bad"}]},
-                           r"labels\[0\]"),
-                          ({"kind": "k9bench-failure-labels", "version": 1, "labeller_kind": "robot", "labels": []}, "labeller_kind")):
+    head = {"kind": "failure_labels", "schema_version": 1, "stage": "people-label"}
+    for content, says in (({"labels": []}, "not a failure-labels file"),
+                          ({"header": {**head, "kind": "judge"}, "labels": []}, "kind 'judge'"),
+                          ({"header": {**head, "schema_version": 9}, "labels": []}, "schema_version 9"),
+                          ({"header": head, "labeller_kind": "person", "labels": [{"idx": 1, "label": "bad"}]}, r"labels\[0\]"),
+                          ({"header": head, "labeller_kind": "robot", "labels": []}, "labeller_kind")):
         path.write_text(json.dumps(content))
         with pytest.raises(ArtifactError, match=says) as exc:
             read_labels_file(path)
         assert str(path) in str(exc.value)
+    path.write_text(json.dumps({"header": head, "labeller": "ana", "labeller_kind": "person", "model_name": "m",
+                                "labels": [{"idx": 3, "label": "cue_misread"}]}))
+    assert read_labels_file(path).labels == {3: "cue_misread"}
 
 
 def test_the_llm_reply_parser_takes_the_last_known_label():

@@ -97,10 +97,14 @@ def test_human_answers_score_through_every_stage_and_the_report_shows_the_human_
     md = (report / "report.md").read_text()
     section = md.split("## People vs models")[1].split("\n## ")[0]
     rows = [line for line in section.splitlines() if line.startswith("| ")]
-    assert rows[1].startswith("| **people (mean of 2)** | this run (people) | 70.0 | 4, 3 |")
-    assert "| tiny-m | this run (model) | 40.0 | 12 |" in section
-    assert "| &nbsp;&nbsp;human-ana | person | 80.0 | 4 |" in section and "| &nbsp;&nbsp;human-ben | person | 60.0 | 3 |" in section
-    assert "| human | paper | 69.9 | — |" in section  # Table 4's human row beside ours
+    answered = [{r["idx"] for r in json.loads(p.read_text())["individual_results"]} for p in raws]
+    n = len(answered[0] & answered[1])  # the questions both answered: Table 4 compares on those
+    assert n >= 1 and f"on the {n} question" in section
+    assert rows[1] == f"| **people (mean of 2)** | this run (people) | 70.0 | {n} | 70.0 | 4, 3 |"
+    assert rows[2:4] == [f"| &nbsp;&nbsp;human-ana | person | 80.0 | {n} | 80.0 | 4 |",
+                         f"| &nbsp;&nbsp;human-ben | person | 60.0 | {n} | 60.0 | 3 |"]
+    assert rows[4] == f"| tiny-m | this run (model) | 40.0 | {n} | 40.0 | 12 |"
+    assert rows[5] == "| human | paper | 69.9 | 100 | — | — |"  # Table 4's human row beside ours
     people = json.loads((report / "report.json").read_text())["people"]
     assert people["human_mean_accuracy"] == 70.0
 
@@ -150,11 +154,12 @@ def test_people_and_llm_labels_give_the_chart_and_kappa_and_a_rerun_sends_nothin
     common = sorted(labels)
     assert pair["kappa"] == pytest.approx(cohen_kappa_score([labels[i] for i in common], [mine[i] for i in common]))
     assert pair["interval95"][0] <= pair["kappa"] <= pair["interval95"][1]
-    assert f"people (n=6)" in section and f"LLM llm-judge-x (n={len(wrong)})" in section
+    assert "people (n=6)" in section and f"LLM llm-judge-x (n={len(wrong)})" in section
     assert (report / "failure_modes_tiny-m.png").stat().st_size > 5000
 
 
-def test_the_launcher_plans_the_llm_labeller_after_the_judge_only_when_asked(fake, launcher_env, listener, capsys, tmp_path):
+def test_the_launcher_plans_the_llm_labeller_after_the_judge_only_when_asked(fake, launcher_env, listener, capsys, tmp_path,
+                                                                           monkeypatch):
     from tests.test_pipeline import launch
 
     def plan(out: str) -> list[str]:
@@ -169,6 +174,10 @@ def test_the_launcher_plans_the_llm_labeller_after_the_judge_only_when_asked(fak
     assert plan(out)[-3:] == ["judge", "llm-label", "report"], out
     labels = tmp_path / "out" / "labels_llm_tiny-m_mf4_n-1.json"
     assert any(ln.split()[2:4] == ["llm-label", "run"] and ln.endswith(f"-> {labels}") for ln in out.splitlines()), out
+    launcher_env(JUDGE_BASE_URL="", LABEL="1")  # asked for, but no endpoint: refused before any stage
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    code, out, ran = launch(fake, capsys)
+    assert code == 2 and ran == [] and "LABEL=1: the LLM labeller uses the judge's endpoint" in out, out
 
 
 def test_the_llm_labeller_keeps_what_it_got_and_a_rerun_sends_only_the_unlabelled(tmp_path, demo_video_dir):

@@ -45,7 +45,7 @@ def test_the_stage_table_is_the_one_list_of_stages_and_artifacts():
         assert owners[0].header.resolve().KIND == kind and SCHEMA_VERSIONS[kind] == owners[0].schema_version
     assert [e for e in stage_table.STAGES if e.header is not None and not e.schema_version] == []
     assert dict(STAGE_KINDS) == {"download": "manifest", "inference": "raw", "merge": "raw", "calculate": "sim", "evaluate": "eval",
-                                 "judge": "judge", "report": "report"}
+                                 "judge": "judge", "llm-label": "failure_labels", "report": "report"}
     assert set(HEADER_CLASSES) == set(SCHEMA_VERSIONS) == kinds
     assert dict(STAGES) == {"raw": "inference", "sim": "calculate", "eval": "evaluate", "judge": "judge", "labels_llm": "llm-label"}
     paths = RunLayout("o", "org/m", 4, 10).paths(3)

@@ -165,10 +165,7 @@ def test_simulation_size_of_the_lead_test_and_coverage_of_the_interval():
             run, base, unit = _simulated(rng, videos, 0.3)
             interval = paired_difference_interval(run, base, unit)
             covered += interval.low <= true <= interval.high
-        if videos >= 20:  # from 10 videos the test is conservative (about 3%): a smaller size, never a larger one
-            assert 0.03 <= lead / datasets <= 0.07, (videos, lead / datasets)
-        else:
-            assert lead / datasets <= 0.07, (videos, lead / datasets)
+        assert 0.03 <= lead / datasets <= 0.07, (videos, lead / datasets)
         assert exact / datasets > 0.08, (videos, exact / datasets)
         assert covered / datasets >= 0.93, (videos, covered / datasets)
 

@@ -294,3 +294,23 @@ def test_the_report_page_holds_the_baseline_and_the_paired_block(tmp_path):
     assert (data["paired"]["run_k"], data["paired"]["base_k"]) == (0, 1) and data["paired"]["mcnemar_b"] == pc["mcnemar_b"]
     pairs = data["across"]["pairs"][0][1]
     assert (pairs["rw"], pairs["wr"]) == (pc["mcnemar_b"], pc["mcnemar_c"])  # one definition: the matrix's cells are b and c
+
+
+def test_questions_with_another_ground_truth_are_compared_apart(demo_files, demo_video_dir, tmp_path):
+    from k9bench.artifact_io import read_json, write_json_atomic
+
+    _, ev, other, _, _ = demo_files
+    data = read_json(other)
+    for rec in data["individual_results"]:
+        if rec["idx"] < 3:
+            rec["ground_truth"] = "ABCDE"[("ABCDE".index(rec["ground_truth"]) + 1) % 5]  # shifted
+        elif rec["idx"] == 3:
+            rec["options"][4] = "E. another text"
+    shifted = write_json_atomic(tmp_path / "eval_other-m_mf4_n-1.json", data)
+    assert main([str(ev), str(shifted), "--output_dir", str(tmp_path / "page"), "--thumbnails", "0", "-q"]) == 0
+    page = page_data(tmp_path / "page" / "index.html")
+    apart = [q["i"] for q in page["questions"] if q["r"][1].get("gv")]
+    assert apart == [0, 1, 2, 3] and all("gv" not in q["r"][0] for q in page["questions"])
+    assert page["questions"][3]["gv"][1][1][4] == "another text"
+    pairs = page["across"]["pairs"][0][1]
+    assert pairs["n"] == 8 == pairs["rr"] + pairs["rw"] + pairs["wr"] + pairs["ww"]

@@ -31,7 +31,8 @@ def test_flags_reach_the_settings_and_the_registry_names_the_class():
     assert backend_class("vllm") is VLLMBackend
 
 
-@pytest.mark.parametrize("bad", [["--tensor_parallel", "0"], ["--gpu_memory_utilization", "1.5"], ["--max_model_len", "-1"]])
+@pytest.mark.parametrize("bad", [["--tensor_parallel", "0"], ["--gpu_memory_utilization", "1.5"], ["--gpu_memory_utilization", "0"],
+                                 ["--gpu_memory_utilization", "nan"], ["--max_model_len", "-1"], ["--max_model_len", "0"]])
 def test_bad_engine_flags_are_usage_errors(bad, capsys):
     with pytest.raises(SystemExit) as exc:
         build_parser().parse_args(["--backend", "vllm", *bad])

@@ -186,6 +186,27 @@ def test_launcher_backend_vllm_runs_the_demo_chain(vllm_python, tiny64, tmp_path
     raw = json.loads(next((tmp_path / "out").glob("raw_*.json")).read_text(encoding="utf-8"))
     assert raw["total_count"] == 12 and not [r for r in raw["individual_results"] if r.get("error")]
     assert raw["inference"]["backend"]["engine"]["in_process"] is True
+    counts = raw["run_stats"]["decoding"]["vllm"]  # one chunk of 12 questions (auto): one array per video, not per question
+    assert (counts["generate_calls"], counts["requests"], counts["video_arrays"]) == (1, 12, 3)
     assert list((tmp_path / "out").glob("eval_*.json"))
     report_md = next((tmp_path / "out").glob("report_*/report.md")).read_text(encoding="utf-8")
     assert "in-process; engine vllm" in report_md
+
+
+def test_a_dead_engine_ends_the_run_at_once_in_one_line_with_its_reason(vllm_python, demo_video_dir, tmp_path, repo_root):  # noqa: F811
+    """The tiny InternVL (head size 16, which vLLM's CPU attention refuses): its prompts pass vLLM's InternVL processor (our
+    56x56 frames, one array per video), then the engine dies at its first step. The run ends at once: exit 3, one line with
+    the engine's own reason, no question retried, nothing recorded as failed."""
+    from k9bench.tiny_model.families import build_tiny_internvl
+
+    model = build_tiny_internvl(tmp_path / "internvl", seed=0)
+    out = tmp_path / "raw.json"
+    argv = _argv(vllm_python, repo_root, model, demo_video_dir, out)
+    argv = [a for a in argv if a not in FRAME_PIXELS]
+    done = subprocess.run(argv, env=_env(repo_root), capture_output=True, text=True, timeout=900, check=False)
+    log = done.stdout + done.stderr
+    assert done.returncode == 3, log[-4000:]
+    lines = [x for x in log.splitlines() if "k9bench.stage" in x and "the engine died" in x]
+    assert len(lines) == 1 and "Unsupported CPU attention configuration: head_dim=16" in lines[0], log[-4000:]
+    assert "generation failed" not in log and "rerunning it by video" not in log
+    assert not _lines(checkpoint_path(out)) or all("error" not in r for r in _lines(checkpoint_path(out)) if "idx" in r)

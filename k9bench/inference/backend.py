@@ -5,7 +5,7 @@ hands a backend a batch of :class:`GenerationRequest` (chat messages whose user 
 ``{"type": "video"}`` placeholder, plus the sampled frames of that video) and receives one
 :class:`GenerationOutput` per request. A backend is a subclass of
 :class:`Backend`: four methods are its own (``load``, ``render_prompt``, ``generate``, ``describe``), and
-every optional capability (batches spanning videos with a shared prefix, batches in flight, the batch size
+every optional capability (batches spanning videos prepared ahead, batches in flight, the batch size
 rule, audio, what a server says about itself, counters, close) has a default there that says "not
 supported", so the loop calls methods and never probes for them. It is registered in
 :data:`k9bench.inference.registry.REGISTRY` under the name ``--backend`` takes, as ``"module:Class"`` so
@@ -39,9 +39,14 @@ class BackendError(RuntimeError):
 
 
 class BackendUnavailable(BackendError):
-    """Raised by ``generate`` when the backend can answer no more questions (a server that stopped
-    accepting connections): the run stops with the checkpoint kept, instead of turning every
-    remaining question into a failed record."""
+    """Raised by ``generate`` (or ``prepare_batch``/``run_prepared``) when the backend can answer no more questions (a
+    server that stopped accepting connections): the run stops at once with the checkpoint kept (exit 3), instead of
+    turning every remaining question into a failed record."""
+
+
+class EngineDead(BackendUnavailable):
+    """The backend's engine died (vLLM's engine core exited, a worker crashed): its message is the engine's own reason.
+    The run ends at once in one line, exit 3, the checkpoint kept; no question is tried against it again."""
 
 
 @dataclass
@@ -142,7 +147,7 @@ class Backend:
 
     def prepares_batches(self) -> bool:
         """True: batches may span videos, prepared on the CPU ahead of the model (:meth:`prepare_batch`, any
-        thread) and answered by :meth:`run_prepared` (a video's prefix shared by its questions). Default False:
+        thread) and answered by :meth:`run_prepared`. Default False:
         the loop goes video by video through :meth:`generate`."""
         return False
 

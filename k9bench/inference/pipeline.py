@@ -23,18 +23,22 @@ Usage::
 
 :class:`BatchesInFlight` is the other direction of the same idea, for a backend whose ``generate`` mostly
 waits (an HTTP server): up to ``in_flight`` batches generating at once on their own threads.
+:class:`FramePrefetcher` decodes the next videos' frames on one thread for the loop that goes video by video.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 import threading
 import time
 from collections import deque
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Generic, Iterable, Iterator, TypeVar
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Generic, Iterable, Iterator, TypeVar
+
+if TYPE_CHECKING:
+    from k9bench.video.sampling import Frames
 
 log = logging.getLogger(__name__)
 
@@ -144,28 +148,42 @@ class AheadPipeline(Generic[T, U]):
         self.close()
 
 
+class FramePrefetcher:
+    """Decodes upcoming videos' frames in one background thread.
 
+    Every call into the frame cache (``get`` and ``release``) runs on that one worker thread,
+    in submission order, so the cache is never used concurrently.
+    """
 
-class PerThread:
-    """One object per thread: ``original()`` itself for the thread that made this, and for every
-    other thread a deep copy made once (fast tokenizers refuse concurrent use: "Already borrowed",
-    so each worker thread that prepares batches gets its own processor)."""
+    def __init__(self, cache: Any):
+        self.cache = cache
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k9bench-frames")
+        self._futures: dict[str, Future] = {}
+        self.wait_seconds = 0.0
+        """Time the main thread spent waiting for frames."""
 
-    def __init__(self, original: Callable[[], Any]):
-        self._original = original
-        self._owner = threading.get_ident()
-        self._local = threading.local()
-        self._lock = threading.Lock()
+    def schedule(self, path: Path) -> None:
+        key = str(path)
+        if key not in self._futures:
+            self._futures[key] = self._pool.submit(self.cache.get, path)
 
-    def get(self) -> Any:
-        """The object for the calling thread."""
-        if threading.get_ident() == self._owner:
-            return self._original()
-        obj = getattr(self._local, "obj", None)
-        if obj is None:
-            with self._lock:
-                obj = self._local.obj = copy.deepcopy(self._original())
-        return obj
+    def get(self, path: Path) -> "Frames":
+        """The video's frames (raises ``VideoError``), waiting for the worker if needed."""
+        self.schedule(path)
+        t0 = time.perf_counter()
+        try:
+            return self._futures[str(path)].result()
+        finally:
+            self.wait_seconds += time.perf_counter() - t0
+
+    def release(self, path: Path) -> None:
+        self._futures.pop(str(path), None)
+        self._pool.submit(self.cache.release, path)
+
+    def close(self) -> None:
+        for fut in self._futures.values():
+            fut.cancel()
+        self._pool.shutdown(wait=True, cancel_futures=True)
 
 
 class BatchesInFlight:
@@ -236,4 +254,4 @@ class BatchesInFlight:
             self._collect(block=True)
 
 
-__all__ = ["AheadPipeline", "BatchesInFlight", "DEFAULT_DEPTH", "DEFAULT_WORKERS", "PipelineStats", "Prepared"]
+__all__ = ["AheadPipeline", "BatchesInFlight", "DEFAULT_DEPTH", "DEFAULT_WORKERS", "FramePrefetcher", "PipelineStats", "Prepared"]

@@ -153,6 +153,10 @@ def preflight(config: RunConfig) -> None:
         (not (config.prompt.instructions_in_user_turn and config.prompt.use_system_message),
          "--instructions_in_user_turn goes with --use_system_message False (the instructions are then not the system turn)"),
         (not (f.audio and f.text_only), "--audio needs the videos: it cannot go with --max_frames 0 (text only)"),
+        (not (backend.local_weights and config.openai.api_model not in (None, config.model.model_name_or_path)),
+         f"--api_model {config.openai.api_model}: --backend {config.model.backend} loads --model_name_or_path "
+         f"({config.model.model_name_or_path}) on this machine; --api_model names a served model (--backend openai): pass "
+         f"--model_name_or_path {config.openai.api_model} instead"),
         (not (f.audio and not backend.audio),
          f"--audio: --backend {config.model.backend} sends the model no soundtrack; run without --audio, or with a backend that "
          f"does ({', '.join(n for n, e in registry.REGISTRY.items() if e.audio)})"),

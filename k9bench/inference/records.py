@@ -23,7 +23,7 @@ from k9bench.headers.files import stamped
 from k9bench.inference import registry
 from k9bench.inference.backend import GenerationOutput
 from k9bench.inference.resume_check import masked
-from k9bench.inference.settings import RunConfig
+from k9bench.inference.settings import RunConfig, inapplicable_flags
 
 if TYPE_CHECKING:
     from k9bench.data.dataset import Question
@@ -196,7 +196,7 @@ class RunStats:
     """Batches prepared ahead of the model (:class:`k9bench.inference.pipeline.PipelineStats`): ``wait_seconds``
     is the model's time waiting for the CPU (frames, processor); None on the video-by-video path."""
     decoding: dict | None = None
-    """The backend's own counters (shared-prefix engine: prefills, prefix reuses...; fallbacks to generate)."""
+    """The backend's own counters (:meth:`k9bench.inference.backend.Backend.run_stats`; vLLM's engine, a server's usage...)."""
 
 
 def video_records(records: list[QuestionRecord]) -> list[dict]:
@@ -250,6 +250,7 @@ def inference_block(config: RunConfig, *, describe: dict | None, image_patch_siz
         },
         "dataset": {**dataset, "source": loaded.source, "dropped_rows": len(loaded.dropped)},
         "adjusted_settings": dict(config.adjustments),
+        "ignored_flags": inapplicable_flags(config),
     })
 
 

@@ -67,6 +67,13 @@ class BackendEntry:
     engine_module: str = ""
     """A module of its own engine that the python running inference must import (``"vllm"``), checked by the
     launcher before any stage runs; empty: nothing beyond the project's own requirements."""
+    samples_video_itself: bool = False
+    """True: the API gets each video file and samples all of it at ``--fps`` itself (Gemini's ``video_metadata.fps``):
+    :func:`~k9bench.inference.settings.resolve` raises ``--max_frames`` to the whole video (recorded as adjusted), and the
+    frames decoded here only check each file (the backend's ``sampling_overrides``)."""
+    also_reads: tuple[str, ...] = ()
+    """Fields of another backend's section it reads too (Gemini: the API flags of the openai section, ``--base_url``...),
+    so that they are not reported as ignored (:func:`k9bench.inference.settings.inapplicable_flags`)."""
     check: str = ""
     """``"module:function"``: ``function(config)`` returns the one line refusing the run's settings (its API key missing,
     flags its API cannot take) or None; called before any work. Empty: nothing of its own to check."""
@@ -90,6 +97,7 @@ REGISTRY: dict[str, BackendEntry] = {
     "gemini": BackendEntry("k9bench.inference.gemini.backend:GeminiBackend", "gemini", local_weights=False,
                            summary="Gemini's own API (google-genai), each video uploaded once: docs/inference.md",
                            settings="k9bench.inference.gemini.settings:GeminiSettings", flag_group="Gemini API (--backend gemini)",
+                           samples_video_itself=True, also_reads=("base_url", "concurrency", "timeout", "max_retries", "retry_backoff"),
                            check="k9bench.inference.gemini.settings:missing_key"),
 }
 """``--backend`` name -> :class:`BackendEntry`."""

@@ -1,24 +1,23 @@
 """The inference loop: the questions of a run answered batch by batch, each record checkpointed at once.
 
-``--batch_size`` (default ``auto``) is resolved once by the backend (:meth:`Runner._choose_batch_size`;
-``auto`` is 1 on CPU and, on a GPU, the largest batch the free memory holds,
-:func:`k9bench.inference.batching.auto_batch_size`) and recorded in ``run_stats.batch_size``.
+``--batch_size`` (default ``auto``) is resolved once by the backend (:meth:`Runner._choose_batch_size`; the HF
+backend's ``auto`` is 1 on CPU and, on a GPU, the largest batch the free memory holds,
+:func:`k9bench.inference.hf.batching.auto_batch_size`) and recorded in ``run_stats.batch_size``.
 
 Two paths:
 
 - batch size 1, or a backend whose ``prepares_batches()`` is False (the OpenAI backend): video by video, each
   video's questions in batches of the batch size within that video (:meth:`Runner._run_by_video`);
-  a background thread decodes the next videos' frames (:class:`FramePrefetcher`).
-- batch size > 1 with the HF backend (:func:`k9bench.inference.planned.run_planned`): batches that span videos
-  (:func:`k9bench.inference.batching.plan_batches`: questions stay grouped by video, a video is split
+  a background thread decodes the next videos' frames (:class:`k9bench.inference.pipeline.FramePrefetcher`).
+- batch size > 1 with a backend that ``prepares_batches()`` (HF, vLLM): :meth:`Runner._run_planned`, batches that
+  span videos (:func:`k9bench.inference.batching.plan_batches`: questions stay grouped by video, a video is split
   only at a batch boundary), each prepared on the CPU ahead of the model by
-  :class:`k9bench.inference.pipeline.AheadPipeline` (frames decoded on worker threads, the processor
-  run) and answered by the backend's ``run_prepared`` (Qwen-VL: one shared-prefix prefill per video,
-  :mod:`k9bench.inference.prefix_cache`; other models, or a batch the engine refuses: ``generate``,
-  recorded with the reason). A video's frames are released after its last batch. The model's time
-  waiting for the CPU is ``run_stats.prepare.wait_seconds``. A batch that runs out of memory halves
-  the batch size (``run_stats.batch_size.history``) and is rerun video by video at the new size; the
-  batches already prepared ahead at the old size are planned again at the new size.
+  :class:`k9bench.inference.pipeline.AheadPipeline` (frames decoded on worker threads, the backend's
+  ``prepare_batch``) and answered by its ``run_prepared`` (:meth:`Runner._answer_ready`). A video's frames are
+  released after its last batch. The model's time waiting for the CPU is ``run_stats.prepare.wait_seconds``. A
+  batch that runs out of memory halves the batch size (``run_stats.batch_size.history``) and is rerun video by
+  video at the new size; the batches planned after it are planned at the new size, and those prepared ahead at
+  the old size are rerun the same way.
 
 Each video is decoded once (:class:`k9bench.video.cache.FrameCache`), and its file hashed once, on the
 decoding thread (the record's ``video_file``); with ``--audio`` its soundtrack is read once too.
@@ -37,16 +36,18 @@ The stage around the loop (files, resume, signals, the final write) is :mod:`k9b
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from k9bench.artifacts import QuestionRecord
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
-from k9bench.inference.pipeline import BatchesInFlight
-from k9bench.inference.planned import run_planned
+from k9bench.inference.batching import PlannedBatch, plan_batches
+from k9bench.inference.pipeline import AheadPipeline, BatchesInFlight, FramePrefetcher
 from k9bench.inference.planning import EXIT_BACKEND, PLACEMENTS, UsageError, VideoGroup, build_messages, chunks, question_too_long
 from k9bench.inference.records import RunContext, RunStats, error_class_of, make_record
 from k9bench.inference.records import error_text as _error_text
@@ -60,46 +61,21 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+PREPARE_WORKERS_MAX = 8
+"""Most threads decoding videos and preparing batches ahead of the model (half the CPU cores, at least 2, at most this)."""
 
-# --------------------------------------------------------------------------- frames
 
+@dataclass
+class ReadyBatch:
+    """A planned batch after its CPU preparation."""
 
-class FramePrefetcher:
-    """Decodes upcoming videos' frames in one background thread.
-
-    Every call into the frame cache (``get`` and ``release``) runs on that one worker thread,
-    in submission order, so the cache is never used concurrently.
-    """
-
-    def __init__(self, cache: Any):
-        self.cache = cache
-        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="k9bench-frames")
-        self._futures: dict[str, Future] = {}
-        self.wait_seconds = 0.0
-        """Time the main thread spent waiting for frames."""
-
-    def schedule(self, path: Path) -> None:
-        key = str(path)
-        if key not in self._futures:
-            self._futures[key] = self._pool.submit(self.cache.get, path)
-
-    def get(self, path: Path) -> "Frames":
-        """The video's frames (raises ``VideoError``), waiting for the worker if needed."""
-        self.schedule(path)
-        t0 = time.perf_counter()
-        try:
-            return self._futures[str(path)].result()
-        finally:
-            self.wait_seconds += time.perf_counter() - t0
-
-    def release(self, path: Path) -> None:
-        self._futures.pop(str(path), None)
-        self._pool.submit(self.cache.release, path)
-
-    def close(self) -> None:
-        for fut in self._futures.values():
-            fut.cancel()
-        self._pool.shutdown(wait=True, cancel_futures=True)
+    planned: PlannedBatch
+    rows: list = field(default_factory=list)
+    """``(group, question, frames, audio)`` per question, in batch order."""
+    failed: list = field(default_factory=list)
+    """``(questions, exception)`` for videos whose frames or soundtrack cannot be read."""
+    prepared: Any = None
+    prepare_error: BaseException | None = None
 
 
 # --------------------------------------------------------------------------- the loop
@@ -238,7 +214,7 @@ class Runner:
             self._emit_locked(record)
 
     def _emit_locked(self, record: QuestionRecord) -> None:
-        if self.frame_cache is not None and record.extra.get("num_frames") and record.scene_name in self._paths:
+        if self.frame_cache is not None and record.scene_name in self._paths:  # also when the API sampled the file (num_frames null)
             identity = self.frame_cache.file_identity(self._paths[record.scene_name])  # hashed once, when decoded
             if identity is not None:
                 record.extra["video_file"] = identity
@@ -266,7 +242,7 @@ class Runner:
             return None
         rate = self.backend.audio_sampling_rate()
         if rate is None:
-            raise BackendError(f"--audio: backend {self.backend.name!r} says at which rate it takes a soundtrack")
+            raise BackendError(f"--audio: backend {self.backend.name!r} takes no soundtrack; run without --audio")
         return int(rate)
 
     def _refuse_too_long(self, pending: list) -> list:
@@ -305,7 +281,7 @@ class Runner:
         try:
             pending = self._refuse_too_long(pending)
             if planned:
-                run_planned(self, pending, frame_cache)
+                self._run_planned(pending, frame_cache)
             else:
                 self._run_by_video(pending, frame_cache)
         except BaseException:
@@ -369,7 +345,106 @@ class Runner:
                 prefetch.close()
 
 
+    def _run_planned(self, pending: list, frame_cache: Any) -> None:
+        """Batches spanning videos (:func:`k9bench.inference.batching.plan_batches` at the batch size in use), each
+        prepared on the CPU ahead of the model (:class:`k9bench.inference.pipeline.AheadPipeline`: frames decoded, the
+        backend's ``prepare_batch``) and answered by :meth:`_answer_ready`; a video's frames are released after its last batch."""
+        from k9bench.video.audio import AudioError
+        from k9bench.video.sampling import VideoError
+
+        rate = self.audio_rate()
+        workers = max(2, min(PREPARE_WORKERS_MAX, (os.cpu_count() or 2) // 2))
+        decode_pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k9bench-decode") if frame_cache is not None else None
+
+        def media(path: Path) -> tuple:
+            return frame_cache.get(path), (frame_cache.get_audio(path, rate) if rate is not None else None)
+
+        def prepare(batch: PlannedBatch) -> ReadyBatch:  # on a worker thread
+            ready = ReadyBatch(batch)
+            loading = {p.group: decode_pool.submit(media, pending[p.group][0].path) for p in batch.parts} if decode_pool else {}
+            for part in batch.parts:
+                group, questions = pending[part.group]
+                frames = audio = None
+                if part.group in loading:
+                    try:
+                        frames, audio = loading[part.group].result()
+                    except (VideoError, AudioError) as exc:
+                        ready.failed.append((questions[part.start:part.stop], exc))
+                        continue
+                ready.rows.extend((group, q, frames, audio) for q in questions[part.start:part.stop])
+            if ready.rows:
+                try:
+                    ready.prepared = self.backend.prepare_batch([self.requests_for([q], f, g.path, a)[0] for g, q, f, a in ready.rows])
+                except Exception as exc:  # answered by video on the generate path, which records failures (or stops the run)
+                    ready.prepare_error = exc
+            return ready
+
+        ahead = AheadPipeline(prepare, workers=workers, depth=max(2, self.config.frames.prefetch_videos))
+        try:
+            for item in ahead.run(plan_batches([len(qs) for _, qs in pending], lambda: self.choice.batch_size)):
+                if item.error is not None:
+                    raise item.error
+                for questions, exc in item.value.failed:
+                    self.video_failed(questions, exc)
+                if item.value.rows:
+                    self._answer_ready(item.value)
+                if frame_cache is not None:
+                    for g in item.item.release:
+                        frame_cache.release(pending[g][0].path)
+        finally:
+            ahead.close()
+            if decode_pool is not None:
+                decode_pool.shutdown(wait=False, cancel_futures=True)
+            self.stats.frame_wait_seconds = ahead.stats.wait_seconds
+            self.stats.prepare = {**ahead.stats.to_dict(), "decode_workers": workers if decode_pool else 0}
+
+    def _answer_ready(self, ready: ReadyBatch) -> None:
+        """Records for a prepared batch: the backend's answers; or, when its preparation or its run failed (or it was
+        prepared at a size above the one in use after an out-of-memory error), the batch rerun by video on the
+        generate path at the size in use."""
+        failure = None
+        size = self.choice.batch_size
+        if isinstance(ready.prepare_error, BackendUnavailable):
+            raise ready.prepare_error
+        if ready.prepare_error is not None:
+            failure = (_error_text(ready.prepare_error), False)
+        elif len(ready.rows) > size:
+            log.info("a batch of %d question(s) prepared before the batch size became %d: rerun at %d", len(ready.rows), size, size)
+        else:
+            t0 = time.perf_counter()
+            try:
+                outputs = self.backend.run_prepared(ready.prepared)
+                if len(outputs) != len(ready.rows):
+                    raise RuntimeError(f"backend returned {len(outputs)} outputs for {len(ready.rows)} requests")
+            except BackendUnavailable:
+                raise
+            except Exception as exc:
+                failure = (_error_text(exc), self.backend.is_out_of_memory(exc))
+            finally:
+                self.stats.generate_seconds += time.perf_counter() - t0
+            if failure is None:
+                for (group, q, frames, audio), out in zip(ready.rows, outputs):
+                    self.emit(make_record(q, self.ctx, output=out, frames=frames, audio=audio))
+                return
+        ready.prepared = None  # out of the except block, the failed batch's tensors released
+        if failure is not None:
+            error_text, out_of_memory = failure
+            size = 1
+            if out_of_memory:
+                self.backend.recover_from_out_of_memory()
+                size = self.choice.halve()
+                log.warning("batch of %d questions ran out of memory; batch size now %d", len(ready.rows), size)
+            self.stats.batch_fallbacks += 1
+            log.warning("batch of %d question(s) failed (%s); rerunning it by video at batch size %d", len(ready.rows), error_text, size)
+        by_video: dict[str, tuple] = {}
+        for group, q, frames, audio in ready.rows:
+            by_video.setdefault(str(group.path), (group, frames, audio, []))[3].append(q)
+        for group, frames, audio, questions in by_video.values():
+            for chunk in chunks(questions, size):
+                self.run_batch(group, chunk, frames, audio)
+
+
 __all__ = [
-    "EXIT_BACKEND", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "FramePrefetcher", "PLACEMENTS",
+    "EXIT_BACKEND", "EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "PLACEMENTS", "PREPARE_WORKERS_MAX", "ReadyBatch",
     "Runner", "RunContext", "UsageError", "VideoGroup", "build_messages", "make_record",
 ]

@@ -27,10 +27,10 @@ from k9bench.download.settings import DownloadConfig
 from k9bench.inference import registry
 from k9bench.inference.gemini.settings import GeminiSettings
 from k9bench.inference.hf.settings import HFSettings
-from k9bench.inference.openai_compat.settings import OpenAISettings, frame_size_tuple
+from k9bench.inference.openai_compat.settings import VIDEO_FPS_MAX_FRAMES, OpenAISettings, frame_size_tuple
 from k9bench.inference.vllm.settings import VLLMSettings
 from k9bench.settings import default_of, setting
-from k9bench.validators import int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
+from k9bench.validators import all_or_positive_int, int_in_range, non_negative_float, non_negative_int, positive_float, positive_int, str2bool, unit_interval
 from k9bench.video.sampling import DECODERS, DEFAULT_DECODER, DEFAULT_FPS, DEFAULT_MAX_FRAMES, DEFAULT_MAX_PIXELS
 
 DEFAULT_MODEL = "Qwen/Qwen3-VL-4B-Instruct"
@@ -130,8 +130,8 @@ class GenerationSettings:
     top_k: int | None = setting(None, "override the model's top_k", type=non_negative_int, result=True)
     seed: int = setting(0, f"torch seed set before each batch, 0..{MAX_SEED} (default: %(default)s)",
                         type=int_in_range(0, MAX_SEED), result=True)
-    batch_size: int | str = setting("auto", "questions per batch; a batch may span videos (grouped by video, each video's shared "
-                                    "prefix computed once where the model allows it), or auto: 1 on CPU, on a GPU the largest "
+    batch_size: int | str = setting("auto", "questions per batch; a batch may span videos (grouped by video; 1 is the "
+                                    "reference's exact computation), or auto: 1 on CPU, on a GPU the largest "
                                     "batch that fits (halved on out-of-memory; what was used is recorded) (default: %(default)s)",
                                     type=batch_size_value, metavar="N|auto")
 
@@ -179,7 +179,7 @@ class DataSettings:
     download_workers: int = setting(default_of(DownloadConfig, "workers"), "with --auto_download: parallel downloads (default: %(default)s)", type=positive_int)
     start_idx: int = setting(0, "first question position (0-based, dataset order; default: 0)", type=non_negative_int)
     end_idx: int | None = setting(None, "stop before this position (default: the end)", type=non_negative_int)
-    max_samples: int = setting(-1, "at most this many questions after the range (default: -1 = all)")
+    max_samples: int = setting(-1, "at most this many questions after the range (default: -1 = all; 0 is refused)", type=all_or_positive_int)
     subset: str | None = setting(None, "run only these questions: a subset file (python -m k9bench.data.subset, e.g. the paper's "
                                  "videos under 150 s), a list of idx, or a run's raw/sim/eval file; --start_idx/--end_idx/"
                                  "--max_samples then count among them. Its sha256 is in the run's fingerprint", metavar="FILE")
@@ -262,14 +262,21 @@ def resolve(config: RunConfig) -> RunConfig:
     """The config with the values that depend on several flags filled in (what was adjusted is listed
     in its ``adjustments``).
 
+    - ``model_name_or_path``: ``--api_model`` for a backend that loads no weights here, when ``--model_name_or_path``
+      was left at its default (the served model names the run);
     - ``max_new_tokens``: :data:`DEFAULT_MAX_NEW_TOKENS`, or ``--thinking_limit``'s with ``--thinking_mode``; with
       ``--thinking_mode`` and an explicit ``--max_new_tokens``, ``thinking_limit`` becomes the limit of that value
       (``reference``, ``paper``, else ``own``), so that the recorded limit is the one used;
     - with ``--frame_size WxH`` for a backend that resizes to it (:attr:`k9bench.inference.registry.BackendEntry.exact_frame_size`)
       and the default ``--max_pixels``: the sampler may take up to ``2*W*H`` pixels, so that frames are scaled down
-      to ``WxH``, never up.
+      to ``WxH``, never up;
+    - for a backend whose API samples the video file itself (:attr:`~k9bench.inference.registry.BackendEntry.samples_video_itself`):
+      ``max_frames`` is the whole video (:data:`VIDEO_FPS_MAX_FRAMES`), what the model sees.
     """
     adjustments: dict[str, dict] = {}
+    model = config.model
+    if config.openai.api_model and not registry.entry(model.backend).local_weights and model.model_name_or_path == DEFAULT_MODEL:
+        model = dataclasses.replace(model, model_name_or_path=config.openai.api_model)  # --api_model names the run
     gen = config.generation
     if gen.max_new_tokens is None:
         gen = dataclasses.replace(gen, max_new_tokens=THINKING_LIMITS[gen.thinking_limit] if gen.thinking_mode else DEFAULT_MAX_NEW_TOKENS)
@@ -288,7 +295,11 @@ def resolve(config: RunConfig) -> RunConfig:
                                          "why": f"--frame_size {exact}: sample at up to 2*W*H pixels, "
                                                 f"then resize down to exactly {exact}"}
             frames = dataclasses.replace(frames, max_pixels=needed)
-    return dataclasses.replace(config, generation=gen, frames=frames, adjustments={**config.adjustments, **adjustments})
+    if registry.entry(model.backend).samples_video_itself and not frames.text_only and frames.max_frames < VIDEO_FPS_MAX_FRAMES:
+        adjustments["max_frames"] = {"from": frames.max_frames, "to": VIDEO_FPS_MAX_FRAMES,
+                                     "why": f"--backend {model.backend}: the API samples the whole video at --fps {frames.fps:g}"}
+        frames = dataclasses.replace(frames, max_frames=VIDEO_FPS_MAX_FRAMES)
+    return dataclasses.replace(config, model=model, generation=gen, frames=frames, adjustments={**config.adjustments, **adjustments})
 
 
 def add_backend_arguments(group: argparse._ArgumentGroup, entry: registry.BackendEntry) -> None:
@@ -300,6 +311,30 @@ def add_backend_arguments(group: argparse._ArgumentGroup, entry: registry.Backen
         registry.load(entry.add_flags)(group)
     else:
         add_arguments(group, registry.load(entry.settings))
+
+
+def inapplicable_flags(config: RunConfig) -> str | None:
+    """One line naming the flags given (different from their defaults) that the chosen backend does not read, or None:
+    another registered backend's own section (those its own section also has excepted), and the :data:`WEIGHTS_FIELDS`
+    for a backend that loads no weights here. The one rule, read from the registry's rows, for every backend."""
+    from k9bench.settings import flags_given
+
+    chosen = registry.entry(config.model.backend)
+    own = {f.name for f in dataclasses.fields(registry.load(chosen.settings))} | set(chosen.also_reads)
+    ignored: dict[str, list[str]] = {}
+    for name, entry in registry.REGISTRY.items():
+        if entry.settings_section != chosen.settings_section:
+            for flag in flags_given(registry.load(entry.settings), getattr(config, entry.settings_section)):
+                if flag.lstrip("-") not in own:
+                    ignored.setdefault(f"--backend {name}", []).append(flag)
+    if not chosen.local_weights:
+        weights = [f for f in flags_given(ModelSettings, config.model) if f.lstrip("-") in WEIGHTS_FIELDS]
+        if weights:
+            ignored["a backend that loads the weights here"] = weights
+    if not ignored:
+        return None
+    parts = "; ".join(f"{', '.join(flags)} (for {owner})" for owner, flags in ignored.items())
+    return f"{parts}: not read by --backend {config.model.backend}, ignored"
 
 
 def settings_docs() -> dict[str, dict[str, str]]:
@@ -324,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
 __all__ = [
     "DEFAULT_MAX_NEW_TOKENS", "DEFAULT_MAX_NEW_TOKENS_THINKING", "DEFAULT_MODEL", "DTYPES", "DataSettings", "FrameSettings",
     "GenerationSettings", "ModelSettings", "OutputSettings", "PromptSettings", "RunConfig", "SHARED_SECTIONS",
-    "WEIGHTS_FIELDS", "add_backend_arguments", "config_from_namespace", "resolve", "sections", "settings_docs",
+    "WEIGHTS_FIELDS", "add_backend_arguments", "config_from_namespace", "inapplicable_flags", "resolve", "sections", "settings_docs",
 ]
 
 

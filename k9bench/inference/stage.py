@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from k9bench.artifacts import QuestionRecord, RecordsArtifact, now_iso
-from k9bench.inference.backend import BackendError, BackendUnavailable, create_backend
+from k9bench.inference.backend import BackendError, BackendUnavailable, EngineDead, create_backend
 from k9bench.inference.planning import (
     EXIT_BACKEND,
     UsageError,
@@ -49,7 +49,7 @@ from k9bench.inference.outcome import all_failed_exit as _all_failed_exit
 from k9bench.inference.records import RunContext, failure_counts, final_meta
 from k9bench.inference.resume_check import expected, fingerprint, read_raw_records, record_fingerprint, shaped_like, stage_fingerprint
 from k9bench.inference.runner import Runner
-from k9bench.inference.settings import RunConfig
+from k9bench.inference.settings import RunConfig, inapplicable_flags
 from k9bench.resume import ResumableStage, ResumeRefused
 from k9bench.stage import EXIT_USAGE, Interrupted, Stage, StageError, check_output, deferred
 
@@ -356,6 +356,9 @@ class _Run:
         describe: dict | None = None
         patch = None
         runner: Runner | None = None
+        ignored = inapplicable_flags(config)
+        if ignored:  # said here, recorded as inference.ignored_flags
+            log.warning("%s", ignored)
         try:
             try:
                 backend = create_backend(config)
@@ -390,9 +393,12 @@ class _Run:
         except Interrupted:
             log.warning("%d record(s) are safe in %s", len(self.done), self.resumable.checkpoint)
             raise
-        except BackendUnavailable as exc:
+        except BackendUnavailable as exc:  # an engine that died (EngineDead) too: no question is tried against it again
+            then = "once the backend is back" if not isinstance(exc, EngineDead) else "to resume once its cause is mended"
             raise StageError(f"{exc}; {len(self.done)} record(s) are safe in {self.resumable.checkpoint}: rerun the same "
-                             "command once the backend is back", EXIT_BACKEND) from None
+                             f"command {then}", EXIT_BACKEND) from None
+        except BackendError as exc:  # refused by the backend during the run (--audio: it takes no soundtrack)
+            raise StageError(f"{exc}; {len(self.done)} record(s) are safe in {self.resumable.checkpoint}", EXIT_BACKEND) from None
         finally:
             self.resumable.close()
             if backend is not None:
@@ -411,9 +417,10 @@ class _Run:
         if frames.max_pixels is not None and frames.max_pixels < floor:
             raise StageError(f"--max_pixels {frames.max_pixels} is below the per-frame minimum {floor} (--min_pixels, or qwen-vl-utils' "
                              f"default for patch size {patch}); raise --max_pixels or lower --min_pixels")
-        overrides = backend.sampling_overrides() or {}
-        sampling = SamplingSettings(fps=frames.fps, max_frames=frames.max_frames, max_pixels=frames.max_pixels,
-                                    min_pixels=frames.min_pixels, image_patch_size=patch, decoder=frames.video_decoder, **overrides)
+        overrides = backend.sampling_overrides() or {}  # the backend's own win (Gemini: a few frames check each file)
+        sampling = SamplingSettings(**{**dict(fps=frames.fps, max_frames=frames.max_frames, max_pixels=frames.max_pixels,
+                                               min_pixels=frames.min_pixels, image_patch_size=patch, decoder=frames.video_decoder),
+                                       **overrides})
         try:
             return sampling, FrameCache(sampling, disk_dir=frames.frame_cache_dir)
         except DecoderUnavailable as exc:

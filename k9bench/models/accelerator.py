@@ -349,16 +349,6 @@ def load_with_attention(load: Callable[[str], Any], choice: AttentionChoice, *, 
         return load(FALLBACK_ATTENTION), fallback
 
 
-def attention_in_use(model: Any) -> str | None:
-    """The kernel a loaded transformers (or sentence-transformers) model reports, or None."""
-    for candidate in (model, getattr(model, "transformers_model", None)):
-        config = getattr(candidate, "config", None)
-        value = getattr(config, "_attn_implementation", None) if config is not None else None
-        if value:
-            return str(value)
-    return None
-
-
 # ---------------------------------------------------------------------------
 # out of memory
 

@@ -8,8 +8,6 @@ Everything that differs between families lives in this table and nowhere else:
   ``processor_resizes`` (the processor resizes them itself);
 - **audio**: whether the checkpoint hears a video's soundtrack (``--audio``), checked against a local
   ``config.json`` before anything loads (:func:`k9bench.inference.planning.check_model_config`);
-- **shared prefix**: whether :class:`k9bench.inference.prefix_cache.SharedPrefixEngine` reproduces its
-  prefill and decoding (batches of several questions then prefill each video once);
 - **processor quirks**: the processor classes that are this family's (how a processor is known without
   its model), a processor that takes the sampled frame rate as ``fps=``, the family's evaluation frame
   count, the vision patch a fixed-size frame is cut into (``--batch_size auto``'s token estimate);
@@ -46,8 +44,6 @@ class Family:
     """One of :data:`FRAME_RULES`: how its frames are sized before its processor sees them."""
     audio: bool = False
     """True: it hears a video's soundtrack (``--audio``), as audio-in-video input."""
-    shared_prefix: bool = False
-    """True: the shared-prefix engine reproduces its ``generate`` (each video prefilled once per batch)."""
     processors: tuple[str, ...] = ()
     """Processor class names that are this family's."""
     video_processors: tuple[str, ...] = ()
@@ -67,9 +63,9 @@ class Family:
 
 
 FAMILIES: dict[str, Family] = {row.name: row for row in (
-    Family("qwen3_vl", "Qwen3-VL", ("qwen3_vl",), "qwen_vl_rules", shared_prefix=True, processors=("Qwen3VLProcessor",),
+    Family("qwen3_vl", "Qwen3-VL", ("qwen3_vl",), "qwen_vl_rules", processors=("Qwen3VLProcessor",),
            tiny_builder="k9bench.tiny_model.qwen_vl:build_tiny_qwen3vl", tiny_aliases=("qwen3vl",), tiny_head_dim=True),
-    Family("qwen2_5_vl", "Qwen2.5-VL", ("qwen2_5_vl",), "qwen_vl_rules", shared_prefix=True, processors=("Qwen2_5_VLProcessor",),
+    Family("qwen2_5_vl", "Qwen2.5-VL", ("qwen2_5_vl",), "qwen_vl_rules", processors=("Qwen2_5_VLProcessor",),
            tiny_builder="k9bench.tiny_model.qwen_vl:build_tiny_qwen2_5vl", tiny_aliases=("qwen2_5vl",)),
     Family("internvl", "InternVL", ("internvl",), "fixed_size", processors=("InternVLProcessor",),
            video_processors=("InternVLVideoProcessor",), evaluation_frames=32, frame_patch=(14, 1),
@@ -112,11 +108,6 @@ def audio_labels() -> str:
     return ", ".join(row.label for row in FAMILIES.values() if row.audio)
 
 
-def shared_prefix_model_types() -> tuple[str, ...]:
-    """Every ``model_type`` whose ``generate`` the shared-prefix engine reproduces."""
-    return tuple(t for row in FAMILIES.values() if row.shared_prefix for t in row.model_types)
-
-
 def tiny_names() -> dict[str, str]:
     """Every spelling ``--family`` of the tiny-model builder accepts -> the family's name (names and aliases)."""
     names: dict[str, str] = {}
@@ -137,5 +128,5 @@ def tiny_builder(name: str) -> Callable:
 
 __all__ = [
     "DEMO_AUDIO_FAMILY", "DEMO_FAMILY", "FAMILIES", "FRAME_RULES", "Family", "audio_labels", "for_model_type", "for_processor",
-    "hears_audio", "shared_prefix_model_types", "tiny_builder", "tiny_names",
+    "hears_audio", "tiny_builder", "tiny_names",
 ]

@@ -26,13 +26,14 @@ log = logging.getLogger("k9bench.people")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from k9bench.cli import ArgumentParser, add_dataset_args, add_logging_args
+    from k9bench.cli import ArgumentParser, add_logging_args
+    from k9bench.data.dataset import DatasetSettings
 
     parser = ArgumentParser(prog="python -m k9bench.people", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True, metavar="{answer,label,llm-label}")
     answer = sub.add_parser("answer", help="answer a subset's questions in free form (the human baseline)")
     add_arguments(answer, AnswerSettings)
-    add_dataset_args(answer)
+    add_arguments(answer, DatasetSettings)
     label = sub.add_parser("label", help="label a model's wrong answers with failure types")
     label.add_argument("eval_file", metavar="EVAL_FILE", help="the model's eval file (evaluate_results.py --mode evaluate)")
     add_arguments(label, LabelSettings)

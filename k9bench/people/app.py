@@ -145,7 +145,11 @@ class Server:
         self._server.serve_forever()
 
     def url(self, token: str) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
+        """The address to open (every interface, ``0.0.0.0`` or ``::``: this machine's name)."""
+        import socket
+
+        host = socket.gethostname() if self.host in ("0.0.0.0", "::", "") else self.host
+        host = f"[{host}]" if ":" in host else host
         return f"http://{host}:{self.port}/?token={token}"
 
     def close(self) -> None:

@@ -121,17 +121,6 @@ class LabellerStage(Stage):
     def inputs(self) -> list[Path]:
         return [Path(self.config.run.evaluations)]
 
-    def recorded(self) -> dict | None:
-        """The stage block the labels file keeps (its ``stage``), or None."""
-        from k9bench.artifact_io import ArtifactError, read_json
-
-        try:
-            data = read_json(self.outputs()[0])
-        except ArtifactError:
-            return None
-        block = data.get("stage") if isinstance(data, dict) else None
-        return block if isinstance(block, dict) else None
-
     def fingerprint(self) -> dict:
         return {**result_fingerprint(self.config.labeller, self.config.run),
                 "prompt_sha256": hashlib.sha256(PROMPT.encode("utf-8")).hexdigest()}
@@ -165,21 +154,29 @@ class LabellerStage(Stage):
 
 
 def build(step) -> LabellerStage:
-    """A launcher plan step -> its Stage: the step's values (and LABEL_ARGS... none: the judge's) through its own parser."""
+    """A launcher plan step -> its Stage (its values through :func:`build_parser`)."""
     return LabellerStage(config_from_namespace(build_parser().parse_values(step.values, step.extra)))
 
 
 def steps(e, c) -> list:
-    """LABEL=1: the LLM labeller of the run's wrong answers (docs/people.md), on the judge's model and endpoint."""
-    from k9bench.pipeline.registry import flags
+    """``LABEL=1``: one step after the judge, on the judge's model and endpoint (the entry's ``variables``); none otherwise."""
     from k9bench.pipeline.stages import Step
 
     if c.settings.values["LABEL"] != "1":
         return []
     f = c.layout.paths()
-    given = {flag: text for flag, text in flags(e, c.settings).items() if text}
+    given = {flag: c.settings.values[var] for var, flag in e.variables.items() if c.settings.values[var]}
     return [Step(name=e.name, script=e.script, inputs=[f["eval"]], outputs=[f["llm_labels"]], incomplete_codes=(1,),
-                 values={"--evaluations": f["eval"], "--output": f["llm_labels"], **given}, depends=e.reruns_after)]
+                 values={"--evaluations": f["eval"], "--output": f["llm_labels"], **given})]
+
+
+def check(s, environ: dict) -> None:
+    """Its preflight: LABEL=1 needs the judge's endpoint (OPENAI_API_KEY or JUDGE_BASE_URL), refused before any stage."""
+    from k9bench.pipeline.preflight import PreflightError
+
+    if not s.judge_on:
+        raise PreflightError("LABEL=1: the LLM labeller uses the judge's endpoint; set OPENAI_API_KEY or JUDGE_BASE_URL "
+                             "(or LABEL=0)")
 
 
 def main(argv: list[str] | None = None) -> int:

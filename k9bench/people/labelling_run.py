@@ -174,7 +174,7 @@ def label_all(stage: Any, records: list, api_key: str) -> dict:
     doc = labels_document([done[i] for i in sorted(done)], labeller=labeller_name(s.labeller_model), kind="llm", model=stage.model,
                           eval_file=str(cfg.run.evaluations), eval_sha256=file_digest(cfg.run.evaluations), sample=sample,
                           extra={"labeller_model": s.labeller_model, "sent_params": params, "stage": stage.stage_block(),
-                                 "run": run_info, "skipped": [skipped[i] for i in sorted(skipped)]})
+                                 "run": run_info, "skipped": [skipped[i] for i in sorted(skipped)]}, stage=stage.name)
     with deferred():
         write_json_atomic(output, doc)
         if not skipped:

@@ -5,11 +5,12 @@ The sample (:func:`stratified_sample`) is drawn from a model's wrong answers (ev
 stratified by category: each category gets its share of ``--sample`` by the largest remainder, and its
 questions are drawn with a generator seeded by ``--seed``.
 
-The labels file (:func:`labels_document`), written by a person's session and by the LLM labeller alike::
+The labels file (:func:`labels_document`), written by a person's session and by the LLM labeller alike, a typed
+artifact of kind ``failure_labels`` (:class:`LabelsHeader`; the stage table's ``llm-label`` entry owns the kind)::
 
-    {"kind": "k9bench-failure-labels", "version": 1, "labeller": "ana", "labeller_kind": "person" | "llm",
-     "model_name": "...", "eval_file": "...", "eval_sha256": "...", "sample": {"size", "seed", "wrong_answers", "idx"},
-     "labels": [{"idx", "label", "note", "question_category", ...}, ...]}
+    {"labeller": "ana", "labeller_kind": "person" | "llm", "model_name": "...", "eval_file": "...", "eval_sha256": "...",
+     "sample": {"size", "seed", "wrong_answers", "idx"}, "labels": [{"idx", "label", "note", "question_category", ...}, ...],
+     "header": {"kind": "failure_labels", "schema_version": 1, "stage": "people-label" | "llm-label"}}
 """
 
 from __future__ import annotations
@@ -18,14 +19,19 @@ import random
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import ClassVar
 
 from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.artifacts import QuestionRecord, now_iso
+from k9bench.headers.kinds import Header
 from k9bench.people import LABELS
 from k9bench.people.storage import Book
 
-KIND = "k9bench-failure-labels"
-VERSION = 1
+KIND = "failure_labels"
+"""The labels file's header kind."""
+
+PERSON_STAGE = "people-label"
+"""The writer a person's labels file names (the LLM labeller's is its stage, ``llm-label``)."""
 MAX_NOTE_CHARS = 2000
 """The longest note taken."""
 
@@ -60,12 +66,37 @@ def labels_path(output_dir: str | Path, labeller: str, model: str) -> Path:
     return Path(output_dir) / f"labels_{labeller}_{model.replace('/', '_')}.json"
 
 
+@dataclass(frozen=True)
+class LabelsHeader(Header):
+    """A labels file's top level (everything is a header key: the labels too)."""
+
+    KIND: ClassVar[str] = KIND
+
+    labeller: str | None = None
+    labeller_kind: str | None = None
+    """``person`` or ``llm``."""
+    model_name: str | None = None
+    """The model whose wrong answers were labelled."""
+    eval_file: str | None = None
+    eval_sha256: str | None = None
+    sample: dict | None = None
+    """``size, seed, wrong_answers, idx, stratified_by``."""
+    labeller_model: str | None = None
+    sent_params: dict | None = None
+    run: dict | None = None
+    skipped: list | None = None
+    updated_at: str | None = None
+    labels: list | None = None
+
+
 def labels_document(labels: list[dict], *, labeller: str, kind: str, model: str, eval_file: str, eval_sha256: str,
-                    sample: dict, extra: dict | None = None) -> dict:
-    """The labels file's JSON (see the module doc)."""
-    return {"kind": KIND, "version": VERSION, "labeller": labeller, "labeller_kind": kind, "model_name": model,
-            "eval_file": eval_file, "eval_sha256": eval_sha256, "sample": sample, **(extra or {}), "updated_at": now_iso(),
-            "labels": labels}
+                    sample: dict, extra: dict | None = None, stage: str = PERSON_STAGE) -> dict:
+    """The labels file's JSON (see the module doc), its header stamped (:func:`k9bench.headers.files.stamped`)."""
+    from k9bench.headers.files import stamped
+
+    return stamped(KIND, stage, {"labeller": labeller, "labeller_kind": kind, "model_name": model, "eval_file": eval_file,
+                                 "eval_sha256": eval_sha256, "sample": sample, **(extra or {}), "updated_at": now_iso(),
+                                 "labels": labels})
 
 
 @dataclass(frozen=True)
@@ -83,11 +114,13 @@ class LabelsFile:
 
 def read_labels_file(path: str | Path) -> LabelsFile:
     """A labels file; :class:`ArtifactError` naming the file and the fault."""
+    from k9bench.headers.files import read_header
+    from k9bench.headers.kinds import HEADER_KEY
+
     data = read_json(path)
-    if not isinstance(data, dict) or data.get("kind") != KIND:
-        raise ArtifactError(f"{path}: not a failure-labels file (no \"kind\": \"{KIND}\")")
-    if not isinstance(data.get("version"), int) or data["version"] > VERSION:
-        raise ArtifactError(f"{path}: labels file version {data.get('version')!r}; this k9bench reads version {VERSION} or older")
+    if not isinstance(data, dict) or not isinstance(data.get(HEADER_KEY), dict):
+        raise ArtifactError(f"{path}: not a failure-labels file (no header of kind {KIND!r})")
+    read_header(data, kind=KIND, path=path)  # another kind, a newer version: one line naming the file
     out = {}
     for i, row in enumerate(data.get("labels") or []):
         idx = row.get("idx") if isinstance(row, dict) else None

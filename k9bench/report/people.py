@@ -30,9 +30,6 @@ log = logging.getLogger("k9bench.report")
 ACCURACY_AXIS = "Accuracy"
 """The judge axis Table 4 reports."""
 
-PAPER_TABLE4 = (("Qwen3-VL-32B", 48.4), ("InternVL-3.5-14B", 54.3), ("Gemini-2.5 Pro (A+V)", 63.9), ("human", 69.9))
-"""The paper's Table 4 (SPEC section 8): judge Accuracy on its 100-question subset, three people."""
-
 PAPER_FIGURE3B = "The paper labelled 105 wrong answers of Gemini-2.5 Pro (A+V): 48.0% were observable-cue misreadings."
 
 
@@ -121,6 +118,27 @@ def human_mean(humans: list) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def accuracy_by_idx(path: str) -> dict:
+    """idx -> the judge's Accuracy (0-100) of each entry of a judge file with one (others left out)."""
+    from k9bench.artifact_io import read_json
+    from k9bench.data.published import AXIS_KEYS
+
+    data = read_json(path)
+    out = {}
+    for entry in data if isinstance(data, list) else []:
+        value = (entry.get("scores") or {}).get(AXIS_KEYS[ACCURACY_AXIS]) if isinstance(entry, dict) else None
+        if isinstance(entry.get("idx") if isinstance(entry, dict) else None, int) and isinstance(value, (int, float)) \
+                and not isinstance(value, bool):
+            out[entry["idx"]] = 10.0 * value
+    return out
+
+
+def on_questions(scores: dict, idx: set) -> tuple[float | None, int]:
+    """Mean of ``scores`` over ``idx`` (those it has) and how many it had."""
+    values = [scores[i] for i in idx if i in scores]
+    return (sum(values) / len(values) if values else None), len(values)
+
+
 def _model_labels(model: str, files: list[LabelsFile]) -> ModelLabels:
     people = [f for f in files if f.kind == "person"]
     sources = []
@@ -160,36 +178,52 @@ def _cell(text) -> str:
 
 
 def _published_rows(people: PeopleReport, mode: str) -> list[tuple[str, float]]:
-    from k9bench.data.published import normalize_model_name
+    """The paper's Table 4 rows (:data:`k9bench.data.published.TABLE_4`) to show: none, those of this report's models
+    and the people's (``matching``), or all."""
+    from k9bench.data.published import HUMAN, TABLE_4, normalize_model_name
 
     if mode == "none" or not people.humans:
         return []
     shown = {normalize_model_name(j.model or j.label) for j in people.models}
-    return [(name, value) for name, value in PAPER_TABLE4
-            if mode == "all" or name == "human" or normalize_model_name(re.sub(r"\s*\(.*\)", "", name)) in shown]
+    return [(row.model if row.model == HUMAN else f"{row.model} ({row.setting})", row.judge[ACCURACY_AXIS]) for row in TABLE_4
+            if mode == "all" or row.model == HUMAN or normalize_model_name(row.model) in shown]
 
 
 def human_markdown(people: PeopleReport, published: str) -> list[str]:
-    """The human row beside the models (Table 4 layout)."""
+    """The human row beside the models (Table 4 layout): each row's judge Accuracy on the questions every person
+    answered (as the paper compares them), then on everything it was judged on."""
     if not people.humans:
         return []
-    rows = [(j.scores[ACCURACY_AXIS], _cell(j.label), "this run (model)", str(j.scored)) for j in people.models if j.scored]
-    mean = human_mean(people.humans)
-    if mean is not None:
-        rows.append((mean, f"**people (mean of {len(people.humans)})**", "this run (people)",
-                     ", ".join(str(j.scored) for j in people.humans)))
+    by_idx = {j.path: accuracy_by_idx(j.path) for j in [*people.humans, *people.models]}
+    common = set.intersection(*(set(by_idx[j.path]) for j in people.humans))
+    rows = []
+    for j in people.models:
+        value, n = on_questions(by_idx[j.path], common)
+        rows.append((value, _cell(j.label), "this run (model)", n, j))
+    each = [on_questions(by_idx[j.path], common) for j in people.humans]
+    shown = [v for v, _ in each if v is not None]
+    mean = sum(shown) / len(shown) if shown else None
+    rows.append((mean, f"**people (mean of {len(people.humans)})**", "this run (people)", len(common), None))
     lines = ["## People vs models (paper's Table 4 layout)", "",
              "The judge's Accuracy axis (0–100) of free-form answers: people's answers (`python -m k9bench.people answer`) "
-             "judged as the models' are. Each person's row is below the people's mean.", "",
-             "| Row | Source | Accuracy (judge) | Scored |", "|---|---|---:|---:|"]
-    for value, label, source, n in sorted(rows, key=lambda r: -r[0]):
-        lines.append(f"| {label} | {source} | {value:.1f} | {n} |")
-        if source == "this run (people)":
-            for j in people.humans:
-                shown = f"{j.scores[ACCURACY_AXIS]:.1f}" if j.scored else "—"
-                lines.append(f"| &nbsp;&nbsp;{_cell(j.label)} | person | {shown} | {j.scored} |")
+             f"judged as the models' are, on the {len(common)} question{'' if len(common) == 1 else 's'} every person answered "
+             "(the paper's comparison), then on all that each row was judged on. Each person's row is below the people's mean.", "",
+             "| Row | Source | Accuracy, people's questions | n | Accuracy, all judged | n |", "|---|---|---:|---:|---:|---:|"]
+
+    def fmt(value) -> str:
+        return "—" if value is None else f"{value:.1f}"
+
+    for value, label, source, n, judge in sorted(rows, key=lambda r: -(r[0] if r[0] is not None else -1)):
+        if judge is None:
+            lines.append(f"| {label} | {source} | {fmt(value)} | {n} | {fmt(human_mean(people.humans))} | "
+                         f"{', '.join(str(j.scored) for j in people.humans)} |")
+            for j, (own, own_n) in zip(people.humans, each):
+                lines.append(f"| &nbsp;&nbsp;{_cell(j.label)} | person | {fmt(own)} | {own_n} | "
+                             f"{fmt(j.scores.get(ACCURACY_AXIS))} | {j.scored} |")
+        else:
+            lines.append(f"| {label} | {source} | {fmt(value)} | {n} | {fmt(judge.scores.get(ACCURACY_AXIS))} | {judge.scored} |")
     for name, value in _published_rows(people, published):
-        lines.append(f"| {_cell(name)} | paper | {value:.1f} | — |")
+        lines.append(f"| {_cell(name)} | paper | {value:.1f} | 100 | — | — |")
     lines.append("")
     if _published_rows(people, published):
         lines += ["Rows marked `paper` are the paper's Table 4 (three people, 100 questions whose ids are not published, so "

@@ -77,7 +77,7 @@ class EmbeddingRun:
     dtype: str
     """Weight dtype used."""
     attention: str | None
-    """Attention implementation the model ended up with (None when unknown)."""
+    """Attention implementation the model was loaded with (the one ``from_pretrained`` accepted)."""
     requested: dict = field(default_factory=dict)
     """What was asked: device, dtype, attention."""
     notes: list = field(default_factory=list)
@@ -236,7 +236,7 @@ def load_embedding_model(
     if used_choice is not attn_choice and used_choice.warning:
         notes.append(used_choice.warning)
 
-    attn_used = acc.attention_in_use(model)
+    attn_used = used_choice.implementation  # the kernel from_pretrained accepted
     for note in notes:
         (log.warning if gpu else log.info)("%s", note)
 

@@ -261,7 +261,13 @@ def build_data(runs: list[RunInput], *, notes: list[str] | None = None, paired: 
                     "s": scene, "file": str(local) if local else video, "u": url, "q": rec.question,
                     "lf": local.resolve().as_uri() if local is not None and local.is_file() else "",
                     "o": option_texts(rec.options), "g": rec.ground_truth, "r": [None] * len(runs)}
-            q["r"][r_i] = _answer(run, rec)
+            q["r"][r_i] = answer = _answer(run, rec)
+            key = [rec.ground_truth, option_texts(rec.options)]
+            if key != [q["g"], q["o"]]:  # another ground truth or other options than the first run's file: compared apart
+                variants = q.setdefault("gv", [[q["g"], q["o"]]])
+                if key not in variants:
+                    variants.append(key)
+                answer["gv"] = variants.index(key)
     ordered = [questions[i] for i in sorted(questions)]
     data = {
         "runs": [{"label": r.label, "path": str(r.path), "stage": r.stage, "judge": r.judge_path, **_settings(r)} for r in runs],
@@ -278,9 +284,15 @@ def build_data(runs: list[RunInput], *, notes: list[str] | None = None, paired: 
     return data
 
 
+def comparable(x: dict | None, y: dict | None) -> bool:
+    """Whether two runs' answers to a question enter a comparison: both have a :func:`paired_verdict`, and the
+    same ground truth and options (``gv``, the variant of them their files give; the report's rule too)."""
+    return bool(x and y) and x["p"] is not None and y["p"] is not None and x.get("gv", 0) == y.get("gv", 0)
+
+
 def across_runs(runs: list[RunInput], questions: list[dict]) -> dict:
-    """The agreement matrix (per pair of runs, over the questions both have a :func:`paired_verdict` for: the
-    share with the same one, and the four counts behind it) and per-category accuracy on the common
+    """The agreement matrix (per pair of runs, over the questions :func:`comparable` for them: the share with the
+    same verdict, and the four counts behind it) and per-category accuracy on the common
     questions (those whose video every run had, as :func:`k9bench.report.load.common_questions` counts them)."""
     from k9bench.data.subset import VIDEO_ABSENT
 
@@ -292,8 +304,7 @@ def across_runs(runs: list[RunInput], questions: list[dict]) -> dict:
     counts = [[None] * n for _ in range(n)]
     for a in range(n):
         for b in range(n):
-            pairs = [(q["r"][a]["p"], q["r"][b]["p"]) for q in questions
-                     if q["r"][a] and q["r"][b] and q["r"][a]["p"] is not None and q["r"][b]["p"] is not None]
+            pairs = [(q["r"][a]["p"], q["r"][b]["p"]) for q in questions if comparable(q["r"][a], q["r"][b])]
             counts[a][b] = {"n": len(pairs), "rr": pairs.count((1, 1)), "rw": pairs.count((1, 0)), "wr": pairs.count((0, 1)),
                             "ww": pairs.count((0, 0))}
             agree[a][b] = round(100.0 * sum(x == y for x, y in pairs) / len(pairs), 1) if pairs else None

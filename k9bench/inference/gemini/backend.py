@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 RETRIED_STATUSES = (408, 429, 500, 502, 503, 504)
 """HTTP statuses a call is retried on (Gemini's documented transient errors)."""
 
+LOCAL_CHECK_FRAMES = 2
+"""Frames decoded here per video: a check that the file decodes (the model gets the file, sampled by Gemini)."""
+
 FINISH_REASONS = {"STOP": "stop", "MAX_TOKENS": "length"}
 """Gemini's finish reasons in the records' own words (others are kept lower-cased)."""
 
@@ -59,7 +62,7 @@ class GeminiBackend(Backend):
         from k9bench.inference.planning import output_path
 
         self.settings = config.gemini
-        self.api = config.openai  # the API flags both backends take: --base_url, --concurrency, --timeout, --max_retries, --retry_backoff
+        self.api = config.openai  # the API flags both backends take (the registry row's also_reads): --base_url, --concurrency...
         self.model = config.model.model_name_or_path
         self.generation = config.generation
         self.fps = config.frames.fps
@@ -126,14 +129,16 @@ class GeminiBackend(Backend):
 
     def _probe(self, endpoint: str) -> dict | None:
         """Ask for the model once: an unreachable endpoint, a refused key or an unknown model stops the run here."""
+        import httpx2 as httpx
         from google.genai import errors
 
         try:
             model = self.call(f"models.get {self.model}", lambda: self.client.models.get(model=self.model))
         except errors.ClientError as exc:
             raise BackendError(f"{endpoint} refused models.get {self.model!r}: HTTP {exc.code} {exc.status}: {exc.message}") from None
-        except BackendUnavailable as exc:
-            raise BackendError(str(exc)) from None
+        except (BackendUnavailable, httpx.TransportError) as exc:
+            raise BackendError(f"cannot reach {endpoint} (models.get {self.model!r}: {_describe_error(exc)}); is it up? "
+                               "(--base_url)") from None
         except errors.APIError as exc:
             raise BackendError(f"{endpoint} failed models.get {self.model!r}: HTTP {exc.code} {exc.status}: {exc.message}") from None
         return {"name": model.name, "version": model.version, "input_token_limit": model.input_token_limit,
@@ -155,6 +160,10 @@ class GeminiBackend(Backend):
         from k9bench.video.audio import API_SAMPLING_RATE
 
         return API_SAMPLING_RATE if self.audio else None
+
+    def sampling_overrides(self) -> dict[str, Any]:
+        """Gemini samples each file itself: here :data:`LOCAL_CHECK_FRAMES` frames only check that it decodes."""
+        return {"max_frames": LOCAL_CHECK_FRAMES}
 
     def max_batches_in_flight(self) -> int:
         return self.api.concurrency
@@ -329,4 +338,4 @@ def _describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["FINISH_REASONS", "GeminiBackend", "RETRIED_STATUSES"]
+__all__ = ["FINISH_REASONS", "GeminiBackend", "LOCAL_CHECK_FRAMES", "RETRIED_STATUSES"]

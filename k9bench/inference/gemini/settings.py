@@ -15,13 +15,19 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from k9bench.settings import setting
-from k9bench.validators import int_in_range, positive_float
+from k9bench.validators import float_in_range, int_in_range
 
 KEY_ENVS = ("GEMINI_API_KEY", "GOOGLE_API_KEY")
 """Where the key is read from, in this order (never a flag or a file)."""
 
 THINKING_BUDGET_MAX = 32768
 """The largest thinking budget Gemini 2.5 takes."""
+
+UPLOAD_TIMEOUT_RANGE = (0.1, 172800.0)
+"""``--upload_timeout`` values: up to 48 h, the life of an uploaded file."""
+
+POLL_INTERVAL_RANGE = (0.01, 600.0)
+"""``--upload_poll_interval`` values."""
 
 
 @dataclass(frozen=True)
@@ -34,10 +40,12 @@ class GeminiSettings:
         "default: the model's own", type=int_in_range(-1, THINKING_BUDGET_MAX), result=True)
     delete_uploads: bool = setting(False, "--backend gemini: delete the videos this run uploaded when it ends (default: leave them "
                                    "to expire after 48 h, so that a rerun reuses them)", action="store_true")
-    upload_timeout: float = setting(900.0, "--backend gemini: seconds an uploaded video may stay PROCESSING before its questions "
-                                    "fail (default: %(default)s)", type=positive_float)
-    upload_poll_interval: float = setting(2.0, "--backend gemini: seconds between two reads of a PROCESSING video's state "
-                                          "(default: %(default)s)", type=positive_float)
+    upload_timeout: float = setting(900.0, f"--backend gemini: seconds an uploaded video may stay PROCESSING before its questions "
+                                    f"fail, {UPLOAD_TIMEOUT_RANGE[0]:g}..{UPLOAD_TIMEOUT_RANGE[1]:g} (default: %(default)s)",
+                                    type=float_in_range(*UPLOAD_TIMEOUT_RANGE))
+    upload_poll_interval: float = setting(2.0, f"--backend gemini: seconds between two reads of a PROCESSING video's state, "
+                                          f"{POLL_INTERVAL_RANGE[0]:g}..{POLL_INTERVAL_RANGE[1]:g} (default: %(default)s)",
+                                          type=float_in_range(*POLL_INTERVAL_RANGE))
 
 
 def api_key(env: Mapping[str, str] | None = None) -> tuple[str, str] | None:

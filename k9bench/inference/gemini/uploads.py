@@ -73,6 +73,7 @@ class Uploads:
         self._lock = threading.Lock()
         self._video_locks: dict[str, threading.Lock] = {}
         self._ready: dict[str, dict] = {}  # "path|variant" -> entry, once checked in this run
+        self._failed: dict[str, str] = {}  # "path|variant" -> why its upload failed in this run
         self._work: tempfile.TemporaryDirectory | None = None
 
     # ------------------------------------------------------------------ the ledger
@@ -110,16 +111,23 @@ class Uploads:
             lock = self._video_locks.setdefault(here, threading.Lock())
         with lock:  # the questions of one video in flight at once wait for one upload
             with self._lock:
-                ready = self._ready.get(here)
+                ready, failed = self._ready.get(here), self._failed.get(here)
             if ready is not None:
                 return ready
+            if failed is not None:  # the video's other questions fail at once; a rerun tries again
+                raise UploadFailed(failed)
             key = f"{_sha256(Path(video))}|{variant}"
             with self._lock:
                 known = self._entries.get(key)
-            if known is not None and self._usable(known):
-                counter, entry = "reused", known
-            else:
-                counter, entry = ("uploaded_again" if known is not None else "uploaded"), self._upload(Path(video), variant)
+            try:
+                if known is not None and self._usable(known):
+                    counter, entry = "reused", known
+                else:
+                    counter, entry = ("uploaded_again" if known is not None else "uploaded"), self._upload(Path(video), variant)
+            except Exception as exc:  # UploadFailed, or the SDK's error after its retries
+                with self._lock:
+                    self._failed[here] = str(exc) if isinstance(exc, UploadFailed) else f"{Path(video).name}: upload failed: {exc}"
+                raise
             with self._lock:
                 self.counts[counter] += 1
                 self.used[key] = self._entries[key] = self._ready[here] = entry

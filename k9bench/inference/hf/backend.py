@@ -14,11 +14,12 @@ the Omni processors get the sampled ``fps`` keyword (a batch is split by sampled
 ``--audio`` the soundtrack goes to Omni thinkers as audio-in-video input (``use_audio_in_video``);
 a processor that cannot take it is refused at load.
 
-Batches of more than one question (``prepare_batch``/``run_prepared``, used by the runner's
-cross-video path) go through :class:`k9bench.inference.prefix_cache.SharedPrefixEngine` where it
-reproduces ``generate`` (Qwen3-VL, Qwen2.5-VL, no audio: each video's prefix prefilled once), else
-through ``generate`` (recorded under ``inference.backend.decoding`` with the reason; per-batch
-fallbacks counted in ``run_stats.decoding``). Batch size 1 is always ``generate``, the reference's path.
+Two modes (docs/inference.md says which to pick): batch size 1 is ``generate`` one question at a time, the
+reference's exact behaviour (the default, ``auto`` on CPU); a batch size above 1 is ``generate`` over a batch of
+questions that may span videos (``prepare_batch`` runs the processor on a worker thread ahead of the model,
+``run_prepared`` calls ``generate``), the prompts left-padded, nothing of transformers' below its public API.
+``--batch_size auto`` on a GPU is :func:`k9bench.inference.hf.batching.auto_batch_size`: what the free memory holds.
+The processor is used by one thread at a time (fast tokenizers refuse concurrent use).
 An uncached Hub id while the Hub is out of reach is refused before anything loads (:meth:`HFBackend.check_source`).
 
 Device, dtype and attention follow :mod:`k9bench.models.accelerator` (one policy for every model the
@@ -26,8 +27,7 @@ project loads; the loading itself is :mod:`k9bench.inference.hf.load`'s): bf16 w
 (``auto``, ``balanced``, ``balanced_low_0``, ``sequential`` or a JSON map of module -> device) with
 ``--max_memory`` spreads a model over several GPUs, the CPU and disk through accelerate (the reference
 loads with ``device_map="auto"``); where it went (modules and layers per device) is recorded under
-``inference.backend.placement``, and the shared-prefix engine runs on such a model too (inputs go to
-its embedding's device). When flash-attn
+``inference.backend.placement``. When flash-attn
 is not installed, or on CPU, ``sdpa`` is used instead, with a warning that is logged and
 recorded in the artifact (an explicit ``--attn_implementation flash_attention_2`` that cannot be
 honoured is an error instead). On CPU the default dtype is float32 (recorded too).
@@ -43,16 +43,11 @@ from typing import Any
 
 from k9bench.models.accelerator import flash_attn_available, free_accelerator_memory, is_out_of_memory
 from k9bench.inference.backend import Backend, BackendError, GenerationOutput, GenerationRequest
-from k9bench.inference.pipeline import PerThread
-from k9bench.inference.openai_compat.settings import OpenAISettings
 from k9bench.inference.settings import RunConfig
 
 log = logging.getLogger(__name__)
 
 GENERATION_KEYS = ("do_sample", "max_new_tokens", "temperature", "top_p", "top_k", "repetition_penalty", "num_beams")
-
-SUFFIX_TOKENS = 256
-"""``--batch_size auto``'s estimate of a question's own tokens after its video's shared prefix (question, options, turn end)."""
 """Generation settings recorded with every record."""
 
 
@@ -62,8 +57,6 @@ class HFBackend(Backend):
     name = "hf"
 
     def __init__(self, config: RunConfig):
-        from k9bench.settings import flags_given
-
         hf, gen, model = config.hf, config.generation, config.model
         self.model_name_or_path = model.model_name_or_path
         self.requested = {
@@ -91,16 +84,9 @@ class HFBackend(Backend):
         self._stop_ids: set[int] = set()
         self.audio = config.frames.audio
         self.policy = None
-        self.engine = None
-        self.engine_unavailable: str | None = None
-        """Why the shared-prefix engine is not used (plain ``generate`` then), or None."""
-        self._fallbacks: dict[str, int] = {}
-        self._processors = PerThread(lambda: self.processor)
-        self._lock = threading.Lock()
-        given = flags_given(OpenAISettings, config.openai)
-        if given:
-            self._warn(f"{', '.join(given)} {'applies' if len(given) == 1 else 'apply'} to --backend openai only; "
-                       "ignored by the transformers backend")
+        self._processor_lock = threading.RLock()
+        """Held around every use of the processor: batches are prepared on worker threads, and fast tokenizers
+        refuse concurrent use ("Already borrowed")."""
 
     # ------------------------------------------------------------------ loading
 
@@ -134,9 +120,6 @@ class HFBackend(Backend):
         if tokenizer is None:
             raise BackendError(f"{self.model_name_or_path}: the processor has no tokenizer")
         tokenizer.padding_side = "left"  # batched generation needs the prompts aligned on the right
-        used_attn = getattr(self.model.config, "_attn_implementation", None) or attn
-        if used_attn != attn:
-            self._warn(f"attention implementation {attn!r} was asked for but the model uses {used_attn!r}")
 
         from k9bench.video.policy import policy_for
 
@@ -170,7 +153,6 @@ class HFBackend(Backend):
         if not self._stop_ids and tokenizer.eos_token_id is not None:
             self._stop_ids = {tokenizer.eos_token_id}
 
-        self._create_engine()
         self._info = {
             "name": self.name,
             "model_name_or_path": self.model_name_or_path,
@@ -185,7 +167,7 @@ class HFBackend(Backend):
             "max_memory": {str(k): v for k, v in max_memory.items()} if max_memory else None,
             "placement": placement,
             "offload_folder": self._offload_folder if placement and "disk" in placement["modules_per_device"] else None,
-            "attn_implementation": used_attn,
+            "attn_implementation": attn,
             "attn_implementation_requested": self.requested["attn_implementation"] or "default (flash_attention_2 on GPU)",
             "flash_attn_installed": flash_attn_available(),
             "trust_remote_code": self.trust_remote_code,
@@ -197,7 +179,6 @@ class HFBackend(Backend):
             "generation": self.generation_settings(),
             "generation_overrides": dict(self.overrides),
             "padding_side": "left",
-            "decoding": self.decoding(),
         }
 
     def generation_settings(self) -> dict[str, Any]:
@@ -214,29 +195,8 @@ class HFBackend(Backend):
     # ------------------------------------------------------------------ generation
 
     def render_prompt(self, messages: list[dict]) -> str:
-        return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-
-    def _create_engine(self) -> None:
-        from k9bench.inference.prefix_cache import SharedPrefixEngine
-
-        if self.audio:
-            self.engine, self.engine_unavailable = None, "--audio: audio-in-video inputs stay on generate"
-        else:
-            self.engine, self.engine_unavailable = SharedPrefixEngine.create_or_explain(
-                self.model, self.processor, self.generation_config, self._stop_ids, resize_in_processor=self._resize_in_processor)
-        if self.engine_unavailable:
-            log.info("batches use plain generate: %s", self.engine_unavailable)
-
-    def decoding(self) -> dict[str, Any]:
-        """How batches of more than one question are decoded (recorded under ``inference.backend.decoding``)."""
-        if self.engine is not None:
-            return {"batched": "shared_prefix", **self.engine.describe(),
-                    "batch_size_1": "generate (the reference's path)"}
-        return {"batched": "generate", "why": self.engine_unavailable, "batch_size_1": "generate (the reference's path)"}
-
-    def _thread_processor(self) -> Any:
-        """The processor for this thread (fast tokenizers refuse concurrent use): worker threads get a copy."""
-        return self._processors.get()
+        with self._processor_lock:
+            return self.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
     def audio_sampling_rate(self) -> int | None:
         """The rate soundtracks are read at under ``--audio`` (the feature extractor's), else None."""
@@ -248,8 +208,7 @@ class HFBackend(Backend):
             return {"frame_size": self.policy.frame_size}
         return {}
 
-    def _cpu_inputs(self, batch: list[GenerationRequest], prompts: list[str], processor: Any = None):
-        processor = processor or self.processor
+    def _cpu_inputs(self, batch: list[GenerationRequest], prompts: list[str]):
         with_frames = [r for r in batch if r.frames is not None]
         kwargs: dict[str, Any] = {"text": prompts, "padding": True, "return_tensors": "pt"}
         if with_frames:
@@ -262,7 +221,8 @@ class HFBackend(Backend):
                     raise ValueError(f"--audio: no soundtrack given for {missing[0]}")
                 audio = [r.audio for r in batch]
             kwargs.update(self.policy.processor_kwargs([r.frames for r in batch], audio))
-        return processor(**kwargs)
+        with self._processor_lock:
+            return self.processor(**kwargs)
 
     def _to_device(self, inputs):
         inputs = inputs.to(self.device)
@@ -305,7 +265,8 @@ class HFBackend(Backend):
                                       **(self.policy.generate_kwargs(with_audio) if self.policy is not None else {}))
         prompt_len = inputs["input_ids"].shape[1]
         new_tokens = out[:, prompt_len:].cpu()
-        texts = self.processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
+        with self._processor_lock:
+            texts = self.processor.batch_decode(new_tokens, skip_special_tokens=True, clean_up_tokenization_spaces=False)
         mask = inputs.get("attention_mask")
         outputs = []
         for row, (text, prompt) in enumerate(zip(texts, prompts)):
@@ -327,42 +288,20 @@ class HFBackend(Backend):
     # ------------------------------------------------------------------ batches spanning videos
 
     def prepare_batch(self, batch: list[GenerationRequest]) -> "_Prepared":
-        """CPU work of a batch (processor, tokenizer), safe on a worker thread: the shared-prefix engine's
-        preparation, or the processor's inputs for ``generate`` (by sampled fps where the processor needs one)."""
-        from k9bench.inference.prefix_cache import PrefixCacheError
-
-        processor = self._thread_processor()
-        prompts = [processor.apply_chat_template(r.messages, tokenize=False, add_generation_prompt=True) for r in batch]
-        if self.engine is not None:
-            try:
-                return _Prepared(batch, "shared_prefix", self.engine.prepare(batch, prompts))
-            except PrefixCacheError as exc:
-                self._count_fallback(str(exc))
+        """CPU work of a batch on a worker thread: the processor's inputs for ``generate`` (split by sampled fps where the
+        processor takes one ``fps`` per call)."""
+        prompts = [self.render_prompt(r.messages) for r in batch]
         parts = []
         for members in self._fps_groups(batch):
-            sub = [batch[i] for i in members]
-            parts.append((members, self._cpu_inputs(sub, [prompts[i] for i in members], processor)))
-        return _Prepared(batch, "generate", parts)
-
-    def _count_fallback(self, why: str) -> None:
-        with self._lock:
-            first = why not in self._fallbacks
-            self._fallbacks[why] = self._fallbacks.get(why, 0) + 1
-        if first:
-            log.warning("a batch falls back to plain generate: %s", why)
+            parts.append((members, self._cpu_inputs([batch[i] for i in members], [prompts[i] for i in members])))
+        return _Prepared(batch, parts)
 
     def run_prepared(self, prepared: "_Prepared") -> list[GenerationOutput]:
-        """Answer a batch made by :meth:`prepare_batch` on the model's device; one output per request, in order."""
-        import torch
-
+        """Answer a batch made by :meth:`prepare_batch` with ``generate`` on the model's device; one output per request, in order."""
         batch = prepared.requests
-        if prepared.kind == "shared_prefix":
-            torch.manual_seed(batch[0].seed)
-            return self.engine.run(prepared.payload)
         outputs: list[GenerationOutput | None] = [None] * len(batch)
-        for members, inputs in prepared.payload:
-            sub = [batch[i] for i in members]
-            for i, out in zip(members, self._generate_plain(sub, self._to_device(inputs))):
+        for members, inputs in prepared.parts:
+            for i, out in zip(members, self._generate_plain([batch[i] for i in members], self._to_device(inputs))):
                 outputs[i] = out
         return outputs  # type: ignore[return-value]
 
@@ -372,49 +311,23 @@ class HFBackend(Backend):
 
     def choose_batch_size(self, requested: int | str, *, questions: int, max_frames: int, max_pixels: int | None,
                           videos: int | None = None) -> Any:
-        """``--batch_size`` as a :class:`k9bench.inference.batching.BatchSizeChoice` (``auto``: the memory rule,
-        each of the ``videos`` videos' prefix counted once for its ``questions / videos`` questions)."""
-        from k9bench.inference.batching import AUTO, auto_batch_size, estimate_video_tokens, given_batch_size, memory_model_for
-        from k9bench.video.sampling import DEFAULT_MAX_PIXELS
+        """``--batch_size`` as a :class:`k9bench.inference.batching.BatchSizeChoice` (``auto``: 1 on CPU; on a GPU
+        :func:`k9bench.inference.hf.batching.auto_batch_size` over the free memory)."""
+        from k9bench.inference.batching import AUTO, given_batch_size
+        from k9bench.inference.hf.batching import auto_batch_size, prompt_tokens_estimate
 
         if requested != AUTO:
             return given_batch_size(int(requested))
         device = str(self.device)
         if not device.startswith("cuda"):
-            return auto_batch_size(None, None, device=device)
+            return auto_batch_size(None, self.model.config, device=device)
         import torch
 
         free, _ = torch.cuda.mem_get_info(torch.device(device))
-        text_tokens = 512
-        if max_frames:
-            if self.policy is not None and self.policy.frame_size and self.policy.frame_patch:
-                # fixed-size frames (InternVL: 448x448, 14-pixel patches, 2x2 pixel shuffle): every frame its own tokens
-                height, width = self.policy.frame_size
-                patch, temporal = self.policy.frame_patch
-            else:
-                patch, temporal = self._patch_size or 14, 2
-                side = int((max_pixels or DEFAULT_MAX_PIXELS) ** 0.5)
-                height = width = max(2 * patch, side - side % (2 * patch))
-            prompt = estimate_video_tokens(max_frames, height, width, patch, merge_size=2, temporal_patch_size=temporal,
-                                           text_tokens=text_tokens)
-        else:
-            prompt = text_tokens
-        dtype_bytes = torch.empty((), dtype=self.model.dtype).element_size()
-        shared = self.engine is not None  # the engine keeps one prefix per video; generate copies it per row
-        memory = memory_model_for(self.model.config, dtype_bytes=dtype_bytes, prompt_tokens=prompt,
-                                  max_new_tokens=int(self.generation_config.max_new_tokens),
-                                  suffix_tokens=SUFFIX_TOKENS if shared else 0,
-                                  questions_per_video=questions / videos if shared and videos else 1.0)
-        return auto_batch_size(int(free), memory, device=device, questions=questions)
-
-    def run_stats(self) -> dict[str, Any]:
-        """Counters of this invocation (``run_stats.decoding``)."""
-        return {
-            "batched": "shared_prefix" if self.engine is not None else "generate",
-            "engine": self.engine.stats.to_dict() if self.engine is not None else None,
-            "fallbacks_to_generate": dict(self._fallbacks),
-            "why_not_shared_prefix": self.engine_unavailable,
-        }
+        prompt = prompt_tokens_estimate(self.policy, self._patch_size, max_frames=max_frames, max_pixels=max_pixels)
+        return auto_batch_size(int(free), self.model.config, device=device, questions=questions, prompt_tokens=prompt,
+                               max_new_tokens=int(self.generation_config.max_new_tokens),
+                               dtype_bytes=torch.empty((), dtype=self.model.dtype).element_size())
 
     # ------------------------------------------------------------------ errors
 
@@ -422,12 +335,9 @@ class HFBackend(Backend):
         return is_out_of_memory(exc)
 
     def recover_from_out_of_memory(self) -> None:
-        if self.engine is not None:
-            self.engine.release()  # kept prefix caches
         free_accelerator_memory()
 
     def close(self) -> None:
-        self.engine = None
         self.model = None
         self.processor = None
         gc.collect()
@@ -441,10 +351,9 @@ class HFBackend(Backend):
 class _Prepared:
     """A batch prepared on the CPU by :meth:`HFBackend.prepare_batch`."""
 
-    __slots__ = ("requests", "kind", "payload")
+    __slots__ = ("requests", "parts")
 
-    def __init__(self, requests: list[GenerationRequest], kind: str, payload: Any):
+    def __init__(self, requests: list[GenerationRequest], parts: list):
         self.requests = requests
-        self.kind = kind
-        """``shared_prefix`` (the engine's PreparedBatch) or ``generate`` (``[(positions, processor inputs)]``)."""
-        self.payload = payload
+        self.parts = parts
+        """``[(positions, processor inputs)]``: one ``generate`` call each."""

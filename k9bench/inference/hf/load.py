@@ -1,7 +1,7 @@
 """How the transformers backend loads its checkpoint: where the model goes (``--device``, or ``--device_map`` with
 ``--max_memory`` through accelerate, an offload folder when a module goes to disk), in which dtype and with which
 attention kernel (:mod:`k9bench.models.accelerator`'s policy, one for every model the project loads), and the
-``from_pretrained`` calls themselves. :class:`k9bench.inference.hf.HFBackend` calls :func:`load_model` once, in
+``from_pretrained`` calls themselves. :class:`k9bench.inference.hf.backend.HFBackend` calls :func:`load_model` once, in
 ``load()``, and records what it returns; a setting that cannot be honoured is a :class:`~k9bench.inference.backend.BackendError`.
 """
 
@@ -113,10 +113,9 @@ def load_model(name: str, requested: dict, *, trust_remote_code: bool, warnings:
     placement = placement_summary(model) if device_map else None
     if placement is None and device == "cpu":
         model.to("cpu")
-    if placement is not None:
-        from k9bench.inference.shared_decode import model_input_device
-
-        device = str(model_input_device(model))
+    if placement is not None:  # inputs go where the input embedding is (accelerate's hooks move activations on)
+        weight = model.get_input_embeddings().weight
+        device = str(weight.device) if weight.device.type != "meta" else "cpu"
         log.info("model placed across devices: %s", placement["layers_per_device"])
     model.eval()
     return LoadedModel(model=model, processor=processor, device=device, dtype_reason=dtype.reason, attn=attn, device_map=device_map,

@@ -50,7 +50,6 @@ from typing import Any
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
 from k9bench.inference.openai_compat.request import MIB, ApiCallError, BatchPartlyFailed, RequestSettings, _merge, request_bytes
 from k9bench.inference.openai_compat.server_info import empty_server_block, note_fingerprint
-from k9bench.inference.hf.settings import HFSettings
 from k9bench.inference.openai_compat.settings import TRANSPORTS, VIDEO_FPS_MAX_FRAMES, frame_size_tuple, parse_frame_size
 from k9bench.inference.records import REQUEST_TOO_LARGE, is_size_refusal
 from k9bench.inference.settings import RunConfig
@@ -74,8 +73,6 @@ class OpenAIBackend(Backend):
     name = "openai"
 
     def __init__(self, config: RunConfig):
-        from k9bench.settings import flags_given
-
         if config.generation.max_new_tokens is None:
             raise BackendError("max_new_tokens is not resolved (build the config with k9bench.inference.settings.resolve)")
         o = config.openai
@@ -96,10 +93,6 @@ class OpenAIBackend(Backend):
             warnings.append("--video_url_base has no effect unless --video_transport video_url")
         if o.video_crf is not None and o.video_transport not in ("video", "auto"):
             warnings.append(f"--video_crf has no effect with --video_transport {o.video_transport} (it sets the video transport's mp4)")
-        ignored = flags_given(HFSettings, config.hf)
-        if ignored:
-            warnings.append(f"{', '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} no effect with --backend openai "
-                            "(the server's weights, dtype, attention kernel and device apply)")
         for text in warnings:
             log.warning("%s", text)
         for name, change in config.adjustments.items():

@@ -1,5 +1,5 @@
 """The ``--backend openai`` flags: one frozen dataclass, a section of :class:`k9bench.inference.settings.RunConfig`
-named by the registry's openai row, and the two flags that set shared flags too (``--api_model``, ``--video_fps``)."""
+named by the registry's openai row, and ``--video_fps``, which sets shared flags too."""
 
 from __future__ import annotations
 
@@ -71,12 +71,14 @@ def parse_json_object(text: str) -> dict:
 
 @dataclass(frozen=True)
 class OpenAISettings:
-    """The ``--backend openai`` flags (``--api_model`` and ``--video_fps`` are added by hand: they set
-    shared flags too, see :func:`add_openai_arguments`)."""
+    """The ``--backend openai`` flags (``--video_fps`` is added by hand: it sets shared flags too, see
+    :func:`add_openai_arguments`; ``--api_model`` names the run when ``--model_name_or_path`` is not given,
+    :func:`k9bench.inference.settings.resolve`)."""
 
     api_model: str | None = setting(None, "model name sent to the server (gpt-4o, the served name of a vLLM model...); "
                                     "also names the run (model_name, default output file), like --model_name_or_path "
-                                    "(default: --model_name_or_path)", cli=False)
+                                    "(default: --model_name_or_path); with a backend that loads the weights here it must equal "
+                                    "--model_name_or_path")
     base_url: str | None = setting(None, "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
                                    "(default: the OpenAI API). The key comes from OPENAI_API_KEY only. With --backend gemini: the Gemini "
                                    "API's endpoint (default: Google's), the key from GEMINI_API_KEY", type=http_url)
@@ -124,14 +126,6 @@ class OpenAISettings:
     no_seed_param: bool = setting(False, "do not send --seed as the request's seed (for APIs that reject it)", action="store_true")
 
 
-class ApiModelAction(argparse.Action):
-    """``--api_model NAME`` also sets ``--model_name_or_path`` (the run's model_name and file name)."""
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        setattr(namespace, self.dest, values)
-        namespace.model_name_or_path = values
-
-
 class VideoFpsAction(argparse.Action):
     """``--video_fps F`` sets ``--fps F`` and the frame cap to :data:`VIDEO_FPS_MAX_FRAMES` (whole video)."""
 
@@ -142,12 +136,11 @@ class VideoFpsAction(argparse.Action):
 
 
 def add_openai_arguments(group: argparse._ArgumentGroup) -> None:
-    """The ``--backend openai`` flags: generated from :class:`OpenAISettings`, plus the two that set
-    shared flags as well (``--api_model``, ``--video_fps``)."""
+    """The ``--backend openai`` flags: generated from :class:`OpenAISettings`, plus ``--video_fps``, which sets
+    shared flags as well."""
     from k9bench.settings import add_arguments, default_of, field_docs
 
     docs = field_docs(OpenAISettings)
-    group.add_argument("--api_model", default=default_of(OpenAISettings, "api_model"), action=ApiModelAction, help=docs["api_model"])
     add_arguments(group, OpenAISettings, exclude=("video_fps",))
     group.add_argument("--video_fps", type=positive_float, default=default_of(OpenAISettings, "video_fps"), action=VideoFpsAction,
                        help=docs["video_fps"])

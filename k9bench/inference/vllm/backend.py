@@ -24,7 +24,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any
 
-from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
+from k9bench.inference.backend import Backend, BackendError, EngineDead, GenerationOutput, GenerationRequest
 from k9bench.inference.vllm.prompts import Prepared, build_prompts, chunk_size, frame_bytes_bound
 
 if TYPE_CHECKING:
@@ -212,7 +212,7 @@ class VLLMBackend(Backend):
         except Exception as exc:
             if _engine_dead(exc):
                 reason = (self.engine_log.reason() if self.engine_log is not None else None) or f"{type(exc).__name__}: {exc}"
-                raise BackendUnavailable(f"--backend vllm: the engine died ({reason}); no further question is sent to it") from None
+                raise EngineDead(f"--backend vllm: the engine died ({reason}); no further question is sent to it") from None
             raise
         self.stats["generate_calls"] += 1
         self.stats["video_arrays"] += prepared.videos

@@ -24,10 +24,17 @@
     return '<span class="chip v-' + v + '" title="' + esc(title || "") + " " + v + '">' + t + "</span>";
   }
   function pv(q, k) { var a = q.r[k]; return a && a.p != null ? a.p : null; }  // 1 right, 0 wrong/failed, null n/a
-  function differ(q) {
-    var seen = {}, n = 0;
-    q.r.forEach(function (a) { if (a && a.p != null && !seen[a.p]) { seen[a.p] = 1; n++; } });
-    return n > 1;
+  function gvOf(a) { return a && a.gv ? a.gv : 0; }  // which ground truth and options the run's file gives (0: the first's)
+  function gOf(q, a) { return gvOf(a) ? q.gv[gvOf(a)][0] : q.g; }
+  function oOf(q, a) { return gvOf(a) ? q.gv[gvOf(a)][1] : q.o; }
+  function differ(q) {  // two runs with the same ground truth and options, one right and one wrong
+    var seen = {};
+    return q.r.some(function (a) {
+      if (!a || a.p == null) return false;
+      var k = gvOf(a) + ":" + (1 - a.p);
+      seen[gvOf(a) + ":" + a.p] = 1;
+      return !!seen[k];
+    });
   }
   function margin(a, g) {  // similarity of the ground truth minus the closest other option
     if (!a || !a.x) return null;
@@ -160,12 +167,13 @@
   function band(name, q) {  // the option of a score filter a question falls in, for the chosen run
     var a = q.r[runK()];
     if (name === "judge") { var j = judge(a); return j == null ? "none" : j < 4 ? "lo" : j < 7 ? "mid" : "hi"; }
-    var m = margin(a, q.g);
+    var m = margin(a, gOf(q, a));
     return m == null ? "none" : m < -0.1 ? "far-" : m < 0 ? "near-" : m <= 0.1 ? "near+" : "far+";
   }
   function pairOf(q) {
     var x = pv(q, +F.a.value), y = pv(q, +F.b.value);
-    return x == null || y == null ? null : (x ? "r" : "w") + (y ? "r" : "w");
+    if (x == null || y == null || gvOf(q.r[+F.a.value]) !== gvOf(q.r[+F.b.value])) return null;
+    return (x ? "r" : "w") + (y ? "r" : "w");
   }
   var tests = {
     cat: function (q, v) { return q.c === v; },
@@ -233,12 +241,13 @@
       {root: $("list"), rootMargin: "400px"}).observe(more);
   }
   document.querySelector("#qtable").style.setProperty("--vw", Math.max(64, R.length * 22 + 14) + "px");
+  if (R.length > 4) document.body.classList.add("many");  // the list gets more room and drops the category column (in the detail)
   var order = Q.map(function (q, n) { return n; }), shown = [], current = -1, sortedBy = "i:0";
 
   function sortKey(q, by) {
     var a = q.r[runK()], v;
     if (by === "x") { v = top(a); return v == null ? Infinity : -v; }
-    if (by === "m") { v = margin(a, q.g); return v == null ? Infinity : v; }
+    if (by === "m") { v = margin(a, gOf(q, a)); return v == null ? Infinity : v; }
     if (by === "j") { v = judge(a); return v == null ? Infinity : v; }
     return by === "d" ? D.bins.indexOf(q.d) : by === "i" ? q.i : String(q[by]);
   }
@@ -350,12 +359,12 @@
 
   // ---------------------------------------------------------------- detail
   function bars(q, a, r) {
-    var thr = r.threshold;
-    return '<table class="opts">' + q.o.map(function (text, k) {
+    var thr = r.threshold, g = gOf(q, a);
+    return '<table class="opts">' + oOf(q, a).map(function (text, k) {
       var letter = "ABCDE"[k], x = a && a.x ? a.x[k] : null, w = x == null ? 0 : Math.max(0, Math.min(1, x)) * 100;
       var best = a && a.x && x != null && x === top(a);
-      return '<tr class="opt' + (letter === q.g ? " gt" : "") + '"><td class="letter">' + letter + "</td><td>" + esc(text) +
-        (letter === q.g ? '<span class="gttag">GT</span>' : "") + '</td><td><div class="bar" title="cosine similarity ' +
+      return '<tr class="opt' + (letter === g ? " gt" : "") + '"><td class="letter">' + letter + "</td><td>" + esc(text) +
+        (letter === g ? '<span class="gttag">GT</span>' : "") + '</td><td><div class="bar" title="cosine similarity ' +
         (x == null ? "n/a" : x.toFixed(3)) + '"><div class="fill' + (best ? " pick" : "") + '" style="width:' + w.toFixed(1) + '%"></div>' +
         (thr != null ? '<div class="thr" style="left:' + (Math.max(0, Math.min(1, thr)) * 100).toFixed(1) + '%" title="threshold ' + esc(thr) + '"></div>' : "") +
         '<span class="val">' + (x == null ? "n/a" : x.toFixed(3)) + "</span></div></td></tr>";
@@ -364,9 +373,11 @@
   function runBlock(q, a, r, k) {
     var name = (k + 1) + ". " + esc(r.label);
     if (!a) return '<div class="run"><b>' + name + "</b>: no answer to this question in this run</div>";
-    var m = margin(a, q.g);
+    var m = margin(a, gOf(q, a));
     var out = '<div class="run"><b>' + name + "</b> " + chip(a, r.label) + " <b>" + esc(a.v) + "</b>" +
       (a.p == null ? ' <span class="small">(not compared: ' + (a.v === "none" ? "no verdict" : "no video") + ")</span>" : "") +
+      (gvOf(a) ? ' <span class="mark">this run\'s file gives another ground truth or other options for this question: it is compared ' +
+        "only with runs whose file gives the same</span>" : "") +
       (a.f ? ' <span class="mark">failure class: ' + esc(a.f) + "</span> <span class=small>" + esc(a.err) + "</span>" : "") +
       "<div>answer: <q>" + esc(a.a) + "</q></div>" + (a.e ? '<div class="small">' + esc(a.e) + "</div>" : "") +
       (m != null ? '<div class="small">similarity margin (GT minus the closest other option): ' + m.toFixed(3) + "</div>" : "") + bars(q, a, r);

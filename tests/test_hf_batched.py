@@ -1,5 +1,6 @@
-"""The fast inference path through eval_video_llm.py main(): batches spanning videos, each video's shared
-prefix prefilled once, CPU preparation ahead of the model (issue 13).
+"""The HF backend's batched path through eval_video_llm.py main(): ``generate`` over batches spanning videos (left
+padding), prepared on the CPU ahead of the model (issue 13; the shared-prefix engine these tests once checked was
+retired in issue 36, and every answer check moved here, onto batched ``generate``).
 
 Parity: on CPU with the tiny Qwen3-VL in float32 and greedy decoding, an explicit --batch_size larger than
 one video's question count (the demo set has 4 per video) gives token-identical answers to --batch_size 1
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import eval_video_llm
-from k9bench.inference.batching import DEFAULT_MAX_AUTO_BATCH
+from k9bench.inference.hf.batching import DEFAULT_MAX_AUTO_BATCH
 from k9bench.inference.runner import EXIT_OK
 from k9bench.tiny_model import build_tiny_qwen3vl
 
@@ -49,12 +50,12 @@ def check_parity(model: Path, video_dir: Path, tmp_path: Path, *extra: str, batc
     fast = run(model, video_dir, tmp_path / "fast.json", "--batch_size", batch, *extra)
     assert len(single["individual_results"]) == 12 and single["failed_count"] == 0
     assert answers(fast) == answers(single)
-    assert single["run_stats"]["decoding"]["engine"]["batches"] == 0  # batch size 1: the reference's generate
+    assert single["run_stats"]["prepare"] is None  # batch size 1: the reference's generate, video by video
     stats = fast["run_stats"]
     assert stats["batch_size"]["batch_size"] == int(batch) and stats["batch_size"]["reason"] == "given"
-    assert stats["decoding"]["batched"] == "shared_prefix" and not stats["decoding"]["fallbacks_to_generate"]
+    assert stats["batch_fallbacks"] == 0  # every batch answered by one batched generate, none rerun
     assert stats["prepare"]["prepared"] == -(-12 // int(batch)) and stats["prepare"]["wait_seconds"] >= 0
-    assert fast["inference"]["backend"]["decoding"]["batched"] == "shared_prefix"
+    assert fast["inference"]["backend"]["padding_side"] == "left"
     return fast
 
 
@@ -66,11 +67,14 @@ def test_default_on_cpu_is_batch_size_1_recorded(tiny, demo_video_dir, tmp_path)
     assert data["run_stats"]["prepare"] is None  # the video-by-video path
 
 
-def test_cross_video_batches_with_shared_prefix_match_batch_size_1(tiny, demo_video_dir, tmp_path):
-    fast = check_parity(tiny, demo_video_dir, tmp_path)
-    engine = fast["run_stats"]["decoding"]["engine"]
-    # 3 videos x 4 questions in batches of 7 / 5: each video prefilled once; the split video reuses its prefix
-    assert engine["prefills"] == 3 and engine["prefix_reuses"] == 1 and engine["questions"] == 12
+def test_cross_video_batches_match_batch_size_1(tiny, demo_video_dir, tmp_path, monkeypatch):
+    from k9bench.inference.hf.backend import HFBackend
+
+    sizes = []
+    original = HFBackend.run_prepared
+    monkeypatch.setattr(HFBackend, "run_prepared", lambda self, prepared: sizes.append(len(prepared.requests)) or original(self, prepared))
+    check_parity(tiny, demo_video_dir, tmp_path)
+    assert sizes == [7, 5]  # 3 videos x 4 questions: one batch spans videos 1-2 (the second one split), the next the rest
 
 
 @pytest.mark.slow
@@ -83,7 +87,7 @@ def test_short_videos_with_fewer_frames_than_the_budget(tiny, demo_video_dir, tm
 @pytest.mark.slow
 def test_text_only_mode(tiny, demo_video_dir, tmp_path):
     fast = check_parity(tiny, demo_video_dir, tmp_path, "--max_frames", "0", batch="5")
-    assert fast["run_stats"]["decoding"]["engine"]["prefills"] == 0
+    assert all(r["num_frames"] == 0 for r in fast["individual_results"])
 
 
 @pytest.mark.slow
@@ -154,14 +158,10 @@ def test_auto_batch_size_on_a_gpu_follows_free_memory(tiny, monkeypatch):
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (free["bytes"], 80 * 2**30))
     big = backend.choose_batch_size("auto", questions=4744, max_frames=32, max_pixels=360 * 420)
     assert big.requested == "auto" and 1 < big.batch_size <= DEFAULT_MAX_AUTO_BATCH and big.inputs["free_bytes"] == 8 * 2**30
-    # each video's prefix is counted once for its questions (the engine's layout), so more questions fit
-    free["bytes"] = int((big.inputs["batch_overhead_bytes"] + 40 * 2**20) / 0.85)  # room for a few rows past the overhead
-    one_each = backend.choose_batch_size("auto", questions=4744, videos=4744, max_frames=32, max_pixels=360 * 420)
-    shared = backend.choose_batch_size("auto", questions=4744, videos=593, max_frames=32, max_pixels=360 * 420)
-    assert backend.engine is not None and shared.inputs["questions_per_video"] == 8.0 and shared.inputs["suffix_tokens"] > 0
-    assert shared.batch_size > one_each.batch_size >= 1
-    free["bytes"] = 8 * 2**30
     assert big.inputs["prompt_tokens"] > 32 // 2 * 100  # 16 temporal pairs of ~100+ tokens each, plus text
+    # each row holds its whole prompt: the batch is what the free memory holds at that many bytes a row
+    free["bytes"] = int(5 * big.inputs["row_bytes"] / 0.85) + 1
+    assert backend.choose_batch_size("auto", questions=4744, max_frames=32, max_pixels=360 * 420).batch_size == 5
     free["bytes"] = 2**20
     assert backend.choose_batch_size("auto", questions=4744, max_frames=32, max_pixels=360 * 420).batch_size == 1
     free["bytes"] = 8 * 2**30
@@ -213,3 +213,26 @@ def test_sigterm_between_cross_video_batches_then_resume(tiny, demo_video_dir, t
     assert again["run_stats"]["resumed"] == 5
     single = run(tiny, demo_video_dir, tmp_path / "b1.json", "--batch_size", "1")
     assert answers(again) == answers(single)
+
+
+INTERNALS = ("_get_logits_processor", "_attn_implementation", "lazy_initialization", "cumulative_length", "get_rope_index",
+             "_hf_hook", "_update_model_kwargs_for_generation", "_prepare_cache_for_generation")
+"""transformers' (and accelerate's) internals the retired shared-prefix engine leaned on (issue 36)."""
+
+
+def test_the_package_uses_no_private_attribute_of_transformers():
+    """No module of the package names one of transformers' internals: the explicit list above, and every single-underscore
+    attribute of the classes a backend touches (models, configs, generation, processors, caches)."""
+    import re
+
+    from transformers import GenerationConfig, GenerationMixin, PretrainedConfig, PreTrainedModel, ProcessorMixin
+    from transformers.cache_utils import Cache, DynamicCache, StaticCache
+
+    names = set(INTERNALS)
+    for cls in (PreTrainedModel, PretrainedConfig, GenerationMixin, GenerationConfig, ProcessorMixin, Cache, DynamicCache, StaticCache):
+        names |= {n for n in dir(cls) if n.startswith("_") and not n.startswith("__")}
+    assert "_attn_implementation" in names and len(names) > 50
+    pattern = re.compile(r"""(?:\.|["'])(""" + "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True)) + r""")\b""")
+    package = Path(__file__).resolve().parent.parent / "k9bench"
+    found = {f"{p.relative_to(package.parent)}: {m.group(1)}" for p in package.rglob("*.py") for m in pattern.finditer(p.read_text())}
+    assert not found, sorted(found)
