@@ -24,6 +24,7 @@ from k9bench.data.published import (
     rows_of,
 )
 from k9bench.report import build_report, load_run, write_report
+from k9bench.report.markdown import report_markdown
 from tests.test_report_comparable import PROMPT_HASH, inference_block, reference_hash, write_eval
 
 REFERENCE_PROMPT = "prompts/reference_system.txt"
@@ -98,12 +99,21 @@ def test_a_run_made_as_the_row_was_names_that_row(tmp_path, monkeypatch, name):
     assert settings.standing == "comparable", (settings.differences, settings.unconfirmed)
     assert row in settings.paper_rows
     report = build_report([str(path)], published="matching")
-    md = Path(write_report(report, tmp_path / "rep")["markdown"]).read_text()
+    md = report_markdown(report, {}, [], tmp_path / "report.md")  # the text alone (write_report adds plots and the page)
     paper_cell = md.split("## Run settings")[1].split("## ")[0]
     assert f"comparable (the paper's setup) with {row}: " in paper_cell  # the row, and why: its setup in words
     assert "not comparable" not in md
     shown = {(r.table, r.model) for r in report.published}
     assert (row.split(":")[0], row.split(": ")[1].split(" (")[0]) in shown  # the leaderboard shows the row beside the run
+
+
+def test_a_moving_alias_is_marked_not_refused(tmp_path, monkeypatch):
+    reference_hash(monkeypatch)
+    block = paper_block(frame_size="512x512", max_pixels=2 * 512 * 512)
+    alias = load_run(paper_run(tmp_path / "a.json", "gpt-4o", 4744, block)).settings
+    assert alias.standing == "comparable" and alias.paper_rows == ["Table 1: GPT-4o (32 frames, 512x512)"]
+    assert alias.caveats == ["gpt-4o is a moving alias: the paper's rows used the dated snapshot gpt-4o-2024-08-06"]
+    assert load_run(paper_run(tmp_path / "d.json", "gpt-4o-2024-08-06", 4744, block)).settings.caveats == []
 
 
 def test_video_only_gemini_matches_tables_1_and_2_and_av_never_table_1(tmp_path, monkeypatch):
@@ -144,8 +154,23 @@ def test_a_run_that_follows_no_row_names_what_differs_from_the_nearest(tmp_path,
     assert settings.nearest_row == nearest
     assert difference in settings.differences, settings.differences
     assert len(settings.differences) == 1  # only what differs: the rest of the setup is the row's
-    md = Path(write_report(build_report([str(path)], published="matching"), tmp_path / "rep")["markdown"]).read_text()
+    md = report_markdown(build_report([str(path)], published="matching"), {}, [], tmp_path / "report.md")
     assert f"(nearest: {nearest}): {difference}" in md
+
+
+def test_a_full_av_run_shows_the_papers_short_video_row_beside_its_own(tmp_path, monkeypatch):
+    reference_hash(monkeypatch)
+    path = paper_run(tmp_path / "eval_av.json", "gemini-2.5-pro", 4744, paper_block(max_frames=1800, audio=True))
+    data = json.loads(path.read_text())
+    for rec in data["individual_results"]:
+        rec["video_duration"] = 90.0 if rec["idx"] < 2693 else 200.0
+    path.write_text(json.dumps(data))
+    report = build_report([str(path)], published="matching")
+    short = report_markdown(report, {}, [], tmp_path / "report.md").split("## Short-video subset")[1].split("## ")[0]
+    assert "| gemini-2.5-pro (A+V) | 2,693 |" in short
+    assert "| Gemini-2.5 Pro (paper, Table 2: A+V, 1 FPS, videos < 150 s) | 2,693 | 42.4 | 38.4 | 37.8 | 45.1 | 50.0 | 45.0 |" in short
+    alone = build_report([str(path)], published="none")
+    assert "(paper, Table 2" not in report_markdown(alone, {}, [], tmp_path / "report.md")
 
 
 def test_thinking_limit_is_named_in_the_run_settings(tmp_path, monkeypatch):

@@ -18,12 +18,14 @@ What it writes into ``--report_dir`` (default ``report``):
 
 Accuracy counts failed samples as wrong, like the paper. Intervals are read from the eval file when it
 carries them, otherwise computed by a seeded bootstrap over videos; one drawn from fewer than 10 videos
-is shown as n/a. A run's settings are read from the file's contents and compared with the paper's setup
-(:data:`k9bench.data.published.PAPER_SETUP`); ``--subset`` restricts every run to some questions
-(:mod:`k9bench.data.subset`).
+is shown as n/a. A run's settings are read from the file's contents and compared with the paper's rows
+(:mod:`k9bench.data.published`: Tables 1 to 4 and Figure 3(a), each with its own setup) by
+:mod:`~k9bench.report.paper`: the rows whose setup the run followed, or what differs from the nearest one;
+``--subset`` restricts every run, and the judge table, to some questions (:mod:`k9bench.data.subset`).
 
 The package: :mod:`~k9bench.report.model` (what a report holds, the comparison with the paper),
-:mod:`~k9bench.report.load` (reading eval and judge files), :mod:`~k9bench.report.markdown`,
+:mod:`~k9bench.report.paper` (a run's standing against the paper's rows), :mod:`~k9bench.report.load` (reading eval
+and judge files), :mod:`~k9bench.report.markdown`,
 :mod:`~k9bench.report.plots`, :mod:`~k9bench.report.stage` (settings, flags, :class:`ReportStage`).
 ``python -m k9bench.report --frame_sweep EVAL`` lists the launcher's frame-sweep inputs.
 """

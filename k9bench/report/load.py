@@ -46,7 +46,7 @@ from k9bench.report.model import (
     duration_bin_label,
     prompt_is_reference,
 )
-from k9bench.report.paper import compare_judge, compare_with_paper
+from k9bench.report.paper import compare_judge, compare_with_paper, snapshot_caveat
 from k9bench.stats import DEFAULT_RESAMPLES, DEFAULT_SEED
 from k9bench.data.subset import VIDEO_ABSENT
 
@@ -190,7 +190,7 @@ def read_settings(meta: "EvalHeader | dict", records: list[QuestionRecord], ques
         settings.long_videos = sum(1 for sec in seconds if sec is not None and sec >= PAPER_SETUP.short_video_seconds)
     model = raw.model_name or _most_common(r.model_name for r in records)
     settings.differences, settings.unconfirmed = compare_with_paper(settings, model)
-    settings.caveats = batch_caveats(settings)
+    settings.caveats = batch_caveats(settings) + snapshot_caveat(settings)
     return settings
 
 

@@ -15,6 +15,7 @@ from k9bench.data.published import (
     PUBLISHED_ACCURACY,
     QUESTION_SETS,
     RANDOM_GUESS,
+    SHORT,
     TABLE_2,
     TABLE_3,
     TABLE_4,
@@ -232,8 +233,17 @@ def common_markdown(report: Report) -> list[str]:
     return out
 
 
-def short_video_markdown(runs: list[RunSummary]) -> str:
-    """The short-video subset (videos under 150 s) of each run, in the Table 1 layout."""
+def short_rows_for(run: RunSummary) -> list[PaperRow]:
+    """Table 2's rows of videos under 150 s for a run that followed the same model's full-set Table 2 setup (the
+    paper's Gemini A+V run restricted to short videos): beside the run's own short-video figures."""
+    followed = [r for r in (row_named(n) for n in run.settings.paper_rows) if r is not None and r.table == "Table 2"]
+    return [row for row in TABLE_2 if row.setup.questions == SHORT and any(
+        f.model == row.model and f.setup.audio == row.setup.audio and f.setup.frames == row.setup.frames for f in followed)]
+
+
+def short_video_markdown(runs: list[RunSummary], published: str = "none") -> str:
+    """The short-video subset (videos under 150 s) of each run, in the Table 1 layout; with ``--published``, the
+    Table 2 row of videos under 150 s beside a run that followed that model's full-set setup."""
     head = ["Model", "Questions", "Avg", *[CATEGORY_HEADERS[c] for c in CATEGORIES]]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(["---"] + ["---:"] * 7) + "|"]
     for run in runs:
@@ -243,6 +253,10 @@ def short_video_markdown(runs: list[RunSummary]) -> str:
             continue
         cells = [_fmt(run.short.accuracy)] + [_fmt(run.short_categories[c].accuracy) for c in CATEGORIES]
         lines.append("| " + " | ".join([_cell(run.label), f"{run.short.total:,}", *cells]) + " |")
+        for row in short_rows_for(run) if published != "none" else []:
+            cells = [_fmt(row.average)] + [_fmt(row.categories.get(c)) for c in CATEGORIES]
+            lines.append("| " + " | ".join([f"{row.model} (paper, {row.table}: {row.setting})",
+                                            f"{QUESTION_SETS[row.setup.questions][0]:,}", *cells]) + " |")
     return "\n".join(lines)
 
 
@@ -383,7 +397,7 @@ def report_markdown(report: Report, plots: dict, notes: list[str], md_path: Path
            settings_markdown(report.runs), ""]
     md += [f"## Short-video subset (videos under {PAPER_SETUP.short_video_seconds:g} s)", "",
            f"Accuracy in % over the questions whose video is shorter than {PAPER_SETUP.short_video_seconds:g} s "
-           f"(the paper's subset has {PAPER_SETUP.short_video_questions:,} questions).", "", short_video_markdown(report.runs), ""]
+           f"(the paper's subset has {PAPER_SETUP.short_video_questions:,} questions).", "", short_video_markdown(report.runs, report.published_mode), ""]
     md += judge_section(report)
     md += people_markdown(report.people, report.published_mode, plots)  # k9bench.report.people (docs/people.md)
     if report.published_mode == "all":

@@ -267,6 +267,18 @@ def compare_judge(judge: JudgeSummary, settings: RunSettings | None) -> None:
     judge.differences, judge.unconfirmed = differences, unconfirmed
 
 
+def snapshot_caveat(settings: RunSettings) -> list[str]:
+    """A run of a moving API alias (``gpt-4o``) whose paper rows name a dated snapshot: the mark that its replies
+    come from whatever the alias serves today (it does not make the run incomparable)."""
+    named = settings.model_name_or_path
+    if not named:
+        return []
+    snapshots = {row.api_model for row in rows_of(named) if row.api_model}
+    if snapshots and str(named).lower() not in snapshots:
+        return [f"{named} is a moving alias: the paper's rows used the dated snapshot {', '.join(sorted(snapshots))}"]
+    return []
+
+
 def row_named(name: str | None) -> PaperRow | None:
     """The published row of this :attr:`~k9bench.data.published.PaperRow.name`."""
     return next((row for row in PAPER_ROWS if row.name == name), None)

@@ -158,7 +158,7 @@ def category_figure(report: Report):
         scores = [run.categories[c] for c in CATEGORIES] + [run.overall]
         label = f"{run.label} (n={run.overall.total:,})"
         if report.published and run.settings.standing != COMPARABLE:
-            label += f", {run.settings.standing} to Table 1"
+            label += f", {run.settings.standing} to {run.settings.nearest_table or 'Table 1'}"
         series.append(Series(label, [s.accuracy for s in scores], [s.ci for s in scores], [s.total for s in scores]))
         thin.append(_thin(scores))
     for pub in report.published:
