@@ -314,3 +314,22 @@ def test_questions_with_another_ground_truth_are_compared_apart(demo_files, demo
     assert page["questions"][3]["gv"][1][1][4] == "another text"
     pairs = page["across"]["pairs"][0][1]
     assert pairs["n"] == 8 == pairs["rr"] + pairs["rw"] + pairs["wr"] + pairs["ww"]
+
+
+@pytest.mark.parametrize("model, max_frames, audio, table", [
+    ("tiny-m", 4, False, "Table 1"),
+    ("Qwen3-VL-8B", 64, False, "Figure 3(a)"),  # the frame ablation's 64-frame point is its nearest row
+    ("Gemini-2.5 Pro", 4, True, "Table 2"),  # audio + video: Table 2's rows
+])
+def test_the_mark_names_the_table_of_the_nearest_row(demo_video_dir, tmp_path, model, max_frames, audio, table):
+    path = demo_eval(tmp_path / "eval_x_mf4_n-1.json", demo_video_dir, model=model, max_frames=max_frames)
+    data = json.loads(path.read_text())
+    data["input_meta"]["model_name_or_path"] = model
+    if audio:
+        data["input_meta"]["inference"]["frames"]["audio"] = True
+        for record in data["individual_results"]:
+            record["audio_used"] = True
+    path.write_text(json.dumps(data))
+    assert main([str(path), "--output_dir", str(tmp_path / "page"), "--thumbnails", "0", "-q"]) == 0
+    run = page_data(tmp_path / "page" / "index.html")["runs"][0]
+    assert run["differences"] and run["mark"] == f"not comparable to the paper's {table}"

@@ -19,7 +19,7 @@ from k9bench.artifact_io import ArtifactError, read_json
 from k9bench.judge.parse import AXES
 from k9bench.layout import next_stage_path, parse_artifact_name
 from k9bench.report.paired import option_texts
-from k9bench.report.model import DURATION_BINS, NOT_COMPARABLE_MARK, duration_bin_label
+from k9bench.report.model import DURATION_BINS, duration_bin_label, mark_for
 
 log = logging.getLogger("k9bench.view")
 
@@ -172,7 +172,7 @@ def _settings(run: RunInput) -> dict:
             ("max pixels", s.max_pixels), ("prompt", s.prompt_placement), ("audio", s.audio), ("dataset", s.dataset),
             ("embedding model", s.embedding_model), ("threshold", s.threshold), ("questions", len(run.records))]
     return {"rows": [[k, str(v)] for k, v in rows if v is not None], "standing": s.standing,
-            "mark": NOT_COMPARABLE_MARK if s.differences else "", "differences": list(s.differences),
+            "mark": mark_for(s.nearest_table) if s.differences else "", "differences": list(s.differences),
             "unconfirmed": list(s.unconfirmed), "threshold": s.threshold}
 
 
