@@ -102,3 +102,26 @@ def test_a_stop_signal_is_honoured_while_long_replies_are_read_and_redacted(tmp_
                 proc.kill()
                 proc.wait()
     assert "Traceback" not in (tmp_path / "err.txt").read_text()
+
+
+def test_an_inference_reply_of_megabytes_is_cut_to_the_cap_before_it_is_scrubbed(demo_video_dir, tmp_path, monkeypatch, capfd):
+    """The OpenAI backend gives :data:`MAX_REPLY_CHARS` to its client, as the judge does: a reply of 3 MB is cut before the
+    key's scrub, its first characters are the answer, and the record says how long it was."""
+    import eval_video_llm
+    from k9bench.serving import openai_api
+    from k9bench.serving.openai_api import MAX_REPLY_CHARS
+
+    scanned: list[int] = []
+    real_scrub = openai_api.scrub
+    monkeypatch.setattr(openai_api, "scrub", lambda text, secret: (scanned.append(len(text)), real_scrub(text, secret))[1])
+    out = tmp_path / "raw.json"
+    with FakeOpenAIServer(lambda req: "w" * 3_000_000) as server:
+        assert eval_video_llm.main(["--backend", "openai", "--api_model", "gpt-test", "--base_url", server.base_url, "--dataset_name",
+                                    "demo", "--video_dir", str(demo_video_dir), "--output_file", str(out), "--max_samples", "2",
+                                    "--max_frames", "2", "--retry_backoff", "0.01", "-q"]) == 0
+    records = json.loads(out.read_text())["individual_results"]
+    assert len(records) == 2
+    for record in records:
+        assert record["response"] == "w" * MAX_REPLY_CHARS and record["api_reply_chars"] == 3_000_000
+    assert scanned and max(scanned) <= MAX_REPLY_CHARS
+    assert "idx 0: the reply is 3000000 characters, over the 100000-character cap" in capfd.readouterr().err

@@ -17,12 +17,10 @@ from k9bench.judge.cache import request_key
 from k9bench.judge.parse import TABLE3_AXES, JudgeParseError, parse_judgement
 from k9bench.judge.settings import MISSING_MODEL_ANSWER, JudgeSettings, render_prompt
 from k9bench.judge.tasks import JudgeTask
+from k9bench.serving.openai_api import MAX_REPLY_CHARS
 
 log = logging.getLogger("k9bench.judge")
 
-MAX_REPLY_CHARS = 100_000
-"""A judge reply longer than this is not parsed: the entry is skipped (``reply_too_large``). A reply
-to our prompt is a CoT line and a dictionary, a few thousand characters at most."""
 
 RAW_REPLY_KEPT = 4_000
 """Characters of an oversized reply kept in its skipped entry."""

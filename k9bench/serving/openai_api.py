@@ -66,6 +66,12 @@ log = logging.getLogger(__name__)
 API_KEY_ENV = "OPENAI_API_KEY"
 """The only place the key is read from."""
 
+MAX_REPLY_CHARS = 100_000
+"""The longest reply used (a judge's CoT line and dictionary, a model's answer: a few thousand characters at
+most). Callers give it to :class:`ChatClient` (``max_reply_chars``) so that a longer reply is cut before anything
+scans it: the judge skips such a reply (``reply_too_large``), inference keeps its first characters and records
+the length as sent (``api_reply_chars``)."""
+
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -122,7 +122,7 @@ class OpenAIBackend(Backend):
     # ------------------------------------------------------------------ loading
 
     def load(self) -> None:
-        from k9bench.serving.openai_api import API_KEY_ENV, ChatClient, MissingApiKey, RetryPolicy, resolve_api_key
+        from k9bench.serving.openai_api import API_KEY_ENV, MAX_REPLY_CHARS, ChatClient, MissingApiKey, RetryPolicy, resolve_api_key
         from k9bench.serving.endpoint import PLACEHOLDER_KEY
 
         s = self.settings
@@ -133,7 +133,8 @@ class OpenAIBackend(Backend):
         self.api_key_source = "none (placeholder sent to --base_url)" if key == PLACEHOLDER_KEY else API_KEY_ENV
         policy = RetryPolicy(max_retries=s.max_retries, backoff_base=s.retry_backoff, backoff_max=max(60.0, s.retry_backoff))
         try:
-            self.client = ChatClient(api_key=key, base_url=s.base_url, timeout=s.timeout, retry=policy)
+            self.client = ChatClient(api_key=key, base_url=s.base_url, timeout=s.timeout, retry=policy,
+                                     max_reply_chars=MAX_REPLY_CHARS)  # a longer reply is cut before anything scans it
         except Exception as exc:  # an unusable base_url, a missing openai package...
             raise BackendError(f"cannot create the OpenAI client for {s.base_url or 'the OpenAI API'}: {type(exc).__name__}: {exc}") from None
         models = self._probe()
@@ -476,6 +477,11 @@ class OpenAIBackend(Backend):
         if not (result.text or "").strip():
             return ApiCallError(f"the server returned an empty reply (finish_reason={result.finish_reason!r})",
                                 kind="empty_reply", attempts=result.attempts)
+        cap = getattr(self.client, "max_reply_chars", None)
+        if cap is not None and (result.reply_chars or 0) > cap:
+            log.warning("idx %s: the reply is %d characters, over the %d-character cap; its first %d are kept (api_reply_chars)",
+                        request.key, result.reply_chars, cap, cap)
+            fields["api_reply_chars"] = result.reply_chars
         usage = result.usage
         has_usage = usage.total_tokens > 0 or usage.prompt_tokens > 0
         extra = {
