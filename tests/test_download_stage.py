@@ -174,6 +174,8 @@ def test_a_corrupt_demo_video_is_made_again_not_fetched(tmp_path, no_online_fetc
     assert entry.status == "ok" and entry.replaced_invalid and "made locally" in entry.message
     assert (out / "demoVid0002.mp4").read_bytes() == good
     assert [report.by_scene[s].status for s in ("demoVid0001", "demoVid0003")] == ["skipped", "skipped"]
+    # the summary says the video was made here, not downloaded
+    assert report.summary_line() == "3 video(s): 0 downloaded, 1 made locally, 2 already present, 0 failed"
 
 
 def test_auto_download_of_the_demo_set_with_soundtracks(tmp_path, no_online_fetch, av_video_dir):

@@ -31,6 +31,9 @@ MANIFEST_NAME = "download_manifest.json"
 STATUSES = ("ok", "skipped", "failed")
 """``ok``: fetched and verified now; ``skipped``: already present and verified; ``failed``."""
 
+GENERATED_FORMAT = {"format_id": "generated", "ext": "mp4", "protocol": "local"}
+"""The manifest's ``format`` for a video made locally instead of downloaded."""
+
 
 @dataclass
 class VideoResult:
@@ -69,6 +72,11 @@ class VideoResult:
     (None when no manifest recorded it)."""
     timestamp: str = ""
     """When this outcome was reached (ISO 8601)."""
+
+    @property
+    def made_locally(self) -> bool:
+        """True for a video made here (the demo set's) rather than downloaded."""
+        return (self.format or {}).get("format_id") == GENERATED_FORMAT["format_id"]
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -149,7 +157,9 @@ class DownloadReport:
     def summary_line(self) -> str:
         """One human line: totals and failure classes."""
         c = self.counts
-        text = f"{len(self.results)} video(s): {c['ok']} downloaded, {c['skipped']} already present, {c['failed']} failed"
+        made = sum(r.status == "ok" and r.made_locally for r in self.results)
+        fetched = f"{c['ok'] - made} downloaded, {made} made locally" if made else f"{c['ok']} downloaded"
+        text = f"{len(self.results)} video(s): {fetched}, {c['skipped']} already present, {c['failed']} failed"
         if self.failed_by_class:
             text += " (" + ", ".join(f"{k}: {v}" for k, v in self.failed_by_class.items()) + ")"
         return text

@@ -31,16 +31,13 @@ from typing import Any, Callable, Mapping
 from k9bench.artifacts import now_iso
 from k9bench.download.failures import VideoFailure, clean_message
 from k9bench.download.settings import DownloadConfig
-from k9bench.download.manifest import VideoResult, earlier_facts, verified_earlier
+from k9bench.download.manifest import GENERATED_FORMAT, VideoResult, earlier_facts, verified_earlier
 from k9bench.download.ytdlp import SeenWarnings, downloaded_file, fetch, format_info
 
 log = logging.getLogger("k9bench.download")
 
 Generator = Callable[[Path], Any]
 """Makes one video at the path given (a local source: the demo set's videos)."""
-
-GENERATED_FORMAT = {"format_id": "generated", "ext": "mp4", "protocol": "local"}
-"""The manifest's ``format`` for a video made locally instead of downloaded."""
 
 
 @dataclass

@@ -231,7 +231,7 @@ def _log_result(res: VideoResult) -> None:
         log.warning("%s: FAILED [%s%s] %s", res.scene_name, res.error_class, extra, res.message)
     elif res.status == "ok":
         fmt = res.format or {}
-        log.info("%s: %s (%s, %sp, %.1f s)", res.scene_name, "made locally" if fmt.get("format_id") == "generated" else "downloaded",
+        log.info("%s: %s (%s, %sp, %.1f s)", res.scene_name, "made locally" if res.made_locally else "downloaded",
                  fmt.get("format_id"), fmt.get("height") or (res.video or {}).get("height") or "?", res.seconds)
     else:
         log.debug("%s: already present and verified", res.scene_name)
