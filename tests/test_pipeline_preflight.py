@@ -173,6 +173,18 @@ def test_a_signal_during_the_demo_model_build_names_that_step(fake, launcher_env
     assert not (tmp_path / "demo_out" / "tiny-qwen3vl").exists()  # no half model: the next run builds it
 
 
+def test_the_demo_model_build_names_the_folder_the_model_ends_in(fake, launcher_env, capsys, tmp_path, monkeypatch):
+    """The build writes beside its place (``tiny-qwen3vl.partial``, which its own line names) and renames it: the log
+    says where the model is now, so the ``.partial`` folder it named is not looked for."""
+    launcher_env(DEMO="1", OUT_DIR=str(tmp_path / "demo_out"))
+    monkeypatch.delenv("MODEL_NAME")
+    code, out, _ = launch(fake, capsys)
+    assert code == 0, out
+    model = tmp_path / "demo_out" / "tiny-qwen3vl"
+    assert f"step demo-model: done, tiny-qwen3vl.partial renamed to {model}" in out
+    assert (model / "config.json").is_file() and not model.with_name("tiny-qwen3vl.partial").exists()
+
+
 # --------------------------------------------------------------------------- shared build products
 
 

@@ -119,7 +119,7 @@ def prepare_model(e, settings: "LaunchSettings", p: Preparing) -> None:
         p.run(step)
         shutil.rmtree(model, ignore_errors=True)  # a half-built folder left by an older launcher (no config.json)
         partial.rename(model)
-        say(f"step {e.name}: done")
+        say(f"step {e.name}: done, {partial.name} renamed to {model}")
 
 
 def prepare_videos(e, settings: "LaunchSettings", p: Preparing) -> None:
