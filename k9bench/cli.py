@@ -16,6 +16,17 @@ def add_logging_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("-q", "--quiet", action="store_true", help="warnings and errors only")
 
 
+class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """argparse's defaults in ``--help``, except where they say nothing or twice: no ``(default: None)`` or
+    ``(default: [])``, none after an on/off flag, none after a help text that names its default itself."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default in (None, [], ()) or isinstance(action.default, bool) or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse's parser, except that no error line echoes a secret: an unknown ``--api_key sk-...`` is
     reported as ``--api_key ***``, and the credentials of a URL in a bad value are masked. Every

@@ -106,12 +106,12 @@ def _defaults() -> dict[str, str]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from k9bench.cli import ArgumentParser, add_logging_args
+    from k9bench.cli import ArgumentParser, DefaultsHelpFormatter, add_logging_args
     from k9bench.validators import int_at_least, positive_int
 
     d = _defaults()
     parser = ArgumentParser(prog="python -m k9bench.prefetch", description=__doc__.split("\n\n")[0],
-                            formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+                            formatter_class=DefaultsHelpFormatter)
     parser.add_argument("--model_name_or_path", default=d["model_name_or_path"], help="the video LLM (MODEL_NAME when set)")
     parser.add_argument("--embedding_model", default=d["embedding_model"], help="the scoring model (EMBEDDING_MODEL when set)")
     parser.add_argument("--dataset_name", default=d["dataset_name"], help="the questions (DATASET_NAME when set)")

@@ -65,6 +65,23 @@ def test_flags_parse_to_typed_values(argv, field, value):
     assert getattr(args, field) == value and type(getattr(args, field)) is type(value)
 
 
+@pytest.mark.parametrize("script", ["download_videos.py", "python -m k9bench.prefetch"])
+def test_help_shows_each_default_once_and_no_none(script):
+    """``--help`` gives a flag's default where it says something, once: not ``(default: None)``, not after an on/off
+    flag, not a second time after a help text that names its own (``--manifest``)."""
+    import re
+
+    from k9bench import prefetch
+
+    parser = download_videos.build_parser() if script == "download_videos.py" else prefetch.build_parser()
+    text = " ".join(parser.format_help().split())
+    assert "(default: None)" not in text and "(default: False)" not in text and "(default: [])" not in text
+    assert not re.search(r"default[^()]*\) \(default:", text), text
+    assert "(default: -1)" in text  # --max_samples: a real default still shows
+    if script == "download_videos.py":
+        assert "manifest JSON path (default: <output_dir>/download_manifest.json) --reverify" in text
+
+
 @pytest.mark.parametrize("argv", [
     ["--timeout", "nan"], ["--timeout", "inf"], ["--timeout", "-1"], ["--sleep_interval", "inf"],
     ["--workers", "0"], ["--workers", "two"], ["--retries", "-1"], ["--max_samples", "-3"],

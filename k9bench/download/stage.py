@@ -52,13 +52,13 @@ _CONFIG_FIELDS = tuple(f.name for f in dataclasses.fields(DownloadConfig))
 
 def build_parser() -> argparse.ArgumentParser:
     """``download_videos.py``'s flags, generated from the settings classes."""
-    from k9bench.cli import ArgumentParser, add_logging_args
+    from k9bench.cli import ArgumentParser, DefaultsHelpFormatter, add_logging_args
     from k9bench.download.settings import DownloadConfig as config_class  # the class itself, never a wrapper
 
     parser = ArgumentParser(
         prog="download_videos.py",
         description="Download K9-Bench videos with yt-dlp, remux to faststart mp4, verify each file.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=DefaultsHelpFormatter,
     )
     add_arguments(parser, DatasetSettings)
     add_arguments(parser, DownloadJob)
