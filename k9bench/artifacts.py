@@ -124,6 +124,16 @@ class QuestionRecord:
         """True for a failed sample (carries an error)."""
         return self.error is not None
 
+    @property
+    def video_key(self) -> str:
+        """The record's video: its scene name, else its file name without the extension, else ``idx:N`` (the
+        bootstrap's resampling unit, and how the report and the results page group questions by video)."""
+        if self.scene_name:
+            return str(self.scene_name)
+        if self.video:
+            return str(self.video).rsplit(".", 1)[0]
+        return f"idx:{self.idx}"
+
     def to_dict(self) -> dict:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):

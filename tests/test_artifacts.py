@@ -406,3 +406,12 @@ def test_a_really_full_disk_keeps_the_checkpoint_valid_and_the_rerun_resumes(tin
     resumed.append({"idx": 5000, "payload": "z"})
     resumed.close()
     assert 5000 in CheckpointLog(path).load()
+
+
+def test_a_record_s_video_key_is_its_scene_else_its_file_stem_else_its_idx():
+    """One rule for the bootstrap's unit (scoring), the report's video counts and the results page's grouping."""
+    from k9bench.artifacts import QuestionRecord
+
+    assert QuestionRecord(idx=3, scene_name="abcdefghijk", video="other.mp4").video_key == "abcdefghijk"
+    assert QuestionRecord(idx=3, video="abcdefghijk.mp4").video_key == "abcdefghijk"
+    assert QuestionRecord(idx=3).video_key == "idx:3"

@@ -85,15 +85,6 @@ def is_correct(record: QuestionRecord) -> bool:
     return bool(record.is_correct) and not record.failed
 
 
-def video_of(record: QuestionRecord) -> str:
-    """A record's video (the bootstrap's resampling unit)."""
-    if record.scene_name:
-        return str(record.scene_name)
-    if record.video:
-        return str(record.video).rsplit(".", 1)[0]
-    return f"idx:{record.idx}"
-
-
 def record_duration(record: QuestionRecord) -> float | None:
     """The video duration (seconds) that eval_video_llm.py stores in each record, or None."""
     value = record.extra.get("video_duration")
@@ -102,7 +93,7 @@ def record_duration(record: QuestionRecord) -> float | None:
 
 def score_of(records: list[QuestionRecord]) -> Score:
     """Correct / total of some records, with the number of their videos."""
-    return Score(correct=sum(is_correct(r) for r in records), total=len(records), videos=len({video_of(r) for r in records}))
+    return Score(correct=sum(is_correct(r) for r in records), total=len(records), videos=len({r.video_key for r in records}))
 
 
 def bootstrap_intervals(records: list[QuestionRecord], *, samples: int = BOOTSTRAP_SAMPLES, seed: int = BOOTSTRAP_SEED) -> dict:
@@ -116,7 +107,7 @@ def bootstrap_intervals(records: list[QuestionRecord], *, samples: int = BOOTSTR
 
     if not records:
         return {}
-    result = bootstrap_accuracy([is_correct(r) for r in records], [video_of(r) for r in records],
+    result = bootstrap_accuracy([is_correct(r) for r in records], [r.video_key for r in records],
                                 [r.question_category for r in records], resamples=samples, seed=seed)
     out = {}
     for name, interval in [("overall", result.overall), *result.by_label.items()]:
@@ -382,7 +373,7 @@ def common_questions(runs: list[RunSummary]) -> CommonQuestions | None:
     videos: set = set()
     for run in runs:
         rows = [r for r in run.records if r.idx in common]
-        videos |= {video_of(r) for r in rows}
+        videos |= {r.video_key for r in rows}
         score = score_of(rows)
         if rows:
             score.ci = bootstrap_intervals(rows).get("overall")

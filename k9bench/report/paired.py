@@ -116,7 +116,7 @@ def paired_comparison(run: RunSummary, baseline: RunSummary) -> PairedComparison
     counts as wrong, as everywhere in the report) whose ground truth and options agree. :class:`ReportError`
     when a common idx is another question in the two files (another dataset); runs scored another way
     (threshold, embedding model) give a block that compares nothing and says why."""
-    from k9bench.report.load import is_correct, video_of
+    from k9bench.report.load import is_correct
     from k9bench.stats import clustered_mcnemar, mcnemar_exact, paired_difference_interval
 
     mine = {r.idx: r for r in run.records if r.error_class not in VIDEO_ABSENT}
@@ -124,14 +124,14 @@ def paired_comparison(run: RunSummary, baseline: RunSummary) -> PairedComparison
     common, mismatched = [], []
     for idx in sorted(set(mine) & set(theirs)):
         a, b = mine[idx], theirs[idx]
-        if video_of(a) != video_of(b) or (a.question and b.question and a.question != b.question):
+        if a.video_key != b.video_key or (a.question and b.question and a.question != b.question):
             raise ReportError(f"--baseline {baseline.path}: record idx {idx} is another question than in {run.path} "
-                              f"(video {video_of(b)} vs {video_of(a)}); the two runs are not of the same dataset")
+                              f"(video {b.video_key} vs {a.video_key}); the two runs are not of the same dataset")
         same = a.ground_truth == b.ground_truth and option_texts(a.options) == option_texts(b.options)
         (common if same else mismatched).append(idx)
     scoring = {"run": _scoring(run), "baseline": _scoring(baseline)}
     out = PairedComparison(run_label=run.label, run_path=run.path, baseline_label=baseline.label, baseline_path=baseline.path,
-                           n_common_questions=len(common), n_common_videos=len({video_of(mine[i]) for i in common}),
+                           n_common_questions=len(common), n_common_videos=len({mine[i].video_key for i in common}),
                            acc_run=None, acc_baseline=None, diff=None, ci_low=None, ci_high=None, mcnemar_b=None, mcnemar_c=None,
                            mcnemar_p=None, n_mismatched=len(mismatched), mismatched_idx=tuple(mismatched[:10]), scoring=scoring)
     differ = [f"{key.replace('_', ' ')} {scoring['run'][key]} here, {scoring['baseline'][key]} in the baseline"
@@ -142,7 +142,7 @@ def paired_comparison(run: RunSummary, baseline: RunSummary) -> PairedComparison
         return out
     ours = [is_correct(mine[i]) for i in common]
     base = [is_correct(theirs[i]) for i in common]
-    units = [video_of(mine[i]) for i in common]
+    units = [mine[i].video_key for i in common]
     n, videos = len(common), out.n_common_videos
     out.mcnemar_b = sum(1 for x, y in zip(ours, base) if x and not y)
     out.mcnemar_c = sum(1 for x, y in zip(ours, base) if y and not x)

@@ -46,14 +46,6 @@ class RecordOutcome:
     """Its ground-truth letter."""
 
 
-def _unit_of(record: QuestionRecord) -> str:
-    if record.scene_name:
-        return str(record.scene_name)
-    if record.video:
-        return str(record.video).rsplit(".", 1)[0]
-    return f"idx:{record.idx}"
-
-
 def _category_of(record: QuestionRecord) -> str:
     value = record.question_category
     # a reference failed sample ({"example_id": N, "error": ...}) has no category
@@ -73,7 +65,7 @@ def _decide(rec: QuestionRecord, row: dict | None, where: str, threshold: float)
         message = " ".join(str(rec.error).split())
         rec.evaluation_explanation = f"failed sample ({reason}): {message[:200]}"
         rec.extra["failure_reason"] = reason
-        return RecordOutcome(False, False, _category_of(rec), _unit_of(rec), None, str(rec.ground_truth))
+        return RecordOutcome(False, False, _category_of(rec), rec.video_key, None, str(rec.ground_truth))
     check_record(rec, row, where)
     if rec.cosine_similarities is None:
         raise ScoringError(f"{where}: no 'cosine_similarities' (run --mode calculate on the raw file first)")
@@ -88,7 +80,7 @@ def _decide(rec: QuestionRecord, row: dict | None, where: str, threshold: float)
         rec.evaluation_explanation += f" (the answer is {'empty' if flag == 'empty_answer' else 'blank'}; decided by its similarities, as the reference does)"
     rec.extra["similarity_margin"] = verdict.margin
     rec.extra["best_option"] = verdict.best_option
-    return RecordOutcome(verdict.is_correct, True, _category_of(rec), _unit_of(rec), sims, rec.ground_truth)
+    return RecordOutcome(verdict.is_correct, True, _category_of(rec), rec.video_key, sims, rec.ground_truth)
 
 
 def evaluate(

@@ -242,7 +242,6 @@ def _answer(run: RunInput, record) -> dict:
 
 def build_data(runs: list[RunInput], *, notes: list[str] | None = None, paired: dict | None = None) -> dict:
     """The page's data: runs, questions with every run's answer, and the across-run tables."""
-    from k9bench.report.load import video_of
 
     questions: dict[int, dict] = {}
     for r_i, run in enumerate(runs):
@@ -251,7 +250,7 @@ def build_data(runs: list[RunInput], *, notes: list[str] | None = None, paired: 
         for rec in run.records:
             q = questions.get(rec.idx)
             if q is None:
-                scene = video_of(rec)
+                scene = rec.video_key
                 video = rec.video or f"{scene}.mp4"
                 local = (vdir / video) if vdir else None
                 # the demo's videos are made here: their link is the local file, never the YouTube address in their rows

@@ -84,7 +84,6 @@ def _wanted(runs) -> dict:
     """scene -> {recorded frame indices -> [run numbers, the first such run, its record, video file, sampling]}:
     each distinct frame set of a video, in run order, with the runs that saw it. Checks every run's
     ``inference.frames`` block first (:class:`~k9bench.view.data.ViewError`), before anything is decoded."""
-    from k9bench.report.load import video_of
     from k9bench.view.data import inference_of, video_dir_of
 
     wanted: dict[str, dict] = {}
@@ -96,7 +95,7 @@ def _wanted(runs) -> dict:
         sampling = _sampling(frames, f"{run.path}: inference.frames")
         seen = set()
         for rec in run.records:
-            scene, indices = video_of(rec), rec.extra.get("frame_indices")
+            scene, indices = rec.video_key, rec.extra.get("frame_indices")
             if scene in seen or not isinstance(indices, list) or not indices:
                 continue
             seen.add(scene)
