@@ -42,7 +42,7 @@ class ServeSettings:
 class AnswerSettings:
     """``answer``: an annotator answers a subset's questions in free form."""
 
-    subset: str = setting(None, "the questions to answer: a subset file, a list of idx, or a run's file (python -m k9bench.data.subset)",
+    subset: str = setting(None, "the questions to answer, a file: a subset file, a JSON or text list of idx, or a run's file (python -m k9bench.data.subset)",
                           required=True, metavar="FILE")
     annotator: str = setting(None, "the annotator's name (their answers are model_name human-NAME)", type=person_name, required=True)
     output_dir: str = setting(None, "folder of raw_human-NAME.json (and its checkpoint)", required=True, metavar="DIR")
