@@ -243,6 +243,8 @@ def test_stray_arguments_are_refused_and_help_lists_every_variable(fake, launche
     for name in ("MODEL_NAME", "MAX_FRAMES", "OUT_DIR", "INFER_ARGS", "SERVE", "SERVE_URL", "GPUS", "GPUS_PER_NODE", "VENV", "DEMO"):
         assert f"\n  {name} " in out, name
     assert "create it first" not in out and "of one video" not in out and "#" not in out
+    # every name stands apart from its text, the longest too (it read "K9BENCH_VLLM_PYTHONSERVE=vllm: ...")
+    assert "\n  K9BENCH_VLLM_PYTHON  SERVE=vllm: " in out and "\n  EMBED_BATCH_SIZE " in out
 
 
 # --------------------------------------------------------------------------- the run lock

@@ -301,15 +301,16 @@ def defaults_table() -> str:
 
     parsers: dict = {}
     lines = ["Variables (default now: the launcher's own, else that of the script flag named):"]
+    width = 2 + max(len(name) for name in [*(var.name for var in VARIABLES), *(name for name, _ in OTHER_VARIABLES)])
     for var in VARIABLES:
         value = default_of(var, parsers)
         shown = "(the script decides)" if value is None else (value or "(none)")
         found = variable_flag(var.name) if var.default is None else None
         where = f" [{found[0]}.py {found[1]}]" if found else ""
-        lines.append(f"  {var.name:<17}{var.help}")
-        lines.append(f"  {'':<17}default: {shown}{where}")
+        lines.append(f"  {var.name:<{width}}{var.help}")
+        lines.append(f"  {'':<{width}}default: {shown}{where}")
     for name, text in OTHER_VARIABLES:
-        lines.append(f"  {name:<17}{text}")
+        lines.append(f"  {name:<{width}}{text}")
     return "\n".join(lines)
 
 
