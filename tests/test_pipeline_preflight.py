@@ -185,6 +185,25 @@ def test_the_demo_model_build_names_the_folder_the_model_ends_in(fake, launcher_
     assert (model / "config.json").is_file() and not model.with_name("tiny-qwen3vl.partial").exists()
 
 
+def test_the_demo_s_dry_run_lists_its_preparation_and_makes_nothing(fake, launcher_env, capsys, tmp_path, monkeypatch):
+    """DEMO=1 --dry_run names the tiny model (and, with AUDIO=1, the videos with soundtracks) the run makes first, in
+    the plan's layout; nothing is built. Once the model is there, its line says so."""
+    launcher_env(DEMO="1", OUT_DIR=str(tmp_path / "demo_out"), AUDIO="1")
+    monkeypatch.delenv("MODEL_NAME")
+    code, out, ran = launch(fake, capsys, "--dry_run")
+    assert code == 0 and ran == [], out
+    plan = out[out.index("plan (--dry_run: nothing runs):"):].splitlines()
+    model = tmp_path / "demo_out" / "tiny-qwen2_5omni"
+    assert plan[1].split("] ", 1)[1] == (f"  demo-model         run   {model / 'config.json'} is missing (the tiny random-weight model) "
+                                         f"-> {model}")
+    assert plan[2].split()[2:4] == ["demo-videos", "run"] and plan[3].split()[2] == "download"
+    assert not (tmp_path / "demo_out").exists()
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    code, out, _ = launch(fake, capsys, "--dry_run")
+    assert code == 0 and f"  demo-model         skip  {model} exists -> {model}" in out
+
+
 # --------------------------------------------------------------------------- shared build products
 
 

@@ -105,15 +105,16 @@ def run_prepared(step: Step) -> None:
 
 
 def prepare_demo(settings: LaunchSettings, *, say: Callable[[str], None], enter: Callable[[str], None] = lambda name: None,
-                 run: Callable[[Step], None] = run_prepared) -> None:
-    """Every registry entry's :attr:`~k9bench.pipeline.registry.StageEntry.prepare`, in order (DEMO=1 only)."""
+                 run: Callable[[Step], None] = run_prepared, dry_run: bool = False) -> None:
+    """Every registry entry's :attr:`~k9bench.pipeline.registry.StageEntry.prepare`, in order (DEMO=1 only);
+    with ``dry_run`` each says what it would make and makes nothing."""
     if not settings.demo:
         return
     from k9bench.pipeline.prepare import Preparing
 
     for e in registry.STAGES:
         if e.prepare is not None:
-            e.prepare(e, settings, Preparing(say, enter, run))
+            e.prepare(e, settings, Preparing(say, enter, run, dry_run=dry_run))
 
 
 def describe_plan(steps: list[Step], stages: dict, reasons: dict[str, str | None]) -> list[str]:

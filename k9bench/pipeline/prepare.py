@@ -83,6 +83,8 @@ class Preparing:
     run: Callable[[Step], None]
     """Runs a step's Stage, as the launcher runs every stage; a failure is the launcher's ``StepFailed``
     (exit code and one line), a stop signal stops the run."""
+    dry_run: bool = False
+    """``--dry_run``: say what would be made, make nothing."""
 
 
 def _by_hand(e, step: Step) -> str:
@@ -99,6 +101,11 @@ def prepare_model(e, settings: "LaunchSettings", p: Preparing) -> None:
 
     say = p.say
     model = Path(settings["MODEL_NAME"])
+    if p.dry_run:  # a line of the plan (k9bench.pipeline.plan.describe_plan's layout)
+        why = ("skip  MODEL_NAME was set" if not settings.demo_build_model else f"skip  {model} exists"
+               if (model / "config.json").is_file() else f"run   {model / 'config.json'} is missing (the tiny random-weight model)")
+        say(f"{e.name:<18} {why} -> {model}")
+        return
     p.enter(e.name)
     if (model / "config.json").is_file():
         say(f"step {e.name}: {model} exists, skipping")
@@ -129,8 +136,11 @@ def prepare_videos(e, settings: "LaunchSettings", p: Preparing) -> None:
 
     if not (settings.audio and settings["DATASET_NAME"] == "demo"):
         return
-    p.enter(e.name)
     video_dir = Path(settings["VIDEO_DIR"])
+    if p.dry_run:
+        p.say(f"{e.name:<18} run   the demo videos with soundtracks, those missing -> {video_dir}")
+        return
+    p.enter(e.name)
     step = Step(name=e.name, script=e.script, values={"--video_dir": video_dir, "--soundtrack": True}, outputs=[video_dir])
     with build_lock(video_dir / f".run_eval.{e.name}.lock", what=f"the demo videos in {video_dir}", say=p.say):
         p.say(f"step {e.name}: {_by_hand(e, step)}")

@@ -404,7 +404,7 @@ class Launch:
             say(line)
 
     def dry_run(self) -> int:
-        from k9bench.pipeline.plan import describe_plan, plan_reasons
+        from k9bench.pipeline.plan import describe_plan, plan_reasons, prepare_demo
 
         self.print_config()
         self.say_text_only()
@@ -413,6 +413,7 @@ class Launch:
         except StepFailed as exc:
             return die(exc.exit_code, str(exc))
         say("plan (--dry_run: nothing runs):")
+        prepare_demo(self.s, say=lambda line: say(f"  {line}"), dry_run=True)
         for line in describe_plan(self.steps, stages, plan_reasons(self.steps, stages)):
             say(line)
         return 0
