@@ -82,12 +82,13 @@ class OpenAISettings:
     base_url: str | None = setting(None, "OpenAI-compatible endpoint, e.g. http://localhost:8000/v1 for vllm serve "
                                    "(default: the OpenAI API). The key comes from OPENAI_API_KEY only. With --backend gemini: the Gemini "
                                    "API's endpoint (default: Google's), the key from GEMINI_API_KEY", type=http_url)
-    concurrency: int = setting(8, "requests in flight at most (questions of one video are sent next to each other)", type=positive_int)
-    max_retries: int = setting(5, "retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried)",
-                               type=non_negative_int)
-    timeout: float = setting(180.0, "seconds per HTTP attempt", type=positive_float)
-    retry_backoff: float = setting(1.0, "seconds before the first retry, doubled each time with jitter; a longer Retry-After wins",
-                                   type=positive_float)
+    concurrency: int = setting(8, "requests in flight at most (questions of one video are sent next to each other; "
+                               "default: %(default)s)", type=positive_int)
+    max_retries: int = setting(5, "retries per request on 429/5xx/timeouts/broken replies (other 4xx are not retried; "
+                               "default: %(default)s)", type=non_negative_int)
+    timeout: float = setting(180.0, "seconds per HTTP attempt (default: %(default)s)", type=positive_float)
+    retry_backoff: float = setting(1.0, "seconds before the first retry, doubled each time with jitter; a longer Retry-After wins "
+                                   "(default: %(default)s)", type=positive_float)
     video_transport: str = setting("auto", "auto: video for a vLLM or SGLang server, frames otherwise; "
                                    "frames: the sampled frames as base64 JPEG image parts (any vision API, GPT-4o); "
                                    "video: the sampled frames as one mp4 at their true times (vLLM, SGLang); "
@@ -100,12 +101,13 @@ class OpenAISettings:
                                      type=parse_frame_size, metavar="WxH", result=True)
     video_fps: float | None = setting(None, f"whole-video sampling at this many frames per second: sets --fps and raises --max_frames "
                                       f"to {VIDEO_FPS_MAX_FRAMES} (pass --max_frames after it to cap differently)", cli=False)
-    jpeg_quality: int = setting(90, "JPEG quality of the frames", type=_jpeg_quality, result=True)
+    jpeg_quality: int = setting(90, "JPEG quality of the frames (default: %(default)s)", type=_jpeg_quality, result=True)
     image_detail: str | None = setting(None, "OpenAI's image detail for each frame (default: not sent)", choices=IMAGE_DETAILS, result=True)
     video_url_base: str | None = setting(None, "with --video_transport video_url: URL of a folder holding {scene}.mp4 "
                                          "(file:///abs/dir for vllm serve --allowed-local-media-path, or http://...); "
                                          "default: the file itself as a base64 data URL")
-    max_tokens_param: str = setting("max_tokens", "request field for --max_new_tokens (newer OpenAI models want max_completion_tokens)",
+    max_tokens_param: str = setting("max_tokens", "request field for --max_new_tokens (newer OpenAI models want "
+                                    "max_completion_tokens; default: %(default)s)",
                                     choices=MAX_TOKENS_PARAMS)
     extra_body: dict | None = setting(None, "JSON object merged into every request body, e.g. "
                                       "'{\"chat_template_kwargs\": {\"enable_thinking\": false}}' for vLLM",
