@@ -1,16 +1,19 @@
-"""Benchmark: the same questions through vLLM in-process, a vLLM server (``video`` transport) and the HF fast path.
+"""Benchmark: the same questions through vLLM in-process, a vLLM server (``video`` transport) and HF batched ``generate``.
 
 All three go through ``eval_video_llm.py`` itself, in one process tree:
 
 * ``inprocess``: ``--backend vllm``, run by the vLLM environment's python (``--vllm_python``, default
-  ``$K9BENCH_VLLM_PYTHON``);
+  ``$K9BENCH_VLLM_PYTHON``); its JSON shows the engine's chunks (``generate_calls``) and ``video_arrays``;
 * ``server``: ``k9bench.serving.serve.serve_vllm`` starts ``vllm serve`` on the same checkpoint (loopback only),
   answered with ``--backend openai --video_transport video``;
-* ``hf``: the transformers backend with ``--batch_size auto`` (the shared-prefix fast path), in this python.
+* ``hf``: the transformers backend's batched ``generate`` across videos, ``--batch_size N`` (``--hf_batch_size``,
+  default 8; ``auto`` is 1 on a CPU), in this python. Its JSON shows the batches it ran (``hf.batches``, from
+  ``run_stats.prepare.prepared``) and the size in use; a route that did not batch ends the bench with exit 1.
 
 The figure of each is the run's own ``run_stats.questions_per_second`` (answering only: the engine start and
 the server start are left out, and printed apart). Answers: in-process against the server (same engine,
-greedy: want identical) and against HF (agreement reported).
+greedy: want identical) and against HF (agreement reported); prompt token counts: in-process against each other
+route (want equal: the same frames and the same chat template).
 
 Like for like: the server gets the in-process engine's ``max_num_seqs`` and ``max_num_batched_tokens`` (vLLM's
 defaults differ between ``vllm.LLM`` and its server) and the same ``--dtype``; its mp4 is the lossless one
@@ -58,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max_frames", type=int, default=None, help="default: 8 on CPU, 32 on cuda")
     p.add_argument("--max_new_tokens", type=int, default=None, help="default: 24 on CPU, 64 on cuda")
     p.add_argument("--routes", default="inprocess,server,hf", help="comma-separated subset of inprocess,server,hf")
+    p.add_argument("--hf_batch_size", type=int, default=8, help="the HF route's --batch_size (default: %(default)s)")
     p.add_argument("--dtype", default="auto", help="vLLM's dtype on both vLLM routes (auto: the checkpoint's, as vLLM resolves it; "
                    "float32 takes bf16's rounding out)")
     p.add_argument("--video_crf", type=int, default=None, help="the server route's mp4 lossy at this CRF (eval_video_llm.py's --video_crf; "
@@ -131,6 +135,19 @@ def figures(raw: dict, total_seconds: float) -> dict:
     stats = raw["run_stats"]
     return {"questions": raw["total_count"], "failed": raw["failed_count"], "questions_per_second": stats["questions_per_second"],
             "answer_seconds": stats["wall_seconds"], "process_seconds": total_seconds}
+
+
+def hf_batches(raw: dict) -> dict:
+    """The batches the HF route ran: the size in use and the batches prepared across videos (0: it did not batch)."""
+    stats = raw["run_stats"]
+    return {"batch_size": (stats.get("batch_size") or {}).get("batch_size"), "batches": (stats.get("prepare") or {}).get("prepared", 0)}
+
+
+def token_counts_equal(a: dict, b: dict) -> str:
+    """Questions whose prompt token count (video tokens included) is the same in both raw files."""
+    x = {r["idx"]: r.get("num_input_tokens") for r in a["individual_results"]}
+    y = {r["idx"]: r.get("num_input_tokens") for r in b["individual_results"]}
+    return f"{sum(1 for k in x if x[k] and x[k] == y.get(k))}/{len(x)}"
 
 
 def answers(raw: dict) -> dict:
@@ -237,13 +254,18 @@ def main(argv: list[str] | None = None) -> int:
         raws["server"], result["server"] = server_route(args, model, data, videos, work, env, max_len, match, "server", concurrency=64)
     if "hf" in routes:
         hf_dtype = args.dtype if args.dtype != "auto" else ("bfloat16" if args.device == "cuda" else None)
-        raw, secs = run_script(sys.executable, ["--batch_size", "auto", *common(model, data, videos, work / "hf.json", args),
+        raw, secs = run_script(sys.executable, ["--batch_size", str(args.hf_batch_size), *common(model, data, videos, work / "hf.json", args),
                                                 *(["--torch_dtype", hf_dtype] if hf_dtype else [])], work / "hf.log", env)
-        raws["hf"], result["hf"] = raw, figures(raw, secs)
+        raws["hf"], result["hf"] = raw, {**figures(raw, secs), **hf_batches(raw)}
     for name in routes:
         f = result[name]
         line = (f"{name:10s} {f['questions_per_second']:8.2f} q/s  ({f['questions']} questions, {f['failed']} failed, "
                 f"answering {f['answer_seconds']:.1f} s, process {f['process_seconds']:.0f} s")
+        if name == "hf":
+            line += f", batch size {f['batch_size']}, {f['batches']} batches"
+        if name == "inprocess":
+            counts = raws[name]["run_stats"]["decoding"]["vllm"]
+            line += f", {counts['generate_calls']} chunk(s), {counts['video_arrays']} video arrays"
         if args.device == "cuda":
             line += f", {FULL / f['questions_per_second'] / 60:.1f} min for {FULL}"
         print(line + ")")
@@ -254,8 +276,9 @@ def main(argv: list[str] | None = None) -> int:
             if other in raws:
                 result[f"inprocess_over_{other}"] = q / result[other]["questions_per_second"]
                 result[f"same_answers_inprocess_{other}"] = agreement(answers(raws["inprocess"]), answers(raws[other]))
+                result[f"prompt_tokens_equal_inprocess_{other}"] = token_counts_equal(raws["inprocess"], raws[other])
                 print(f"in-process / {other}: {result[f'inprocess_over_{other}']:.2f}x; identical answers "
-                      f"{result[f'same_answers_inprocess_{other}']}")
+                      f"{result[f'same_answers_inprocess_{other}']}; prompt tokens equal {result[f'prompt_tokens_equal_inprocess_{other}']}")
     if "inprocess" in raws and "server" in raws:
         inputs = same_inputs(raws["inprocess"], raws["server"])
         result["inputs_inprocess_server"] = inputs
@@ -276,6 +299,9 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.json_out).write_text(json.dumps(result, indent=1), encoding="utf-8")
     if not args.work_dir:
         shutil.rmtree(work, ignore_errors=True)
+    if "hf" in routes and not (result["hf"]["batches"] and (result["hf"]["batch_size"] or 0) > 1):
+        print(f"FAIL: the HF route did not batch (batch size {result['hf']['batch_size']}, {result['hf']['batches']} batches)", file=sys.stderr)
+        return 1
     return 0
 
 

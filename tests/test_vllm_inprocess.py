@@ -10,7 +10,9 @@ serves most assertions: run 1 is SIGKILLed after its first checkpointed chunk, r
 it is answering (exit 75), run 3 finishes. Then: the demo is answered 12/12, every question exactly once,
 the answers checkpointed before the kill kept as they were; the engine fingerprint is in the record;
 the prompt token counts equal the transformers backend's on the same frames; the ``<t seconds>`` stamps
-are within 0.05 s of the sampled frame pairs' times. One more test runs ``BACKEND=vllm DEMO=1 bash run_eval.sh``.
+are within 0.05 s of the sampled frame pairs' times. One more test runs ``BACKEND=vllm DEMO=1 bash run_eval.sh`` (one
+array per video); two more run the tiny InternVL, a fixed-size family: at head size 64 its frames and prompt tokens are
+the HF backend's, at the builder's 16 the engine dies and the run ends at once in one line.
 """
 
 from __future__ import annotations
@@ -210,3 +212,44 @@ def test_a_dead_engine_ends_the_run_at_once_in_one_line_with_its_reason(vllm_pyt
     assert len(lines) == 1 and "Unsupported CPU attention configuration: head_dim=16" in lines[0], log[-4000:]
     assert "generation failed" not in log and "rerunning it by video" not in log
     assert not _lines(checkpoint_path(out)) or all("error" not in r for r in _lines(checkpoint_path(out)) if "idx" in r)
+
+
+@pytest.fixture(scope="module")
+def internvl64(tmp_path_factory) -> Path:
+    """The tiny InternVL with a head size vLLM's CPU attention takes (64): the same checkpoint, its language model re-made
+    at head_dim 64 with random weights (the tiny builder's is 16)."""
+    import torch
+    from transformers import InternVLConfig, InternVLForConditionalGeneration
+
+    from k9bench.tiny_model.families import build_tiny_internvl
+
+    path = build_tiny_internvl(tmp_path_factory.mktemp("internvl64") / "model", seed=0)
+    config = InternVLConfig.from_pretrained(path)
+    config.text_config.head_dim = 64
+    torch.manual_seed(0)
+    InternVLForConditionalGeneration(config).save_pretrained(path)
+    return path
+
+
+def test_internvl_frames_and_prompt_tokens_are_the_transformers_backends(vllm_python, internvl64, demo_video_dir, tmp_path,
+                                                                          repo_root):  # noqa: F811
+    """A fixed-size family on the real CPU engine: every frame 56x56 as the HF backend samples it for the same checkpoint,
+    the same frame indices and prompt token counts, one array per video (12 questions, 3 videos, one chunk)."""
+    out = tmp_path / "vllm.json"
+    argv = [a for a in _argv(vllm_python, repo_root, internvl64, demo_video_dir, out, "-q") if a not in FRAME_PIXELS]
+    done = subprocess.run(argv, env=_env(repo_root), capture_output=True, text=True, timeout=900, check=False)
+    assert done.returncode == EXIT_OK, (done.stdout + done.stderr)[-4000:]
+    hf_out = tmp_path / "hf.json"
+    assert eval_video_llm.main(["--model_name_or_path", str(internvl64), "--dataset_name", "demo", "--video_dir", str(demo_video_dir),
+                                "--output_file", str(hf_out), "--max_new_tokens", "1", "--greedy", "-q"]) == EXIT_OK
+    raw = json.loads(out.read_text(encoding="utf-8"))
+    ours = {r["idx"]: r for r in raw["individual_results"]}
+    hf = {r["idx"]: r for r in json.loads(hf_out.read_text(encoding="utf-8"))["individual_results"]}
+    assert ours.keys() == hf.keys() and len(ours) == 12
+    for idx, rec in ours.items():
+        assert rec["frame_size"] == hf[idx]["frame_size"] == [56, 56], idx
+        assert rec["frame_indices"] == hf[idx]["frame_indices"], idx
+        assert rec["num_input_tokens"] == hf[idx]["num_input_tokens"], idx
+    assert raw["inference"]["backend"]["frame_policy"]["rule"] == "fixed_size"
+    counts = raw["run_stats"]["decoding"]["vllm"]
+    assert (counts["generate_calls"], counts["requests"], counts["video_arrays"]) == (1, 12, 3)

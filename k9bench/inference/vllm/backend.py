@@ -2,10 +2,10 @@
 
 Run from the vLLM environment (docs/vllm.md): ``eval_video_llm.py --backend vllm`` there. The model
 sees exactly what the transformers backend gives it: each video is decoded once by our frame cache,
-and its sampled frames go to vLLM as a video array with their true metadata (source fps, the
-sampled frame indices, frame count, duration) and ``do_sample_frames=False``, so vLLM neither
-resamples nor re-times them; the frames are sized by the model family's rule exactly as the HF backend sizes
-them (:func:`k9bench.video.policy.policy_for`), so ``do_resize=False``. The prompt is the processor's chat
+its frames are sized by the model family's rule exactly as the HF backend sizes them
+(:func:`k9bench.video.policy.policy_for`), and they go to vLLM as a video array with ``do_sample_frames=False``
+and ``do_resize=False`` (the Qwen families with their true metadata: source fps, the sampled frame indices,
+frame count, duration), so vLLM neither resamples, re-times nor resizes them. The prompt is the processor's chat
 template, token for token the HF backend's. :mod:`.prompts` builds the prompts: one array per video.
 
 The runner's planned path hands :meth:`VLLMBackend.prepare_batch` a chunk of questions grouped by
