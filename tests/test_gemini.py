@@ -234,3 +234,17 @@ def test_the_report_compares_a_gemini_run_with_the_papers_1_fps_rows(gemini_key,
     settings = load_run(evaluated).settings
     assert row in settings.paper_rows  # the nearest row is the 1 FPS one: Gemini saw the whole video
     assert not [d for d in settings.differences if "frames" in d or "fps" in d or "audio" in d], settings.differences
+
+
+def test_a_reply_over_the_cap_is_cut_before_anything_scans_it(gemini_key, fake_gemini, demo_video_dir, tmp_path):
+    """As on the OpenAI-compatible route: a reply longer than MAX_REPLY_CHARS keeps its first MAX_REPLY_CHARS characters,
+    its full length is recorded (api_reply_chars), and the key in its tail never reaches the record."""
+    from k9bench.serving.openai_api import MAX_REPLY_CHARS
+
+    long_reply = "A" * MAX_REPLY_CHARS + " tail " + SECRET
+    fake_gemini.responder = lambda request: long_reply
+    out = tmp_path / "raw.json"
+    assert eval_video_llm.main(gemini_args(fake_gemini, out, demo_video_dir, "--max_samples", "1")) == EXIT_OK
+    (record,) = load(out)["individual_results"]
+    assert len(record["response"]) == MAX_REPLY_CHARS and record["api_reply_chars"] == len(long_reply)
+    assert SECRET not in out.read_text(encoding="utf-8")

@@ -32,6 +32,7 @@ from typing import Any, Callable
 from k9bench.inference.backend import Backend, BackendError, BackendUnavailable, GenerationOutput, GenerationRequest
 from k9bench.inference.records import OUTPUT_LIMIT, REQUEST_TOO_LARGE, ClassedFailure, is_size_refusal
 from k9bench.inference.settings import RunConfig
+from k9bench.serving.openai_api import MAX_REPLY_CHARS
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +311,11 @@ class GeminiBackend(Backend):
             raise ClassedFailure(f"empty reply (finish_reason {finish})", "generation_error")
         extra = {"usage": counts, "api_model": self.model, "api_served_model": response.model_version, "api_finish_reason": finish,
                  "api_elapsed_s": round(elapsed, 3), "video_transport": "gemini_file", "video_sent": sent}
+        if len(text) > MAX_REPLY_CHARS:  # the OpenAI-compatible route's cap: a longer reply is cut before anything scans it
+            log.warning("idx %s: the reply is %d characters, over the %d-character cap; its first %d are kept (api_reply_chars)",
+                        request.key, len(text), MAX_REPLY_CHARS, MAX_REPLY_CHARS)
+            extra["api_reply_chars"] = len(text)
+            text = text[:MAX_REPLY_CHARS]
         if sent is not None:  # Gemini samples the file itself: the frames sampled here are not what it saw
             extra.update({"frame_indices": None, "num_frames": None, "sample_fps": None, "frame_size": None})
         return GenerationOutput(text=text or "", prompt=self.render_prompt(request.messages),
