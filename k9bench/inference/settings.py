@@ -181,7 +181,7 @@ class DataSettings:
     end_idx: int | None = setting(None, "stop before this position (default: the end)", type=non_negative_int)
     max_samples: int = setting(-1, "at most this many questions after the range (default: -1 = all; 0 is refused)", type=all_or_positive_int)
     subset: str | None = setting(None, "run only these questions: a subset file (python -m k9bench.data.subset, e.g. the paper's "
-                                 "videos under 150 s), a list of idx, or a run's raw/sim/eval file; --start_idx/--end_idx/"
+                                 "videos under 150 s), a JSON file listing idx, or a run's raw/sim/eval file; --start_idx/--end_idx/"
                                  "--max_samples then count among them. Its sha256 is in the run's fingerprint", metavar="FILE")
     num_shards: int = setting(1, "split the videos into this many shards, e.g. for a SLURM array (default: 1)", type=positive_int)
     shard_id: int = setting(0, "which shard this process runs (0-based; default: 0)", type=non_negative_int)

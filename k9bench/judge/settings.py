@@ -150,7 +150,7 @@ class JudgeRunSettings:
     skipped: str | None = setting(None, "skipped entries JSON list (default: <output stem>_skipped.json)")
     limit: int | None = setting(None, "judge only the first N answered questions (idx order); N at least 1", type=positive_int)
     subset: str | None = setting(None, "judge only these questions (only those are paid for): a subset file (python -m "
-                                 "k9bench.data.subset), a list of idx, or a run's raw/sim/eval file; --limit then counts among "
+                                 "k9bench.data.subset), a JSON file listing idx, or a run's raw/sim/eval file; --limit then counts among "
                                  "them", metavar="FILE")
     dataset_name: str | None = setting(
         None,

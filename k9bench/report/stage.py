@@ -55,7 +55,7 @@ class ReportSettings:
                                 "(repeatable), e.g. that a run is a smoke test whose scores mean nothing", action="append",
                                 metavar="TEXT", result=True)
     """Lines shown at the top of the report and on every figure."""
-    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.data.subset), a list of idx, "
+    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.data.subset), a JSON file listing idx, "
                                  "or another run's raw/sim/eval file (the questions whose video it had)", metavar="FILE",
                                  result=True)
     """The ``--subset`` file (:func:`k9bench.data.subset.read_subset`)."""

@@ -73,7 +73,7 @@ class ScoringFiles:
                                 nargs="+", required=True)
     output_file: str | None = setting(None, "output JSON (default: beside the input, raw_/sim_ prefix replaced by sim_/eval_)")
     sim_file: str | None = setting(None, "--mode all: where to write the sim JSON (default: derived from --output_file or the input)")
-    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.data.subset), a list of idx, or "
+    subset: str | None = setting(None, "restrict to these questions: a subset file (python -m k9bench.data.subset), a JSON file listing idx, or "
                                        "another run's raw/sim/eval file (the questions whose video it had); calculate, evaluate, "
                                        "all and report", metavar="FILE")
 
