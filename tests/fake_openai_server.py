@@ -547,3 +547,10 @@ __all__ = [
     "fake_openai",
     "IMAGE_PART_TOKENS",
 ]
+
+
+def demo_args(server: FakeOpenAIServer, out, video_dir, *extra: str) -> list[str]:
+    """``eval_video_llm.py`` flags that answer the demo set through ``server`` (2 frames each, as JPEG parts)."""
+    return ["--backend", "openai", "--api_model", "gpt-test", "--base_url", server.base_url, "--dataset_name", "demo",
+            "--video_dir", str(video_dir), "--output_file", str(out), "--retry_backoff", "0.01", "--max_frames", "2",
+            "--video_transport", "frames", *extra]

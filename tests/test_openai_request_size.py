@@ -13,7 +13,7 @@ import eval_video_llm
 from k9bench.inference.openai_compat.request import request_bytes
 from k9bench.inference.runner import EXIT_ERROR, EXIT_OK, EXIT_USAGE
 from tests.fake_gemini_server import SIZE_REFUSAL
-from tests.fake_openai_server import Fault, fake_openai  # noqa: F401
+from tests.fake_openai_server import demo_args, Fault, fake_openai  # noqa: F401
 
 
 @pytest.fixture(autouse=True)
@@ -22,9 +22,7 @@ def key(monkeypatch):
 
 
 def args(server, out: Path, video_dir: Path, *extra: str) -> list[str]:
-    return ["--backend", "openai", "--api_model", "gpt-test", "--base_url", server.base_url, "--dataset_name", "demo",
-            "--video_dir", str(video_dir), "--output_file", str(out), "--retry_backoff", "0.01", "--max_frames", "2",
-            "--video_transport", "frames", "--concurrency", "1", *extra]
+    return demo_args(server, out, video_dir, "--concurrency", "1", *extra)
 
 
 def test_the_size_recorded_is_the_body_sent(fake_openai, demo_video_dir, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 import eval_video_llm
 from k9bench.inference.runner import EXIT_ERROR, EXIT_OK
-from tests.fake_openai_server import Fault, Reply, fake_openai, sequence  # noqa: F401
+from tests.fake_openai_server import demo_args, Fault, Reply, fake_openai, sequence  # noqa: F401
 
 TIMING_KEYS = {"api_elapsed_s", "timestamp"}
 """Record keys that differ between two runs of the same questions (wall clock and wall times)."""
@@ -26,9 +26,7 @@ def key(monkeypatch):
 
 
 def args(server, out: Path, video_dir: Path, *extra: str) -> list[str]:
-    return ["--backend", "openai", "--api_model", "gpt-test", "--base_url", server.base_url, "--dataset_name", "demo",
-            "--video_dir", str(video_dir), "--output_file", str(out), "--retry_backoff", "0.01", "--max_frames", "2",
-            "--video_transport", "frames", *extra]
+    return demo_args(server, out, video_dir, *extra)
 
 
 def answer(req) -> Reply:
